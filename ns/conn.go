@@ -1,0 +1,508 @@
+package ns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"9fans.net/go/plan9"
+	"9fans.net/go/plan9/srv9p"
+)
+
+// conn is one 9P conversation.
+type conn struct {
+	srv      *Server
+	trusted  bool
+	rwc      io.ReadWriteCloser
+	guard    *guard
+	ctx      context.Context // ends when the connection or server does
+	cancel   context.CancelCauseFunc
+	fids     atomic.Int64
+	inflight sync.WaitGroup
+}
+
+// fidState is what a fid refers to, kept in srv9p.Fid's Aux.
+type fidState struct {
+	who  principal
+	path []elem
+
+	// Set by open.
+	lock   chan struct{} // serialises blocking reads and writes on the fid
+	data   []byte        // snapshot, wait result or rdwr response
+	have   bool          // data holds a wait result or an rdwr response
+	pos    int           // sequential read position in data (rdwr, subscription)
+	stream *Stream
+	src    Source
+	once   bool // a subscription opened for reading only ends after one item
+	done   bool
+	dir    []plan9.Dir
+}
+
+func (st *fidState) tail() elem { return st.path[len(st.path)-1] }
+
+func (st *fidState) call() *Call {
+	return &Call{User: st.who.user, Admin: st.who.admin, path: st.path}
+}
+
+// acquire takes the fid's lock unless ctx ends first.
+func (st *fidState) acquire(ctx context.Context) error {
+	select {
+	case st.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return errInterrupted
+	}
+}
+
+func (st *fidState) release() { <-st.lock }
+
+func (c *conn) srv9p() *srv9p.Server {
+	return &srv9p.Server{
+		Msize:  c.srv.MaxMsize,
+		Trace:  c.srv.Trace,
+		Attach: c.attach,
+		Walk:   c.walk,
+		Open:   c.open,
+		Read:   c.read,
+		Write:  c.write,
+		Stat:   c.stat,
+		Wstat:  c.wstat,
+		Clunk:  c.clunk,
+	}
+}
+
+// begin starts a request: it joins the request's context with the
+// connection's, and turns a handler panic into an error.
+func (c *conn) begin(rctx context.Context) (context.Context, func(*error)) {
+	c.inflight.Add(1)
+	ctx, cancel := context.WithCancelCause(rctx)
+	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
+	return ctx, func(errp *error) {
+		if r := recover(); r != nil {
+			c.srv.Log.Error("ns: handler panic", "panic", r, "stack", string(debug.Stack()))
+			*errp = errors.New("ns: internal error")
+		}
+		if *errp != nil && ctx.Err() != nil {
+			*errp = errInterrupted
+		}
+		stop()
+		cancel(nil)
+		c.inflight.Done()
+	}
+}
+
+func state(fid *srv9p.Fid) (*fidState, error) {
+	st, _ := fid.Aux().(*fidState)
+	if st == nil {
+		return nil, errors.New("ns: fid not attached")
+	}
+	return st, nil
+}
+
+func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname string) (_ plan9.Qid, err error) {
+	_, end := c.begin(rctx)
+	defer end(&err)
+	if int(c.fids.Load()) >= c.srv.MaxFids {
+		return plan9.Qid{}, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
+	}
+	who := principal{user: user, inGroup: c.srv.InGroup}
+	if user == "" || user == "admin" {
+		if c.trusted {
+			who.admin, who.user = true, "admin"
+		} else {
+			who.user = "none"
+		}
+	}
+	root := c.srv.Tree.Root
+	st := &fidState{who: who, path: []elem{{node: root, owner: root.Owner, group: root.Group}}}
+	fid.SetAux(st)
+	c.fids.Add(1)
+	return qidOf(st.path), nil
+}
+
+func (c *conn) clunk(fid *srv9p.Fid) {
+	st, _ := fid.Aux().(*fidState)
+	if st == nil {
+		return
+	}
+	c.fids.Add(-1)
+	if st.src != nil {
+		st.src.Close()
+	}
+}
+
+// qidOf returns the qid of the file at the end of p. Static files use
+// their declaration index; files under dynamic directories hash the keys
+// in, so a name and its alias give the same qid.
+func qidOf(p []elem) plan9.Qid {
+	e := p[len(p)-1]
+	q := plan9.Qid{Path: e.node.index}
+	if e.node.dir {
+		q.Type = plan9.QTDIR
+	}
+	var h = fnv.New64a()
+	dynamic := false
+	for _, x := range p {
+		if x.node.Each != nil {
+			dynamic = true
+			fmt.Fprintf(h, "%d\x00%s\x00", x.node.index, x.entry.Key)
+		}
+	}
+	if dynamic {
+		fmt.Fprintf(h, "%d", e.node.index)
+		q.Path = h.Sum64() | 1<<63
+	}
+	return q
+}
+
+func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string) (_ []plan9.Qid, err error) {
+	ctx, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return nil, err
+	}
+	if fid != newfid && int(c.fids.Load()) >= c.srv.MaxFids {
+		return nil, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
+	}
+	path := slices.Clone(st.path)
+	var qids []plan9.Qid
+	for i, name := range names {
+		cur := path[len(path)-1]
+		if !cur.node.dir {
+			break
+		}
+		if !st.who.mayElem(cur, aExec) {
+			if i == 0 {
+				return nil, fmt.Errorf("%s: permission denied", displayPath(path))
+			}
+			break
+		}
+		next, ok := c.step(ctx, st, path, name)
+		if !ok {
+			if i == 0 {
+				return nil, fmt.Errorf("%s: file does not exist", joinPath(displayPath(path), name))
+			}
+			break
+		}
+		path = next
+		qids = append(qids, qidOf(path))
+	}
+	if len(qids) == len(names) {
+		newfid.SetAux(&fidState{who: st.who, path: path})
+		if fid != newfid {
+			c.fids.Add(1)
+		}
+	}
+	return qids, nil
+}
+
+// step walks one name from the directory at the end of path.
+func (c *conn) step(ctx context.Context, st *fidState, path []elem, name string) ([]elem, bool) {
+	cur := path[len(path)-1]
+	switch name {
+	case "..":
+		if len(path) == 1 {
+			return path, true
+		}
+		return path[:len(path)-1], true
+	case ".", "":
+		return nil, false
+	}
+	if n := cur.node.staticChild(name); n != nil {
+		return append(path, child(cur, n)), true
+	}
+	if d := cur.node.dynamicChild(); d != nil {
+		call := &Call{User: st.who.user, Admin: st.who.admin, path: path}
+		if ent, ok := d.Each.Lookup(ctx, call, name); ok {
+			return append(path, instance(cur, d, ent)), true
+		}
+	}
+	return nil, false
+}
+
+func displayPath(p []elem) string {
+	if s := pathString(p); s != "" {
+		return s
+	}
+	return "/"
+}
+
+func joinPath(dir, name string) string {
+	if dir == "/" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (c *conn) open(rctx context.Context, fid *srv9p.Fid, mode uint8) (err error) {
+	ctx, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return err
+	}
+	e := st.tail()
+	n := e.node
+	where := displayPath(st.path)
+	var want int
+	reading, writing := false, false
+	switch mode & 3 {
+	case plan9.OREAD:
+		want, reading = aRead, true
+	case plan9.OWRITE:
+		want, writing = aWrite, true
+	case plan9.ORDWR:
+		want, reading, writing = aRead|aWrite, true, true
+	case plan9.OEXEC:
+		want, reading = aExec, true
+	}
+	if mode&plan9.OTRUNC != 0 {
+		want |= aWrite
+	}
+	if mode&plan9.ORCLOSE != 0 {
+		return fmt.Errorf("%s: remove on close prohibited", where)
+	}
+	if !st.who.mayElem(e, want) {
+		return fmt.Errorf("%s: permission denied", where)
+	}
+	fid.SetIounit(c.guard.msizeNow() - plan9.IOHDRSZ)
+	st.lock = make(chan struct{}, 1)
+	call := st.call()
+	if n.dir {
+		st.dir, err = c.list(ctx, st)
+		return err
+	}
+	if reading && n.Read == nil && n.Stream == nil && n.Wait == nil && n.Subscribe == nil && n.RdWr == nil {
+		return fmt.Errorf("%s: file is write-only", where)
+	}
+	if writing && n.Write == nil && n.RdWr == nil && n.Subscribe == nil {
+		return fmt.Errorf("%s: file is read-only", where)
+	}
+	if n.RdWr != nil && !writing {
+		return fmt.Errorf("%s: request file: open it for writing, write a request, then read the reply", where)
+	}
+	switch {
+	case !reading:
+	case n.Read != nil:
+		st.data, err = n.Read(ctx, call)
+	case n.Stream != nil:
+		st.stream, err = n.Stream(ctx, call)
+	case n.Subscribe != nil && n.Wait == nil && !writing:
+		// Subscribe at open so that nothing between open and read is missed.
+		st.src, err = n.Subscribe(ctx, call, nil)
+		st.once = true
+	}
+	return err
+}
+
+// list snapshots the entries of the directory at the end of st.path.
+func (c *conn) list(ctx context.Context, st *fidState) ([]plan9.Dir, error) {
+	cur := st.tail()
+	var dirs []plan9.Dir
+	for _, n := range cur.node.Children {
+		if n.Each != nil {
+			continue
+		}
+		p := append(slices.Clone(st.path), child(cur, n))
+		dirs = append(dirs, c.dirOf(p, n.Name))
+	}
+	if d := cur.node.dynamicChild(); d != nil {
+		ents, err := d.Each.List(ctx, st.call())
+		if err != nil {
+			return nil, err
+		}
+		for _, ent := range ents {
+			p := append(slices.Clone(st.path), instance(cur, d, ent))
+			dirs = append(dirs, c.dirOf(p, ent.Name))
+		}
+	}
+	return dirs, nil
+}
+
+func (c *conn) dirOf(p []elem, name string) plan9.Dir {
+	e := p[len(p)-1]
+	t := uint32(c.srv.started.Unix())
+	return plan9.Dir{
+		Name:  name,
+		Qid:   qidOf(p),
+		Mode:  e.node.Mode,
+		Uid:   e.owner,
+		Gid:   e.group,
+		Muid:  e.owner,
+		Atime: t,
+		Mtime: t,
+	}
+}
+
+func (c *conn) read(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
+	ctx, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return 0, err
+	}
+	n := st.tail().node
+	switch {
+	case n.dir:
+		return fid.ReadDir(data, offset, func(i int, d *plan9.Dir) bool {
+			if i >= len(st.dir) {
+				return false
+			}
+			*d = st.dir[i]
+			return true
+		})
+	case st.stream != nil:
+		m, err := st.stream.ReadAt(ctx, data, offset)
+		if err == io.EOF {
+			return 0, nil
+		}
+		return m, err
+	case n.Read != nil:
+		return fid.ReadBytes(data, offset, st.data)
+	}
+	if err := st.acquire(ctx); err != nil {
+		return 0, err
+	}
+	defer st.release()
+	switch {
+	case n.RdWr != nil:
+		if !st.have {
+			return 0, fmt.Errorf("%s: write a request before reading the reply", displayPath(st.path))
+		}
+		return st.next(data), nil
+	case n.Wait != nil && st.src == nil:
+		if !st.have {
+			st.data, err = n.Wait(ctx, st.call())
+			if err != nil {
+				return 0, err
+			}
+			st.have = true
+		}
+		return fid.ReadBytes(data, offset, st.data)
+	case n.Subscribe != nil:
+		if st.src == nil {
+			// Read before any filter was written: everything.
+			if st.src, err = n.Subscribe(ctx, st.call(), nil); err != nil {
+				return 0, err
+			}
+		}
+		if st.pos >= len(st.data) {
+			if st.done {
+				return 0, nil
+			}
+			item, err := st.src.Next(ctx)
+			if err == io.EOF {
+				st.done = true
+				return 0, nil
+			}
+			if err != nil {
+				return 0, err
+			}
+			st.data, st.pos, st.done = item, 0, st.once
+		}
+		return st.next(data), nil
+	}
+	return 0, fmt.Errorf("%s: file is write-only", displayPath(st.path))
+}
+
+// next copies the unread part of st.data to p, sequentially.
+func (st *fidState) next(p []byte) int {
+	m := copy(p, st.data[st.pos:])
+	st.pos += m
+	return m
+}
+
+func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
+	ctx, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return 0, err
+	}
+	n := st.tail().node
+	if err := st.acquire(ctx); err != nil {
+		return 0, err
+	}
+	defer st.release()
+	// Handlers may keep what they are given; srv9p reuses nothing, but a
+	// copy keeps that a property of this package rather than of srv9p.
+	data = slices.Clone(data)
+	switch {
+	case n.RdWr != nil:
+		resp, err := n.RdWr(ctx, st.call(), data)
+		if err != nil {
+			st.data, st.have = nil, false
+			return 0, err
+		}
+		st.data, st.pos, st.have = resp, 0, true
+	case n.Write != nil:
+		if err := n.Write(ctx, st.call(), data); err != nil {
+			return 0, err
+		}
+	case n.Subscribe != nil:
+		src, err := n.Subscribe(ctx, st.call(), data)
+		if err != nil {
+			return 0, err
+		}
+		if st.src != nil {
+			st.src.Close()
+		}
+		st.src, st.data, st.pos, st.once, st.done = src, nil, 0, false, false
+	default:
+		return 0, fmt.Errorf("%s: file is read-only", displayPath(st.path))
+	}
+	return len(data), nil
+}
+
+func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err error) {
+	ctx, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return nil, err
+	}
+	e := st.tail()
+	name := e.node.Name
+	switch {
+	case len(st.path) == 1:
+		name = "/"
+	case e.node.Each != nil:
+		// Report the current name, also for a fid walked by alias or
+		// before a rename.
+		name = e.entry.Name
+		parent := st.path[:len(st.path)-1]
+		call := &Call{User: st.who.user, Admin: st.who.admin, path: parent}
+		if ent, ok := e.node.Each.Lookup(ctx, call, e.entry.Key); ok {
+			name = ent.Name
+		}
+	}
+	d := c.dirOf(st.path, name)
+	if e.node.Read != nil && st.lock != nil {
+		d.Length = uint64(len(st.data))
+	}
+	return &d, nil
+}
+
+// wstat accepts only what shells and kernels send when truncating a file
+// they are about to write (length 0); everything else is prohibited.
+func (c *conn) wstat(rctx context.Context, fid *srv9p.Fid, d *plan9.Dir) (err error) {
+	_, end := c.begin(rctx)
+	defer end(&err)
+	st, err := state(fid)
+	if err != nil {
+		return err
+	}
+	e := st.tail()
+	onlyLength := d.Name == "" && d.Uid == "" && d.Gid == "" && ^d.Mode == 0 && ^d.Mtime == 0 && ^d.Atime == 0
+	if onlyLength && d.Length == 0 && !e.node.dir && st.who.mayElem(e, aWrite) {
+		return nil
+	}
+	return fmt.Errorf("%s: wstat prohibited", displayPath(st.path))
+}

@@ -1,0 +1,107 @@
+package ns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// ErrTrimmed is returned for a read of stream bytes no longer retained.
+var ErrTrimmed = errors.New("ns: stream offset no longer retained")
+
+// A Stream is an append-only byte stream read by offset, as chat output
+// is. Writers never block; readers at the end block until more data arrives,
+// the stream is closed, or their context is done. Offsets are absolute
+// positions in the stream, so a reader that reconnects resumes exactly
+// where it stopped. Only the last Retain bytes are kept.
+type Stream struct {
+	mu      sync.Mutex
+	buf     []byte
+	base    int64 // stream offset of buf[0]
+	closed  bool
+	retain  int
+	changed chan struct{} // closed and replaced on every append and on close
+}
+
+// DefaultRetain is the number of bytes a Stream keeps when NewStream is given 0.
+const DefaultRetain = 4 << 20
+
+// NewStream returns an open stream keeping the last retain bytes.
+func NewStream(retain int) *Stream {
+	if retain <= 0 {
+		retain = DefaultRetain
+	}
+	return &Stream{retain: retain, changed: make(chan struct{})}
+}
+
+// Write appends p. It fails only after Close.
+func (s *Stream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, io.ErrClosedPipe
+	}
+	s.buf = append(s.buf, p...)
+	// Trim only once a quarter of slack has built up, so appends stay
+	// amortized O(1).
+	if len(s.buf) > s.retain+s.retain/4 {
+		over := len(s.buf) - s.retain
+		s.buf = append([]byte(nil), s.buf[over:]...)
+		s.base += int64(over)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return len(p), nil
+}
+
+// Close ends the stream: readers at the end get EOF.
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.changed)
+	}
+	return nil
+}
+
+// Size returns the stream offset one past the last byte written.
+func (s *Stream) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.base + int64(len(s.buf))
+}
+
+// ReadAt reads from stream offset off, blocking at the end of the stream
+// until data arrives, the stream is closed (0, io.EOF), or ctx is done.
+func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	for {
+		s.mu.Lock()
+		end := s.base + int64(len(s.buf))
+		switch {
+		case off < s.base:
+			base := s.base
+			s.mu.Unlock()
+			return 0, fmt.Errorf("%w: offset %d, oldest retained %d", ErrTrimmed, off, base)
+		case off < end:
+			n := copy(p, s.buf[off-s.base:])
+			s.mu.Unlock()
+			return n, nil
+		case off > end:
+			s.mu.Unlock()
+			return 0, fmt.Errorf("ns: stream offset %d is past the end (%d)", off, end)
+		case s.closed:
+			s.mu.Unlock()
+			return 0, io.EOF
+		}
+		wait := s.changed
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		}
+	}
+}
