@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"ollie/agent"
+	"ollie/ns"
+)
+
+// maxSocketPath is the longest path a Unix socket address can hold on
+// Linux (sun_path is 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+func serveMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("olliesrv serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect gets the namespace (as a non-admin user)")
+	trace := fs.Bool("trace", false, "log every 9P message to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "olliesrv serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg := daemonConfig{Dir: ns.NamespaceDir(), TCP: *tcp, Log: log}
+	if *trace {
+		cfg.Trace = stderr
+	}
+	d, err := startDaemon(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		log.Info("olliesrv: signal received, shutting down")
+	case <-d.killed:
+		log.Info("olliesrv: ctl kill, shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(sctx); err != nil {
+		log.Warn("olliesrv: shutdown did not finish cleanly", "err", err)
+		return 1
+	}
+	return 0
+}
+
+type daemonConfig struct {
+	Dir   string // the namespace directory; the socket is Dir/ollie
+	TCP   string // optional unauthenticated TCP listener
+	Log   *slog.Logger
+	Trace io.Writer
+}
+
+// A daemon is a running olliesrv: its listeners, its lock and its state.
+type daemon struct {
+	Socket string
+	TCP    net.Addr // nil without a TCP listener
+
+	srv      *ns.Server
+	ns       *namespace
+	lock     *os.File
+	unixL    *net.UnixListener
+	tcpL     net.Listener
+	log      *slog.Logger
+	killed   chan struct{}
+	killOnce sync.Once
+	serving  sync.WaitGroup
+}
+
+// ErrAlreadyRunning is returned when another olliesrv serves the namespace.
+var ErrAlreadyRunning = errors.New("another olliesrv is already serving")
+
+func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	sock := filepath.Join(cfg.Dir, ns.Service)
+	if len(sock) > maxSocketPath {
+		return nil, fmt.Errorf("socket path %s is %d bytes, over the %d-byte limit of Unix sockets: set NAMESPACE to a shorter directory", sock, len(sock), maxSocketPath)
+	}
+	if err := prepareDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	lock, err := takeLock(sock + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := clearStaleSocket(sock); err != nil {
+		return nil, err
+	}
+	unixL, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	if err := os.Chmod(sock, 0600); err != nil {
+		unixL.Close()
+		return nil, fmt.Errorf("chmod %s: %w", sock, err)
+	}
+	d := &daemon{Socket: sock, lock: lock, unixL: unixL, log: cfg.Log, killed: make(chan struct{})}
+	if cfg.TCP != "" {
+		d.tcpL, err = net.Listen("tcp", cfg.TCP)
+		if err != nil {
+			unixL.Close()
+			return nil, fmt.Errorf("listen on tcp %s: %w", cfg.TCP, err)
+		}
+		d.TCP = d.tcpL.Addr()
+		cfg.Log.Warn("olliesrv: serving UNAUTHENTICATED 9P on TCP: anyone who can connect reads and writes the namespace", "addr", d.TCP)
+	}
+
+	host, _ := os.Hostname()
+	bus := &ns.Bus{}
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill}
+	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
+	if err != nil {
+		d.closeListeners()
+		return nil, err
+	}
+	d.ns.tree = tree
+	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace}
+
+	d.serving.Add(1)
+	go func() {
+		defer d.serving.Done()
+		if err := d.srv.ServeUnix(unixL); !errors.Is(err, ns.ErrServerClosed) {
+			cfg.Log.Error("olliesrv: unix listener failed", "err", err)
+			d.kill()
+		}
+	}()
+	if d.tcpL != nil {
+		d.serving.Add(1)
+		go func() {
+			defer d.serving.Done()
+			if err := d.srv.Serve(d.tcpL); !errors.Is(err, ns.ErrServerClosed) {
+				cfg.Log.Error("olliesrv: tcp listener failed", "err", err)
+				d.kill()
+			}
+		}()
+	}
+	cfg.Log.Info("olliesrv: serving", "socket", sock, "version", version, "pid", os.Getpid())
+	return d, nil
+}
+
+func (d *daemon) kill() { d.killOnce.Do(func() { close(d.killed) }) }
+
+func (d *daemon) closeListeners() {
+	d.unixL.Close()
+	if d.tcpL != nil {
+		d.tcpL.Close()
+	}
+}
+
+// Shutdown stops accepting, interrupts blocked requests, waits for work in
+// flight, removes the socket and releases the lock.
+func (d *daemon) Shutdown(ctx context.Context) error {
+	err := d.srv.Shutdown(ctx)
+	d.closeListeners() // removes the socket file
+	d.serving.Wait()
+	d.lock.Close()
+	return err
+}
+
+// prepareDir creates the namespace directory 0700, or checks that an
+// existing one belongs to this user and is private: it lives in /tmp,
+// where another user could have made it first.
+func prepareDir(dir string) error {
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return fmt.Errorf("namespace directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("namespace directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("namespace directory %s is not a directory", dir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("namespace directory %s belongs to uid %d, not to you (uid %d): refusing to serve from it; set NAMESPACE to a directory of your own", dir, st.Uid, os.Getuid())
+	}
+	if fi.Mode().Perm()&0077 != 0 {
+		if err := os.Chmod(dir, 0700); err != nil {
+			return fmt.Errorf("namespace directory %s: make it private: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// takeLock holds an exclusive lock for the life of the daemon, so that two
+// servers never share a socket, and records the holder's pid.
+func takeLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		pid, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := strings.TrimSpace(string(pid))
+			if _, err := strconv.Atoi(holder); err == nil {
+				return nil, fmt.Errorf("%w %s (pid %s); stop it first (echo kill | ollie rdwr ctl)", ErrAlreadyRunning, strings.TrimSuffix(path, ".lock"), holder)
+			}
+			return nil, fmt.Errorf("%w %s", ErrAlreadyRunning, strings.TrimSuffix(path, ".lock"))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+// clearStaleSocket removes a socket left by a dead server. The caller holds
+// the lock, so no olliesrv is serving it; a socket that still answers
+// belongs to some other program and is left alone.
+func clearStaleSocket(sock string) error {
+	fi, err := os.Lstat(sock)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket: remove it or set NAMESPACE elsewhere", sock)
+	}
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%w %s: a process that holds no olliesrv lock answers there", ErrAlreadyRunning, sock)
+	}
+	if err := os.Remove(sock); err != nil {
+		return fmt.Errorf("remove stale socket %s: %w", sock, err)
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+// Command olliesrv is ollie's host daemon. It serves sessions, agents,
+// tools and approvals as a 9P2000 file system on the Unix socket
+// $NAMESPACE/ollie.
+//
+// One binary carries every command a host needs: installed or linked under
+// the name "ollie" it is the namespace client and shell.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if filepath.Base(os.Args[0]) == "ollie" {
+		os.Exit(ollieMain(os.Args[1:]))
+	}
+	os.Exit(olliesrvMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
+       olliesrv ollie ARGS...             the ollie client and shell (also as "ollie")
+       olliesrv version                   print the version
+`
+
+func olliesrvMain(args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serveMain(args, stderr)
+	case "ollie":
+		return ollieMain(args)
+	case "version":
+		fmt.Fprintln(stdout, "olliesrv", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, olliesrvUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "olliesrv: unknown command %q\n%s", cmd, olliesrvUsage)
+	return 2
+}

@@ -1,0 +1,5 @@
+//go:build olliestub
+
+package main
+
+func ollieMain(args []string) int { return 2 }

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"ollie/agent"
+	"ollie/ns"
+)
+
+// namespace is the state the root namespace serves.
+type namespace struct {
+	bus      *ns.Bus
+	sessions *agent.Sessions
+	host     string
+	kill     func() // asks the daemon to shut down
+	tree     *ns.Tree
+}
+
+// spec declares the namespace. Every file is one line; help is generated
+// from this declaration.
+func (n *namespace) spec() *ns.Node {
+	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
+	return ns.Dir("", 0555, "",
+		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
+		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
+		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
+			Doc: "Server events as 'topic payload' lines: read blocks for the next events; write patterns, then read them as they come."},
+		ns.Dir("session", 0555, "Session collection.",
+			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name.", n.newSession),
+			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd.", n.sessionIdx),
+			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
+				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
+				&ns.Node{Name: "name", Mode: 0644, Read: n.sessionRead(sessionName), Write: n.renameSession,
+					Doc: "Mutable display name: write to rename."},
+				ns.ReadFile("env", 0444, "Session environment and runtime variables.", n.sessionRead(n.sessionEnv)),
+				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
+				ns.RdWrFile("ctl", 0660, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
+			),
+		),
+	)
+}
+
+func (n *namespace) help(ctx context.Context, c *ns.Call) ([]byte, error) {
+	return []byte(n.tree.Help()), nil
+}
+
+func (n *namespace) aliases(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, s := range n.sessions.List() {
+		fmt.Fprintf(&b, "%s\tsession/%s\n", s.ID, s.Name())
+	}
+	return []byte(b.String()), nil
+}
+
+var rootCommands = []string{"help", "invalidate", "kill"}
+
+func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	cmd, _ := command(req)
+	switch cmd {
+	case "help":
+		return []byte(strings.Join(rootCommands, "\n") + "\n"), nil
+	case "invalidate":
+		n.bus.Publish("server.invalidate", c.User)
+		return []byte("ok\n"), nil
+	case "kill":
+		n.bus.Publish("server.kill", c.User)
+		go n.kill()
+		return []byte("shutting down\n"), nil
+	}
+	return nil, unknownCommand("ctl", cmd, rootCommands)
+}
+
+// command splits a control request into its verb and the rest.
+func command(req []byte) (string, string) {
+	line := strings.TrimSpace(string(req))
+	verb, rest, _ := strings.Cut(line, " ")
+	return verb, strings.TrimSpace(rest)
+}
+
+func unknownCommand(file, cmd string, valid []string) error {
+	if cmd == "" {
+		return fmt.Errorf("%s: empty command (valid: %s)", file, strings.Join(valid, ", "))
+	}
+	return fmt.Errorf("%s: unknown command %q (valid: %s)", file, cmd, strings.Join(valid, ", "))
+}
+
+// subscribe serves event: the filter is whitespace-separated topic
+// patterns; none means every event.
+func (n *namespace) subscribe(ctx context.Context, c *ns.Call, filter []byte) (ns.Source, error) {
+	patterns := strings.Fields(string(filter))
+	for _, p := range patterns {
+		if strings.Contains(p, "..") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") {
+			return nil, fmt.Errorf("event: bad pattern %q: use dotted topics such as session.* or *", p)
+		}
+	}
+	return n.bus.Subscribe(patterns...), nil
+}
+
+func (n *namespace) listSessions(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	var ents []ns.Entry
+	for _, s := range n.sessions.List() {
+		ents = append(ents, sessionEntry(s))
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupSession(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	s, ok := n.sessions.Lookup(name)
+	if !ok {
+		return ns.Entry{}, false
+	}
+	return sessionEntry(s), true
+}
+
+func sessionEntry(s *agent.Session) ns.Entry {
+	return ns.Entry{Name: s.Name(), Key: s.ID, Owner: s.Owner}
+}
+
+// session returns the session the call is under.
+func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
+	id := c.Key("sname")
+	s, ok := n.sessions.Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("%s: session %s no longer exists", c.Path(), id)
+	}
+	return s, nil
+}
+
+var sessionKeys = []string{"name", "cwd"}
+
+func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	opt := agent.SessionOptions{Owner: c.User}
+	for _, f := range strings.Fields(string(req)) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("session/new: %q is not key=value (keys: %s)", f, strings.Join(sessionKeys, ", "))
+		}
+		switch k {
+		case "name":
+			opt.Name = v
+		case "cwd":
+			if !strings.HasPrefix(v, "/") {
+				return nil, fmt.Errorf("session/new: cwd %q is not an absolute path", v)
+			}
+			if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("session/new: cwd %q is not a directory on this host", v)
+			}
+			opt.Cwd = v
+		default:
+			return nil, fmt.Errorf("session/new: unknown key %q (keys: %s)", k, strings.Join(sessionKeys, ", "))
+		}
+	}
+	if opt.Cwd == "" {
+		opt.Cwd, _ = os.UserHomeDir()
+	}
+	s, err := n.sessions.Create(opt)
+	if err != nil {
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	return []byte(s.Name() + "\n"), nil
+}
+
+func (n *namespace) sessionIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, s := range n.sessions.List() {
+		// Every session is local until ollie-remote attaches remote ones.
+		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd())
+	}
+	return []byte(b.String()), nil
+}
+
+// sessionRead declares a read handler from a function of the session.
+func (n *namespace) sessionRead(f func(*agent.Session) string) func(context.Context, *ns.Call) ([]byte, error) {
+	return func(ctx context.Context, c *ns.Call) ([]byte, error) {
+		s, err := n.session(c)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(f(s)), nil
+	}
+}
+
+func sessionID(s *agent.Session) string     { return s.ID + "\n" }
+func sessionName(s *agent.Session) string   { return s.Name() + "\n" }
+func sessionPaused(s *agent.Session) string { return fmt.Sprintln(s.Paused()) }
+
+func (n *namespace) sessionEnv(s *agent.Session) string {
+	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\n",
+		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, version, s.Created.UTC().Format(time.RFC3339))
+}
+
+func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimSpace(string(data))
+	if err := n.sessions.Rename(s.ID, name); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	return nil
+}
+
+var sessionCommands = []string{"help", "kill", "pause", "resume"}
+
+func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	cmd, _ := command(req)
+	switch cmd {
+	case "help":
+		return []byte(strings.Join(sessionCommands, "\n") + "\n"), nil
+	case "kill":
+		err = n.sessions.Kill(s.ID)
+	case "pause":
+		err = n.sessions.SetPaused(s.ID, true)
+	case "resume":
+		err = n.sessions.SetPaused(s.ID, false)
+	default:
+		return nil, unknownCommand(c.Path(), cmd, sessionCommands)
+	}
+	if errors.Is(err, agent.ErrNoSession) {
+		return nil, fmt.Errorf("%s: session %s no longer exists", c.Path(), s.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte("ok\n"), nil
+}
