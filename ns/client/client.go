@@ -1,0 +1,188 @@
+// Package client is the namespace client: it connects to olliesrv and
+// reads, writes and lists the files of the namespace, the way the ollie
+// command and shell do.
+//
+// It is built on 9fans.net/go/plan9/client and adds what that client lacks
+// and an interactive user needs: interruption. [Conn.Interrupt] flushes
+// the requests in flight (a read blocked at the end of a stream, a request
+// waiting on an agent), and every helper takes a context whose end does
+// the same.
+//
+// The package trusts the server it dials to speak 9P2000; it checks reply
+// sizes and tags but not what files contain.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	p9 "9fans.net/go/plan9/client"
+
+	"ollie/ns"
+)
+
+// ErrInterrupted is the server's answer to a request cut short, by
+// Interrupt or by the server shutting down. 9P carries errors as text, so
+// this is the text ns answers with; test for it with IsInterrupted.
+const ErrInterrupted = p9.Error("interrupted")
+
+// IsInterrupted reports whether err is, or wraps, the server's answer to an
+// interrupted request.
+func IsInterrupted(err error) bool { return errors.Is(err, ErrInterrupted) }
+
+// IsServerError reports whether err is, or wraps, an error the server
+// answered (Rerror), as opposed to a failure to reach it.
+func IsServerError(err error) bool {
+	var e p9.Error
+	return errors.As(err, &e)
+}
+
+// A DialError reports that no namespace could be reached at Addr.
+type DialError struct {
+	Addr string // the socket path or TCP address
+	Err  error
+	unix bool
+}
+
+func (e *DialError) Error() string {
+	switch {
+	case e.unix && (errors.Is(e.Err, fs.ErrNotExist) || errors.Is(e.Err, syscall.ECONNREFUSED)):
+		return fmt.Sprintf("ollie: no olliesrv at %s (start it with `olliesrv`)", e.Addr)
+	case errors.Is(e.Err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("ollie: no olliesrv at %s: connection refused", e.Addr)
+	case e.unix && errors.Is(e.Err, io.EOF):
+		return fmt.Sprintf("ollie: olliesrv at %s hung up (on its Unix socket it admits only its own user and root)", e.Addr)
+	}
+	return fmt.Sprintf("ollie: cannot connect to %s: %v", e.Addr, e.Err)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// A Conn is one attached 9P conversation with the namespace. Its methods
+// may be called concurrently.
+type Conn struct {
+	addr string
+	w    *wire
+	c    *p9.Conn
+	fsys *p9.Fsys
+}
+
+// Dial connects to the namespace at addr and attaches as $OLLIE_UNAME. See
+// DialAs.
+func Dial(addr string) (*Conn, error) { return DialAs(addr, os.Getenv("OLLIE_UNAME")) }
+
+// DialAs connects to the namespace at addr and attaches as uname.
+//
+// addr is a Unix socket path, "unix!PATH", "tcp!HOST!PORT" or "HOST:PORT";
+// empty means ns.SocketPath(). An empty uname on the Unix socket is the
+// admin principal, the server's owner; on TCP it is "none".
+func DialAs(addr, uname string) (*Conn, error) {
+	network, address, err := splitAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	nc, err := d.Dial(network, address)
+	if err != nil {
+		return nil, &DialError{Addr: address, Err: err, unix: network == "unix"}
+	}
+	c, err := NewConn(nc, uname)
+	if err != nil {
+		nc.Close()
+		return nil, &DialError{Addr: address, Err: err, unix: network == "unix"}
+	}
+	c.addr = address
+	return c, nil
+}
+
+// splitAddr turns an ollie address into a network and address for net.Dial.
+func splitAddr(addr string) (network, address string, err error) {
+	if addr == "" {
+		return "unix", ns.SocketPath(), nil
+	}
+	if netw, rest, ok := strings.Cut(addr, "!"); ok {
+		switch netw {
+		case "unix":
+			return "unix", rest, nil
+		case "tcp", "net":
+			host, port, ok := strings.Cut(rest, "!")
+			if ok && host != "" && port != "" && !strings.Contains(port, "!") {
+				return "tcp", net.JoinHostPort(host, port), nil
+			}
+		}
+		return "", "", fmt.Errorf("ollie: bad address %q: use a socket path, tcp!HOST!PORT or HOST:PORT", addr)
+	}
+	if !strings.Contains(addr, "/") {
+		if _, _, err := net.SplitHostPort(addr); err == nil {
+			return "tcp", addr, nil
+		}
+	}
+	return "unix", addr, nil
+}
+
+// NewConn speaks 9P over rwc, which it then owns, and attaches as uname.
+func NewConn(rwc io.ReadWriteCloser, uname string) (*Conn, error) {
+	w := newWire(rwc)
+	c, err := p9.NewConn(w)
+	if err != nil {
+		rwc.Close()
+		return nil, err
+	}
+	fsys, err := c.Attach(nil, uname, "")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	addr := "the namespace"
+	if nc, ok := rwc.(net.Conn); ok && nc.RemoteAddr() != nil {
+		addr = nc.RemoteAddr().String()
+	}
+	return &Conn{addr: addr, w: w, c: c, fsys: fsys}, nil
+}
+
+// Close ends the conversation; calls in flight return errors.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Interrupt cuts short every walk, open, read, write and stat in flight on
+// c: each is flushed, and its call returns an error for which
+// IsInterrupted reports true (unless the call completed first). Calls
+// started afterwards are not affected. Interrupt does not wait, and may be
+// called concurrently and more than once.
+func (c *Conn) Interrupt() { c.w.interrupt(0) }
+
+// watch interrupts c's calls once ctx is done, until stop is called.
+// Requests sent after ctx ends are flushed as they are sent, so a call
+// that had not yet reached a blocking read when ctx ended still returns.
+//
+// Interruption is per connection: ending the context of one call cuts
+// short every call in flight on c. Use one Conn per activity that must be
+// interrupted on its own.
+func (c *Conn) watch(ctx context.Context) (stop func()) {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-ctx.Done():
+			c.w.interrupt(+1)
+			<-done
+			c.w.interrupt(-1)
+		case <-done:
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}

@@ -1,0 +1,180 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+
+	"9fans.net/go/plan9"
+	p9 "9fans.net/go/plan9/client"
+)
+
+// ErrConnLost is wrapped by the errors of calls whose connection failed
+// after it was made: the server went away or broke the protocol.
+var ErrConnLost = errors.New("connection to olliesrv lost")
+
+// readSize is the most one read asks for; the 9fans client lowers it to
+// the negotiated msize less the header.
+const readSize = 128 << 10
+
+// Clean returns the absolute, cleaned form of the namespace path p: paths
+// are relative to the root, and ".." is resolved here, not by the server.
+func Clean(p string) string { return path.Clean("/" + p) }
+
+// pathError wraps err, from a call on name, so that the user sees the path
+// and callers can tell the server's answers from a lost connection.
+func (c *Conn) pathError(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if !IsServerError(err) {
+		err = fmt.Errorf("%w (%s): %w", ErrConnLost, c.addr, err)
+	}
+	return &fs.PathError{Op: op, Path: name, Err: err}
+}
+
+// with runs f on the file name opened in mode, interrupting c when ctx
+// ends. f wraps its own errors.
+func (c *Conn) with(ctx context.Context, op, name string, mode uint8, f func(fid *p9.Fid) error) error {
+	if err := ctx.Err(); err != nil {
+		return &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	stop := c.watch(ctx)
+	defer stop()
+	fid, err := c.fsys.Open(name, mode)
+	if err != nil {
+		return c.pathError(op, name, err)
+	}
+	defer fid.Close()
+	return f(fid)
+}
+
+// Stat returns the metadata of the file at name.
+func (c *Conn) Stat(ctx context.Context, name string) (*plan9.Dir, error) {
+	name = Clean(name)
+	if err := ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	stop := c.watch(ctx)
+	defer stop()
+	d, err := c.fsys.Stat(name)
+	return d, c.pathError("stat", name, err)
+}
+
+// Ls returns the entries of the directory at name, or the file's own
+// metadata if name is not a directory.
+func (c *Conn) Ls(ctx context.Context, name string) ([]*plan9.Dir, error) {
+	name = Clean(name)
+	d, err := c.Stat(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if d.Qid.Type&plan9.QTDIR == 0 {
+		d.Name = name
+		return []*plan9.Dir{d}, nil
+	}
+	var dirs []*plan9.Dir
+	err = c.with(ctx, "ls", name, plan9.OREAD, func(fid *p9.Fid) error {
+		dirs, err = fid.Dirreadall()
+		return c.pathError("ls", name, err)
+	})
+	return dirs, err
+}
+
+// ReadAll reads the file at name to its end. For a stream that is when the
+// stream ends; see Follow.
+func (c *Conn) ReadAll(ctx context.Context, name string) ([]byte, error) {
+	var b bytes.Buffer
+	err := c.Follow(ctx, name, &b)
+	return b.Bytes(), err
+}
+
+// Follow copies the file at name to w as it arrives, until its end. A read
+// at the end of a stream blocks in the server until more comes, so Follow
+// returns only when the stream ends, ctx ends or the connection fails.
+func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
+	name = Clean(name)
+	return c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
+		return c.copyOut(name, fid, w)
+	})
+}
+
+// Write sends data to the file at name as one request: one Twrite when it
+// fits the connection's iounit, else (above about 128 KiB) consecutive
+// Twrites that the server sees as separate requests.
+func (c *Conn) Write(ctx context.Context, name string, data []byte) error {
+	name = Clean(name)
+	return c.with(ctx, "write", name, plan9.OWRITE, func(fid *p9.Fid) error {
+		return c.writeReq(name, fid, data)
+	})
+}
+
+// RdWr sends req to the request file at name and returns the reply: it
+// opens the file for reading and writing, writes req as Write does and
+// reads the reply to its end.
+func (c *Conn) RdWr(ctx context.Context, name string, req []byte) ([]byte, error) {
+	name = Clean(name)
+	var b bytes.Buffer
+	err := c.with(ctx, "rdwr", name, plan9.ORDWR, func(fid *p9.Fid) error {
+		if err := c.writeReq(name, fid, req); err != nil {
+			return err
+		}
+		return c.copyOut(name, fid, &b)
+	})
+	return b.Bytes(), err
+}
+
+// Subscribe writes filter to the subscription file at name and copies the
+// matching items to w as they come, until the subscription ends, ctx ends
+// or the connection fails.
+func (c *Conn) Subscribe(ctx context.Context, name string, filter []byte, w io.Writer) error {
+	name = Clean(name)
+	return c.with(ctx, "subscribe", name, plan9.ORDWR, func(fid *p9.Fid) error {
+		if err := c.writeReq(name, fid, filter); err != nil {
+			return err
+		}
+		return c.copyOut(name, fid, w)
+	})
+}
+
+// writeReq writes data to fid in as few Twrites as the iounit allows,
+// always at least one.
+func (c *Conn) writeReq(name string, fid *p9.Fid, data []byte) error {
+	iounit := c.w.iounit()
+	for first := true; first || len(data) > 0; first = false {
+		chunk := data[:min(len(data), iounit)]
+		n, err := fid.Write(chunk)
+		if err != nil {
+			return c.pathError("write", name, err)
+		}
+		if n < len(chunk) {
+			return &fs.PathError{Op: "write", Path: name, Err: io.ErrShortWrite}
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// copyOut copies what fid reads to w until EOF. Errors writing to w are
+// returned as they are.
+func (c *Conn) copyOut(name string, fid *p9.Fid, w io.Writer) error {
+	buf := make([]byte, readSize)
+	for {
+		n, err := fid.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return c.pathError("read", name, err)
+		}
+	}
+}
