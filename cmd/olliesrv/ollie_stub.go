@@ -1,5 +1,0 @@
-//go:build olliestub
-
-package main
-
-func ollieMain(args []string) int { return 2 }
