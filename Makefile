@@ -1,0 +1,46 @@
+# ollie: one static binary (olliesrv, also "ollie" by name) plus data/.
+GO       ?= go
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+PLATFORMS := linux/amd64 linux/arm64
+FUZZTIME ?= 20s
+
+.PHONY: build cross test fuzz bench run clean FORCE
+
+build: bin/olliesrv bin/ollie
+
+bin/olliesrv: FORCE
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/olliesrv
+
+# busybox style: the same file, chosen by its name
+bin/ollie: bin/olliesrv
+	ln -sf olliesrv $@
+
+# static binaries for every host platform ollie-remote deploys to
+cross:
+	@for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		echo "build bin/$$os-$$arch/olliesrv"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+			-o bin/$$os-$$arch/olliesrv ./cmd/olliesrv || exit 1; \
+	done
+
+# The whole suite: vet, every test with the race detector, then a short
+# fuzzing run of the 9P message handling.
+test:
+	$(GO) vet ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m ./...
+	$(MAKE) fuzz
+
+fuzz:
+	$(GO) test ./ns -run '^$$' -fuzz '^FuzzServe$$' -fuzztime $(FUZZTIME)
+
+bench:
+	$(GO) test ./ns -run '^$$' -bench . -benchtime 2s
+
+# Start a local olliesrv (or reuse the running one) and show its namespace.
+run: build
+	scripts/demo.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	builtDir  string
+	buildErr  error
+)
+
+// binaries builds olliesrv the way the Makefile does (static) and links
+// it as ollie, once per test run.
+func binaries(t *testing.T) (olliesrv, ollie string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		builtDir, buildErr = os.MkdirTemp("", "olliebin")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(builtDir, "olliesrv"), ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = err
+			builtDir = string(out)
+			return
+		}
+		buildErr = os.Symlink("olliesrv", filepath.Join(builtDir, "ollie"))
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v\n%s", buildErr, builtDir)
+	}
+	return filepath.Join(builtDir, "olliesrv"), filepath.Join(builtDir, "ollie")
+}
+
+// startBinary starts the real olliesrv in namespace dir and waits for its
+// socket.
+func startBinary(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	srv, _ := binaries(t)
+	cmd := exec.Command(srv)
+	cmd.Env = append(os.Environ(), "NAMESPACE="+dir)
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Stat(filepath.Join(dir, "ollie")); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return cmd, &log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("olliesrv did not create its socket:\n%s", log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func runBinary(t *testing.T, dir, stdin string, args ...string) (string, int) {
+	t.Helper()
+	_, ollie := binaries(t)
+	cmd := exec.Command(ollie, args...)
+	cmd.Env = append(os.Environ(), "NAMESPACE="+dir)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// TestBinaryLifecycle runs the built binary: busybox dispatch by name, a
+// refused second server, and a clean SIGTERM that interrupts a blocked
+// reader and removes the socket.
+func TestBinaryLifecycle(t *testing.T) {
+	dir := shortTempDir(t)
+	srv, ollie := binaries(t)
+	cmd, log := startBinary(t, dir)
+
+	out, code := runBinary(t, dir, "", "ls", "/")
+	if code != 0 || !strings.Contains(out, "session/") || !strings.Contains(out, "help") {
+		t.Fatalf("ollie ls / = %d %q", code, out)
+	}
+	out, code = runBinary(t, dir, "name=e2e", "rdwr", "session/new")
+	if code != 0 || out != "e2e\n" {
+		t.Fatalf("ollie rdwr session/new = %d %q", code, out)
+	}
+
+	second := exec.Command(srv)
+	second.Env = append(os.Environ(), "NAMESPACE="+dir)
+	msg, err := second.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(msg), "already serving") {
+		t.Fatalf("second olliesrv: %v %q", err, msg)
+	}
+
+	// A reader blocked on event when the server stops gets an error, not a hang.
+	reader := exec.Command(ollie, "read", "event")
+	reader.Env = append(os.Environ(), "NAMESPACE="+dir)
+	var rout bytes.Buffer
+	reader.Stdout, reader.Stderr = &rout, &rout
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Give the reader time to block in its Tread; if it has not attached
+	// by the signal, the check on its output below fails the test.
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("olliesrv exit after SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("olliesrv did not exit after SIGTERM\n%s", log.String())
+	}
+	rdone := make(chan error, 1)
+	go func() { rdone <- reader.Wait() }()
+	select {
+	case <-rdone:
+	case <-time.After(10 * time.Second):
+		reader.Process.Kill()
+		t.Fatal("blocked reader did not return when the server stopped")
+	}
+	t.Logf("blocked reader said: %q", rout.String())
+	if strings.Contains(rout.String(), "no olliesrv") {
+		t.Fatalf("the reader never attached, so nothing was blocked: %q", rout.String())
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "ollie")); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after SIGTERM: %v", err)
+	}
+	if !strings.Contains(log.String(), "shutting down") {
+		t.Errorf("log does not say it shut down:\n%s", log.String())
+	}
+	out, code = runBinary(t, dir, "", "ls", "/")
+	if code != 3 {
+		t.Errorf("ollie with no server: exit %d %q, want 3", code, out)
+	}
+}
