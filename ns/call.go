@@ -8,6 +8,20 @@ type Call struct {
 	User  string // the attached user name
 	Admin bool   // the user is the admin principal (trusted transport only)
 	path  []elem
+	fid   *fidState // nil during walks
+}
+
+// OnClunk runs fn once the client closes the file this request came on, or
+// its connection ends: an action such as shutting down can wait until its
+// reply has been read. Outside an open file fn runs at once.
+func (c *Call) OnClunk(fn func()) {
+	if c.fid == nil {
+		fn()
+		return
+	}
+	c.fid.mu.Lock()
+	c.fid.onClunk = append(c.fid.onClunk, fn)
+	c.fid.mu.Unlock()
 }
 
 // elem is one step of a walked path: the declared node and, for an instance

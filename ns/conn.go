@@ -42,12 +42,15 @@ type fidState struct {
 	once   bool // a subscription opened for reading only ends after one item
 	done   bool
 	dir    []plan9.Dir
+
+	mu      sync.Mutex
+	onClunk []func()
 }
 
 func (st *fidState) tail() elem { return st.path[len(st.path)-1] }
 
 func (st *fidState) call() *Call {
-	return &Call{User: st.who.user, Admin: st.who.admin, path: st.path}
+	return &Call{User: st.who.user, Admin: st.who.admin, path: st.path, fid: st}
 }
 
 // acquire takes the fid's lock unless ctx ends first.
@@ -134,6 +137,13 @@ func (c *conn) clunk(fid *srv9p.Fid) {
 	c.fids.Add(-1)
 	if st.src != nil {
 		st.src.Close()
+	}
+	st.mu.Lock()
+	fns := st.onClunk
+	st.onClunk = nil
+	st.mu.Unlock()
+	for _, fn := range fns {
+		fn()
 	}
 }
 

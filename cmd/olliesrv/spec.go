@@ -70,7 +70,10 @@ func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, er
 		return []byte("ok\n"), nil
 	case "kill":
 		n.bus.Publish("server.kill", c.User)
-		go n.kill()
+		// Stop once the reply has been read; a client that never closes
+		// the file only delays the stop a little.
+		c.OnClunk(n.kill)
+		time.AfterFunc(2*time.Second, n.kill)
 		return []byte("shutting down\n"), nil
 	}
 	return nil, unknownCommand("ctl", cmd, rootCommands)
