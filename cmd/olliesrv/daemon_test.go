@@ -443,3 +443,36 @@ func TestHelperDial(t *testing.T) {
 	}
 	t.Log("version: ok")
 }
+
+// TestTCPUntrusted checks that the optional TCP listener serves the same
+// namespace but never grants the admin bypass.
+func TestTCPUntrusted(t *testing.T) {
+	dir := shortTempDir(t)
+	d, err := startDaemon(daemonConfig{Dir: dir, TCP: "127.0.0.1:0", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	c, err := client.Dial("tcp", d.TCP.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, user := range []string{"", "admin"} {
+		fs, err := c.Attach(nil, user, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(readFile(t, fs, "help"), "session/") {
+			t.Error("help over TCP lacks session/")
+		}
+		if _, err := rdwr(fs, "ctl", "kill"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("uname %q over TCP: ctl kill: %v, want permission denied", user, err)
+		}
+	}
+	select {
+	case <-d.killed:
+		t.Fatal("a TCP client stopped the server")
+	default:
+	}
+}
