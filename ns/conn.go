@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/srv9p"
@@ -94,11 +95,40 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error)) {
 		if *errp != nil && ctx.Err() != nil {
 			*errp = errInterrupted
 		}
+		if *errp != nil {
+			*errp = fitError(*errp, c.guard.msizeNow())
+		}
 		stop()
 		cancel(nil)
 		c.inflight.Done()
 	}
 }
+
+// fitError clips err's text so that the Rerror carrying it fits in msize
+// and in a 9P string. Errors often name what the client sent (a walked
+// name), and srv9p drops a reply longer than msize, leaving the client
+// waiting, and panics on a string of 64 KiB or more.
+func fitError(err error, msize uint32) error {
+	const rerrorHeader = 4 + 1 + 2 + 2 // size, type, tag, ename length
+	limit := min(int(msize)-rerrorHeader, 1<<16-1)
+	msg := err.Error()
+	if len(msg) <= limit {
+		return err
+	}
+	cut := limit - len("...")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return &clippedError{msg: msg[:cut] + "...", err: err}
+}
+
+type clippedError struct {
+	msg string
+	err error
+}
+
+func (e *clippedError) Error() string { return e.msg }
+func (e *clippedError) Unwrap() error { return e.err }
 
 func state(fid *srv9p.Fid) (*fidState, error) {
 	st, _ := fid.Aux().(*fidState)
