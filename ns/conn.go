@@ -18,14 +18,17 @@ import (
 
 // conn is one 9P conversation.
 type conn struct {
-	srv      *Server
-	trusted  bool
-	rwc      io.ReadWriteCloser
-	guard    *guard
-	ctx      context.Context // ends when the connection or server does
-	cancel   context.CancelCauseFunc
-	fids     atomic.Int64
-	inflight sync.WaitGroup
+	srv     *Server
+	trusted bool
+	rwc     io.ReadWriteCloser
+	guard   *guard
+	ctx     context.Context // ends when the connection or server does
+	cancel  context.CancelCauseFunc
+	fids    atomic.Int64
+
+	mu       sync.Mutex
+	closing  bool           // set by drain: no handler starts after it
+	inflight sync.WaitGroup // handlers running
 }
 
 // fidState is what a fid refers to, kept in srv9p.Fid's Aux.
@@ -82,9 +85,17 @@ func (c *conn) srv9p() *srv9p.Server {
 }
 
 // begin starts a request: it joins the request's context with the
-// connection's, and turns a handler panic into an error.
-func (c *conn) begin(rctx context.Context) (context.Context, func(*error)) {
+// connection's, and turns a handler panic into an error. It refuses once
+// the connection is draining: srv9p runs each request in a goroutine of
+// its own, which may start after its connection has ended.
+func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil, nil, errInterrupted
+	}
 	c.inflight.Add(1)
+	c.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(rctx)
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
 	return ctx, func(errp *error) {
@@ -101,7 +112,15 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error)) {
 		stop()
 		cancel(nil)
 		c.inflight.Done()
-	}
+	}, nil
+}
+
+// drain stops handlers from starting and waits for those running.
+func (c *conn) drain() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.inflight.Wait()
 }
 
 // fitError clips err's text so that the Rerror carrying it fits in msize
@@ -139,7 +158,10 @@ func state(fid *srv9p.Fid) (*fidState, error) {
 }
 
 func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname string) (_ plan9.Qid, err error) {
-	_, end := c.begin(rctx)
+	_, end, err := c.begin(rctx)
+	if err != nil {
+		return plan9.Qid{}, err
+	}
 	defer end(&err)
 	if int(c.fids.Load()) >= c.srv.MaxFids {
 		return plan9.Qid{}, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
@@ -202,7 +224,10 @@ func qidOf(p []elem) plan9.Qid {
 }
 
 func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string) (_ []plan9.Qid, err error) {
-	ctx, end := c.begin(rctx)
+	ctx, end, err := c.begin(rctx)
+	if err != nil {
+		return nil, err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
@@ -282,7 +307,10 @@ func joinPath(dir, name string) string {
 }
 
 func (c *conn) open(rctx context.Context, fid *srv9p.Fid, mode uint8) (err error) {
-	ctx, end := c.begin(rctx)
+	ctx, end, err := c.begin(rctx)
+	if err != nil {
+		return err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
@@ -382,7 +410,10 @@ func (c *conn) dirOf(p []elem, name string) plan9.Dir {
 }
 
 func (c *conn) read(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
-	ctx, end := c.begin(rctx)
+	ctx, end, err := c.begin(rctx)
+	if err != nil {
+		return 0, err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
@@ -460,7 +491,10 @@ func (st *fidState) next(p []byte) int {
 }
 
 func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
-	ctx, end := c.begin(rctx)
+	ctx, end, err := c.begin(rctx)
+	if err != nil {
+		return 0, err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
@@ -502,7 +536,10 @@ func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset i
 }
 
 func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err error) {
-	ctx, end := c.begin(rctx)
+	ctx, end, err := c.begin(rctx)
+	if err != nil {
+		return nil, err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
@@ -533,7 +570,10 @@ func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err err
 // wstat accepts only what shells and kernels send when truncating a file
 // they are about to write (length 0); everything else is prohibited.
 func (c *conn) wstat(rctx context.Context, fid *srv9p.Fid, d *plan9.Dir) (err error) {
-	_, end := c.begin(rctx)
+	_, end, err := c.begin(rctx)
+	if err != nil {
+		return err
+	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {

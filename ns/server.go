@@ -167,7 +167,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, trusted bool) error {
 	c.srv9p().Serve(c.guard, c.guard)
 	c.cancel(errors.New("connection closed"))
 	rwc.Close()
-	c.inflight.Wait()
+	c.drain()
 
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -195,7 +195,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for _, c := range conns {
-			c.inflight.Wait()
+			c.drain()
 			c.rwc.Close()
 		}
 		s.wg.Wait()
