@@ -131,7 +131,16 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 				continue
 			}
 		}
+		// Add under mu, ordered before Shutdown's Wait: a connection
+		// accepted as Shutdown runs is closed, not served.
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.ServeConn(nc, unix)
