@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -152,5 +154,45 @@ func TestNoHandlerAfterServeConn(t *testing.T) {
 	}
 	if n := late.Load(); n != 0 {
 		t.Fatalf("%d handlers ran after ServeConn returned", n)
+	}
+}
+
+// TestShutdownWhileConnecting shuts servers down while clients keep
+// connecting: a connection accepted during Shutdown is closed, never
+// served, and Shutdown still returns.
+func TestShutdownWhileConnecting(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for range 20 {
+		srv := newServer(w)
+		sock := filepath.Join(t.TempDir(), "ns")
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.ServeUnix(l) }()
+		var wg sync.WaitGroup
+		connected := make(chan struct{}, 4)
+		for range 4 {
+			wg.Go(func() {
+				for {
+					nc, err := net.Dial("unix", sock)
+					if err != nil {
+						return // the listener is gone
+					}
+					plan9.WriteFcall(nc, &plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"})
+					plan9.ReadFcall(nc)
+					nc.Close()
+					select {
+					case connected <- struct{}{}:
+					default:
+					}
+				}
+			})
+		}
+		<-connected
+		shutdown(t, srv, done)
+		wg.Wait()
 	}
 }
