@@ -47,6 +47,12 @@ type fidState struct {
 	done   bool
 	dir    []plan9.Dir
 
+	// srv9p runs the requests on one fid concurrently, and lets a Tread
+	// through on a fid never opened (its mode, -1, passes as OEXEC). So
+	// open claims the fid with opening while it fills in the fields above,
+	// and sets opened once they are ready; nothing else reads them before.
+	opening atomic.Bool
+	opened  atomic.Bool
 	mu      sync.Mutex
 	onClunk []func()
 }
@@ -307,15 +313,25 @@ func joinPath(dir, name string) string {
 }
 
 func (c *conn) open(rctx context.Context, fid *srv9p.Fid, mode uint8) (err error) {
+	st, err := state(fid)
+	if err != nil {
+		return err
+	}
+	if !st.opening.CompareAndSwap(false, true) {
+		return errors.New("duplicate open")
+	}
+	defer func() { // after end, which may turn a panic into err
+		if err != nil {
+			st.opening.Store(false)
+		} else {
+			st.opened.Store(true)
+		}
+	}()
 	ctx, end, err := c.begin(rctx)
 	if err != nil {
 		return err
 	}
 	defer end(&err)
-	st, err := state(fid)
-	if err != nil {
-		return err
-	}
 	e := st.tail()
 	n := e.node
 	where := displayPath(st.path)
@@ -418,6 +434,9 @@ func (c *conn) read(rctx context.Context, fid *srv9p.Fid, data []byte, offset in
 	st, err := state(fid)
 	if err != nil {
 		return 0, err
+	}
+	if !st.opened.Load() {
+		return 0, fmt.Errorf("%s: not open for read", displayPath(st.path))
 	}
 	n := st.tail().node
 	switch {
@@ -561,7 +580,7 @@ func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err err
 		}
 	}
 	d := c.dirOf(st.path, name)
-	if e.node.Read != nil && st.lock != nil {
+	if e.node.Read != nil && st.opened.Load() {
 		d.Length = uint64(len(st.data))
 	}
 	return &d, nil
