@@ -788,3 +788,59 @@ func TestWstat(t *testing.T) {
 		t.Errorf("a null wstat (sync): %v", err)
 	}
 }
+
+// TestUnopenedFid reads fids that were walked to but never opened. srv9p
+// lets the read through (an unopened fid's mode, -1, looks like OEXEC), so
+// it is for ns to refuse: the permission check is at open.
+func TestUnopenedFid(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := dialRaw(t, "unix", serveUnix(t, newServer(w)))
+	r.start(8192, "bob")
+	for i, name := range []string{"hello", "secret", "log", "wait", "calc", "event", "session"} {
+		fid := uint32(i + 1)
+		r.ok(&plan9.Fcall{Type: plan9.Twalk, Tag: 1, Fid: 0, Newfid: fid, Wname: []string{name}})
+		r.fail(&plan9.Fcall{Type: plan9.Tread, Tag: 2, Fid: fid, Count: 100}, "not open for read")
+		r.fail(&plan9.Fcall{Type: plan9.Twrite, Tag: 2, Fid: fid, Data: []byte("x")}, "not open for write")
+	}
+	if len(w.waitIn) != 0 {
+		t.Errorf("the wait handler ran for an unopened fid")
+	}
+}
+
+// TestPipelinedOnOneFid sends requests on one fid without waiting for
+// replies, as a careless or hostile client may. Whatever the replies, the
+// server must stay consistent (run with -race) and answer everything.
+func TestPipelinedOnOneFid(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	srv := newServer(w)
+	r := dialRaw(t, "unix", serveUnix(t, srv))
+	r.start(8192, "glenda")
+	tag := uint16(1)
+	send := func(f *plan9.Fcall) {
+		f.Tag = tag
+		tag++
+		r.send(f)
+	}
+	for i, name := range []string{"hello", "calc", "log", "event", "notes", "session"} {
+		for j := range 20 {
+			fid := uint32(100*i + j + 1)
+			r.ok(&plan9.Fcall{Type: plan9.Twalk, Tag: 1, Fid: 0, Newfid: fid, Wname: []string{name}})
+			tag = 10
+			send(&plan9.Fcall{Type: plan9.Topen, Fid: fid, Mode: plan9.ORDWR &^ uint8(j%2*2)})
+			send(&plan9.Fcall{Type: plan9.Topen, Fid: fid, Mode: plan9.OREAD})
+			send(&plan9.Fcall{Type: plan9.Tstat, Fid: fid})
+			send(&plan9.Fcall{Type: plan9.Twrite, Fid: fid, Data: []byte("x")})
+			send(&plan9.Fcall{Type: plan9.Tread, Fid: fid, Count: 10, Offset: 1})
+			send(&plan9.Fcall{Type: plan9.Tclunk, Fid: fid})
+			send(&plan9.Fcall{Type: plan9.Tflush, Oldtag: 14})
+			for range tag - 10 {
+				r.recv()
+			}
+		}
+	}
+	if n := ns.Pending(srv); n != 0 {
+		t.Errorf("%d requests still pending", n)
+	}
+}
