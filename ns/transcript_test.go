@@ -8,8 +8,9 @@ package ns_test
 //
 //	serve [untrusted] [maxmsize N] [maxfids N] [maxrequests N]
 //	raw HEX           send bytes as they are (frames no client would send)
-//	act VERB [ARG]    change the world: log-write, log-close, wait-return,
-//	                  publish, rename, counter; ARG may be a Go string
+//	act VERB [ARG]    change the world: log-write, log-close, trim-write,
+//	                  wait-return, publish, rename, counter; ARG may be a
+//	                  Go string
 //	eof               expect the server to close the connection
 //
 // Note that ParseFcall reads "data 'cafe'" as hex: data that is valid hex
@@ -255,6 +256,8 @@ func (tr *transcript) act(pos, rest string) {
 		w.log.Write([]byte(arg))
 	case "log-close":
 		w.log.Close()
+	case "trim-write":
+		w.trim.Write([]byte(arg))
 	case "wait-return":
 		select {
 		case <-w.waitIn:
