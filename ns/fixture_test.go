@@ -161,7 +161,11 @@ func (w *world) writeNotes(_ context.Context, _ *ns.Call, data []byte) error {
 }
 
 func (w *world) wait(ctx context.Context, _ *ns.Call) ([]byte, error) {
-	w.waitIn <- struct{}{}
+	select {
+	case w.waitIn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 	select {
 	case b := <-w.waitOut:
 		return b, nil
