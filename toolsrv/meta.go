@@ -1,0 +1,605 @@
+package toolsrv
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Tier is how long a tool's results stay verbatim in an agent's history.
+type Tier string
+
+const (
+	TierHot  Tier = "hot"  // kept verbatim
+	TierWarm Tier = "warm" // summarized on compaction
+	TierCold Tier = "cold" // collapsed at once
+)
+
+// DefaultTimeout is a tool's timeout when its .meta sets none.
+const DefaultTimeout = 120 * time.Second
+
+// maxMetaSize bounds a .meta file; a declaration is a few KiB at most.
+const maxMetaSize = 1 << 20
+
+// maxTimeout bounds "timeout" (about 68 years) so that it fits a time.Duration.
+const maxTimeout = 1 << 31
+
+// nameRE is what a tool name, taken from its file name, must match.
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// Fields are what a .meta declares, at the top level or in one variant. A nil
+// field is unset: in a variant it inherits the top level, and at the top level
+// its default applies (see Tool for the defaults).
+type Fields struct {
+	Description *string
+	Prompt      *string
+	Args        json.RawMessage // a JSON Schema for the tool's arguments; nil when unset
+	Tier        *Tier
+	ReadOnly    *bool
+	Scope       *ScopeKind
+	ScopeArg    *string
+	Cmd         *string
+	Sudo        *bool
+	Elevated    *bool
+	Timeout     *time.Duration
+	ReplaySafe  *bool
+
+	args *jsonschema.Schema // Args, compiled
+	doc  map[string]any     // Args, decoded
+}
+
+// Condition is one entry of a variant's "match": Key is binary, file, os,
+// arch, env or nenv.
+type Condition struct {
+	Key, Value string
+}
+
+func (c Condition) String() string { return fmt.Sprintf("%s %q", c.Key, c.Value) }
+
+// Variant is one conditional definition: it applies when every condition of
+// Match holds on the host. An empty Match always holds.
+type Variant struct {
+	Match []Condition // in the order written
+	Fields
+}
+
+// Meta is a parsed .meta file: the top-level fields and the variants, as
+// written. Resolving it against a Host gives a Tool.
+type Meta struct {
+	Name     string // from the file name: shell.meta declares "shell"
+	File     string // the .meta file
+	Fields          // top level
+	Variants []Variant
+}
+
+// MetaError is a problem with one .meta file. Its text names the file, the
+// field as a JSON path (variants[1].match) and what was expected:
+//
+//	tools/system_logs.meta: variants[1].match: unknown key "bin" (expected binary, file, os, arch, env, nenv)
+type MetaError struct {
+	File  string // the .meta file
+	Field string // JSON path of the offending value; "" for the file as a whole
+	Msg   string // what was wrong and what was expected
+	Err   error  // the underlying cause, if any
+}
+
+func (e *MetaError) Error() string {
+	if e.Field == "" {
+		return e.File + ": " + e.Msg
+	}
+	return e.File + ": " + e.Field + ": " + e.Msg
+}
+
+func (e *MetaError) Unwrap() error { return e.Err }
+
+// fieldOrder lists the fields of a .meta in the order the errors name them.
+var fieldOrder = []string{
+	"description", "prompt", "args", "tier", "readOnly", "scope", "scopeArg",
+	"cmd", "sudo", "elevated", "timeout", "replaySafe", "variants",
+}
+
+// matchKeys lists the keys of a variant's "match".
+var matchKeys = []string{"binary", "file", "os", "arch", "env", "nenv"}
+
+// knownOS and knownArch are `go tool dist list`, so that a typo in a match
+// ("linxu") is a load error rather than a variant that never matches.
+var (
+	knownOS = []string{"aix", "android", "darwin", "dragonfly", "freebsd", "illumos", "ios",
+		"js", "linux", "netbsd", "openbsd", "plan9", "solaris", "wasip1", "windows"}
+	knownArch = []string{"386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le",
+		"mipsle", "ppc64", "ppc64le", "riscv64", "s390x", "wasm"}
+)
+
+// ParseMeta parses the .meta file named file, whose content is data. The
+// tool's name is the file's base name without ".meta". Parsing is strict: an
+// unknown field, a wrong type, a duplicate key, an invalid JSON Schema in
+// "args", a variant without "match", an unknown match key, an empty
+// description each give a *MetaError; all the problems found are returned,
+// joined with errors.Join, and then the *Meta is nil.
+func ParseMeta(file string, data []byte) (*Meta, error) {
+	m, errs := parseMeta(file, data)
+	if len(errs) > 0 {
+		all := make([]error, len(errs))
+		for i, e := range errs {
+			all[i] = e
+		}
+		return nil, errors.Join(all...)
+	}
+	return m, nil
+}
+
+type parser struct {
+	file string
+	errs []*MetaError
+}
+
+func (p *parser) errorf(field, format string, args ...any) {
+	p.errs = append(p.errs, &MetaError{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
+	p := &parser{file: file}
+	name := strings.TrimSuffix(filepath.Base(file), ".meta")
+	if !nameRE.MatchString(name) {
+		p.errorf("", "tool name %q (the file name without .meta) must match %s", name, nameRE)
+	}
+	if len(data) > maxMetaSize {
+		p.errorf("", "file is %d bytes (a .meta may be at most %d)", len(data), maxMetaSize)
+		return nil, p.errs
+	}
+	if err := syntaxCheck(data); err != nil {
+		p.errs = append(p.errs, &MetaError{File: file, Msg: err.Error(), Err: err})
+		return nil, p.errs
+	}
+	top, ok := p.object("", data)
+	if !ok {
+		return nil, p.errs
+	}
+	m := &Meta{Name: name, File: file}
+	sawVariants := false
+	for _, mb := range top {
+		switch {
+		case mb.key == "variants":
+			sawVariants = true
+			m.Variants = p.variants(mb.val)
+		case p.field("", mb, &m.Fields):
+		default:
+			p.errorf("", "unknown field %q (expected %s)%s", mb.key, strings.Join(fieldOrder, ", "), didYouMean(mb.key, fieldOrder))
+		}
+	}
+	p.checkResolved(m, sawVariants)
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	return m, nil
+}
+
+// syntaxCheck reports invalid JSON with its line and column.
+func syntaxCheck(data []byte) error {
+	var v any
+	err := json.Unmarshal(data, &v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := lineCol(data, se.Offset)
+		return fmt.Errorf("invalid JSON at line %d, column %d: %v", line, col, se)
+	}
+	return fmt.Errorf("invalid JSON: %v", err)
+}
+
+func lineCol(data []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1)
+	return line, max(col, 1)
+}
+
+// member is one key and its raw value, in the order written.
+type member struct {
+	key string
+	val json.RawMessage
+}
+
+// members splits a JSON object into its members in order, rejecting a
+// duplicate key (encoding/json would silently keep the last).
+func members(data []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		return nil, errors.New("not an object")
+	}
+	var ms []member
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("duplicate key %q", key)
+		}
+		seen[key] = true
+		ms = append(ms, member{key, raw})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the object")
+	}
+	return ms, nil
+}
+
+// object decodes an object at path, reporting a wrong type or a duplicate key.
+func (p *parser) object(path string, raw json.RawMessage) ([]member, bool) {
+	if k := jsonKind(raw); k != "an object" {
+		p.errorf(path, "expected an object, got %s", k)
+		return nil, false
+	}
+	ms, err := members(raw)
+	if err != nil {
+		p.errorf(path, "%v", err)
+		return nil, false
+	}
+	return ms, true
+}
+
+// jsonKind names the kind of a raw JSON value for error messages.
+func jsonKind(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// field parses one member shared by the top level and variants into f. It
+// reports false for a key that is not such a field.
+func (p *parser) field(path string, mb member, f *Fields) bool {
+	at := join(path, mb.key)
+	switch mb.key {
+	case "description":
+		if s, ok := p.str(at, mb.val); ok {
+			if strings.TrimSpace(s) == "" {
+				p.errorf(at, "empty (expected a one-line summary of what the tool does)")
+			}
+			f.Description = &s
+		}
+	case "prompt":
+		if s, ok := p.str(at, mb.val); ok {
+			f.Prompt = &s
+		}
+	case "args":
+		// Args is set even when invalid, so that later checks know it was
+		// declared; its error is already reported, and no Meta is returned.
+		f.Args = mb.val
+		f.doc, f.args = p.args(at, mb.val)
+	case "tier":
+		if s, ok := p.enum(at, mb.val, "hot", "warm", "cold"); ok {
+			t := Tier(s)
+			f.Tier = &t
+		}
+	case "readOnly":
+		if b, ok := p.boolean(at, mb.val); ok {
+			f.ReadOnly = &b
+		}
+	case "scope":
+		if s, ok := p.enum(at, mb.val, "read", "write", "global"); ok {
+			k, _ := parseScopeKind(s)
+			f.Scope = &k
+		}
+	case "scopeArg":
+		if s, ok := p.str(at, mb.val); ok {
+			if s == "" {
+				p.errorf(at, "empty (expected the name of the argument that holds the path the tool writes)")
+			}
+			f.ScopeArg = &s
+		}
+	case "cmd":
+		if s, ok := p.str(at, mb.val); ok {
+			switch {
+			case s == "":
+				p.errorf(at, "empty (expected an absolute path or a bare command name)")
+			case !filepath.IsAbs(s) && strings.ContainsRune(s, '/'):
+				p.errorf(at, "%q is a relative path (expected an absolute path, or a bare name looked up in the tools dir, then PATH)", s)
+			}
+			f.Cmd = &s
+		}
+	case "sudo":
+		if b, ok := p.boolean(at, mb.val); ok {
+			f.Sudo = &b
+		}
+	case "elevated":
+		if b, ok := p.boolean(at, mb.val); ok {
+			f.Elevated = &b
+		}
+	case "timeout":
+		if d, ok := p.seconds(at, mb.val); ok {
+			f.Timeout = &d
+		}
+	case "replaySafe":
+		if b, ok := p.boolean(at, mb.val); ok {
+			f.ReplaySafe = &b
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func (p *parser) str(at string, raw json.RawMessage) (string, bool) {
+	if k := jsonKind(raw); k != "a string" {
+		p.errorf(at, "expected a string, got %s", k)
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		p.errorf(at, "%v", err)
+		return "", false
+	}
+	return s, true
+}
+
+func (p *parser) boolean(at string, raw json.RawMessage) (bool, bool) {
+	if k := jsonKind(raw); k != "a boolean" {
+		p.errorf(at, "expected true or false, got %s", k)
+		return false, false
+	}
+	return bytes.Equal(bytes.TrimSpace(raw), []byte("true")), true
+}
+
+func (p *parser) enum(at string, raw json.RawMessage, allowed ...string) (string, bool) {
+	want := `"` + strings.Join(allowed, `", "`) + `"`
+	if k := jsonKind(raw); k != "a string" {
+		p.errorf(at, "expected one of %s, got %s", want, k)
+		return "", false
+	}
+	var s string
+	json.Unmarshal(raw, &s)
+	if !slices.Contains(allowed, s) {
+		p.errorf(at, "%q is not allowed (expected one of %s)", s, want)
+		return "", false
+	}
+	return s, true
+}
+
+func (p *parser) seconds(at string, raw json.RawMessage) (time.Duration, bool) {
+	const want = "a whole number of seconds, 0 for none"
+	if k := jsonKind(raw); k != "a number" {
+		p.errorf(at, "expected %s, got %s", want, k)
+		return 0, false
+	}
+	n, err := json.Number(bytes.TrimSpace(raw)).Int64()
+	if err != nil || n < 0 || n > maxTimeout {
+		p.errorf(at, "%s is not allowed (expected %s, at most %d)", bytes.TrimSpace(raw), want, maxTimeout)
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
+}
+
+func (p *parser) variants(raw json.RawMessage) []Variant {
+	if k := jsonKind(raw); k != "an array" {
+		p.errorf("variants", "expected an array of objects, each with \"match\", got %s", k)
+		return nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		p.errorf("variants", "%v", err)
+		return nil
+	}
+	if len(items) == 0 {
+		p.errorf("variants", "empty (expected at least one variant, or no \"variants\" field)")
+	}
+	vs := make([]Variant, len(items))
+	for i, item := range items {
+		path := fmt.Sprintf("variants[%d]", i)
+		ms, ok := p.object(path, item)
+		if !ok {
+			continue
+		}
+		hasMatch := false
+		for _, mb := range ms {
+			switch {
+			case mb.key == "match":
+				hasMatch = true
+				vs[i].Match = p.match(join(path, "match"), mb.val)
+			case mb.key == "variants":
+				p.errorf(path, "variants do not nest (a variant takes match and the top-level fields except variants)")
+			case p.field(path, mb, &vs[i].Fields):
+			default:
+				want := append([]string{"match"}, fieldOrder[:len(fieldOrder)-1]...)
+				p.errorf(path, "unknown field %q (expected %s)%s", mb.key, strings.Join(want, ", "), didYouMean(mb.key, want))
+			}
+		}
+		if !hasMatch {
+			p.errorf(path, "no \"match\" (expected an object of conditions: %s; {} always matches)", strings.Join(matchKeys, ", "))
+		}
+	}
+	return vs
+}
+
+func (p *parser) match(path string, raw json.RawMessage) []Condition {
+	ms, ok := p.object(path, raw)
+	if !ok {
+		return nil
+	}
+	conds := make([]Condition, 0, len(ms))
+	for _, mb := range ms {
+		if !slices.Contains(matchKeys, mb.key) {
+			p.errorf(path, "unknown key %q (expected %s)%s", mb.key, strings.Join(matchKeys, ", "), didYouMean(mb.key, matchKeys))
+			continue
+		}
+		at := join(path, mb.key)
+		v, ok := p.str(at, mb.val)
+		if !ok {
+			continue
+		}
+		switch mb.key {
+		case "binary":
+			if v == "" || !filepath.IsAbs(v) && strings.ContainsRune(v, '/') {
+				p.errorf(at, "%q (expected a bare name looked up in PATH, or an absolute path)", v)
+				continue
+			}
+		case "file":
+			if !filepath.IsAbs(v) {
+				p.errorf(at, "%q (expected an absolute path)", v)
+				continue
+			}
+		case "os":
+			if !slices.Contains(knownOS, v) {
+				p.errorf(at, "unknown %q (expected a GOOS: %s)", v, strings.Join(knownOS, ", "))
+				continue
+			}
+		case "arch":
+			if !slices.Contains(knownArch, v) {
+				p.errorf(at, "unknown %q (expected a GOARCH: %s)", v, strings.Join(knownArch, ", "))
+				continue
+			}
+		case "env", "nenv":
+			if v == "" || strings.ContainsAny(v, "=\x00") {
+				p.errorf(at, "%q (expected an environment variable name)", v)
+				continue
+			}
+		}
+		conds = append(conds, Condition{mb.key, v})
+	}
+	return conds
+}
+
+// checkResolved checks what only the merged fields show: every definition the
+// host may pick has a description, and its scope fits readOnly and args.
+func (p *parser) checkResolved(m *Meta, sawVariants bool) {
+	if !sawVariants {
+		p.checkDefinition("", m.Fields, Fields{})
+		return
+	}
+	for i, v := range m.Variants {
+		p.checkDefinition(fmt.Sprintf("variants[%d]", i), m.Fields, v.Fields)
+	}
+}
+
+func (p *parser) checkDefinition(path string, top, v Fields) {
+	f := merge(top, v)
+	// where reports the field as set in the variant, or at the top level.
+	where := func(key string, inVariant bool) string {
+		if inVariant {
+			return join(path, key)
+		}
+		return key
+	}
+	if f.Description == nil {
+		if path == "" {
+			p.errorf("description", "missing (expected a one-line summary of what the tool does)")
+		} else {
+			p.errorf(join(path, "description"), "missing (set it at the top level or in this variant)")
+		}
+	}
+	if f.ReadOnly != nil && *f.ReadOnly && f.Scope != nil && *f.Scope != ScopeRead {
+		p.errorf(where("scope", v.Scope != nil), "%q contradicts readOnly: true (a read-only tool has scope \"read\")", *f.Scope)
+	}
+	if f.Scope == nil || *f.Scope != ScopeWrite || f.Args != nil && f.doc == nil {
+		return
+	}
+	arg := "path"
+	if f.ScopeArg != nil {
+		arg = *f.ScopeArg
+	}
+	props, _ := f.doc["properties"].(map[string]any)
+	if _, ok := props[arg]; !ok {
+		p.errorf(where("scopeArg", v.ScopeArg != nil || v.Scope != nil), "%q is not a property of args (a write-scoped tool names the argument that holds the path it writes)", arg)
+	}
+}
+
+// merge gives the fields of variant v with the unset ones taken from top.
+func merge(top, v Fields) Fields {
+	pick := func(a, b *string) *string {
+		if a != nil {
+			return a
+		}
+		return b
+	}
+	f := Fields{
+		Description: pick(v.Description, top.Description),
+		Prompt:      pick(v.Prompt, top.Prompt),
+		ScopeArg:    pick(v.ScopeArg, top.ScopeArg),
+		Cmd:         pick(v.Cmd, top.Cmd),
+		Tier:        v.Tier,
+		ReadOnly:    pickBool(v.ReadOnly, top.ReadOnly),
+		Scope:       v.Scope,
+		Sudo:        pickBool(v.Sudo, top.Sudo),
+		Elevated:    pickBool(v.Elevated, top.Elevated),
+		Timeout:     v.Timeout,
+		ReplaySafe:  pickBool(v.ReplaySafe, top.ReplaySafe),
+		Args:        v.Args, args: v.args, doc: v.doc,
+	}
+	if f.Tier == nil {
+		f.Tier = top.Tier
+	}
+	if f.Scope == nil {
+		f.Scope = top.Scope
+	}
+	if f.Timeout == nil {
+		f.Timeout = top.Timeout
+	}
+	if f.Args == nil {
+		f.Args, f.args, f.doc = top.Args, top.args, top.doc
+	}
+	return f
+}
+
+func pickBool(a, b *bool) *bool {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// didYouMean suggests the known name a misspelt key differs from only in case.
+func didYouMean(key string, known []string) string {
+	for _, k := range known {
+		if strings.EqualFold(k, key) {
+			return fmt.Sprintf("; did you mean %q?", k)
+		}
+	}
+	return ""
+}
