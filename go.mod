@@ -4,7 +4,11 @@ go 1.26.8
 
 require (
 	9fans.net/go v0.0.8-0.20250307142834-96bdba94b63f
+	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	golang.org/x/sys v0.50.0
 	golang.org/x/text v0.14.0
+	gopkg.in/yaml.v3 v3.0.1
 )
+
+require kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect

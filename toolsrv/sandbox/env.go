@@ -1,0 +1,31 @@
+package sandbox
+
+import "strings"
+
+// envAllowed reports whether the variable name matches the allowlist:
+// an entry is a name, a prefix ending in *, or * alone for everything.
+func envAllowed(name string, allow []string) bool {
+	for _, pat := range allow {
+		if prefix, ok := strings.CutSuffix(pat, "*"); ok {
+			if strings.HasPrefix(name, prefix) {
+				return true
+			}
+		} else if name == pat {
+			return true
+		}
+	}
+	return false
+}
+
+// filterEnv returns the NAME=value entries of environ whose names the
+// allowlist admits, in their order.
+func filterEnv(environ, allow []string) []string {
+	out := []string{}
+	for _, kv := range environ {
+		name, _, ok := strings.Cut(kv, "=")
+		if ok && name != "" && envAllowed(name, allow) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel describes the running kernel's Landlock support.
+type Kernel struct {
+	ABI    int    // the Landlock ABI version; 0 when there is no Landlock
+	Reason string // why there is none, when ABI is 0
+}
+
+func (k Kernel) String() string {
+	if k.ABI == 0 {
+		return "no Landlock: " + k.Reason
+	}
+	return fmt.Sprintf("Landlock ABI %d", k.ABI)
+}
+
+// Status reports the kernel's Landlock ABI. It is probed once.
+func Status() Kernel { return status() }
+
+var status = sync.OnceValue(func() Kernel {
+	v, err := ll.LandlockGetABIVersion()
+	switch {
+	case errors.Is(err, syscall.ENOSYS):
+		return Kernel{Reason: "the kernel was built without Landlock"}
+	case errors.Is(err, syscall.EOPNOTSUPP):
+		return Kernel{Reason: "Landlock is not enabled: add landlock to the kernel's lsm= boot parameter"}
+	case err != nil:
+		return Kernel{Reason: err.Error()}
+	case v <= 0:
+		return Kernel{Reason: fmt.Sprintf("the kernel reports Landlock ABI %d", v)}
+	}
+	// Like go-landlock: ABI 6 with the signal-scoping bug unfixed counts as
+	// 5, so that this package and the library agree on what can be asked.
+	if v >= 6 {
+		if errata, err := ll.LandlockGetErrata(); err != nil || errata&0x2 == 0 {
+			v = 5
+		}
+	}
+	return Kernel{ABI: min(v, len(abiConfigs)-1)}
+})
+
+// abiConfigs holds go-landlock's full configuration for each ABI; this
+// package takes the filesystem rights from it.
+var abiConfigs = []landlock.Config{{}, landlock.V1, landlock.V2, landlock.V3, landlock.V4,
+	landlock.V5, landlock.V6, landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+
+const (
+	readRights  = ll.AccessFSReadFile | ll.AccessFSReadDir
+	execRights  = readRights | ll.AccessFSExecute
+	writeRights = readRights | ll.AccessFSWriteFile | ll.AccessFSTruncate |
+		ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeDir |
+		ll.AccessFSMakeReg | ll.AccessFSMakeSock | ll.AccessFSMakeFifo |
+		ll.AccessFSMakeSym | ll.AccessFSRefer | ll.AccessFSResolveUnix
+	// Rights the kernel accepts on a rule for a file rather than a directory.
+	fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile |
+		ll.AccessFSTruncate | ll.AccessFSIoctlDev | ll.AccessFSResolveUnix
+)
+
+// rights maps a policy's Access on a file of the given mode to Landlock
+// rights. Write never includes making device nodes: a device node made in a
+// writable directory would reopen a disk or terminal behind Landlock's back
+// (only root can make one, and root is exactly who must not). Write on a
+// device file adds ioctl, so that a listed /dev/tty works as a terminal
+// (and can inject keystrokes with TIOCSTI, which is why the default profile
+// lists no terminal).
+func rights(a Access, mode os.FileMode) landlock.AccessFSSet {
+	var r landlock.AccessFSSet
+	if a&Read != 0 {
+		r |= readRights
+	}
+	if a&Exec != 0 {
+		r |= execRights
+	}
+	if a&Write != 0 {
+		r |= writeRights
+		if mode&os.ModeDevice != 0 {
+			r |= ll.AccessFSIoctlDev
+		}
+	}
+	if !mode.IsDir() {
+		r &= fileRights
+	}
+	return r
+}
+
+// apply restricts the calling thread, and whatever it execs, to p; tool,
+// the executable about to be run, may be read and executed whatever p says.
+// One Landlock domain holds the filesystem, network and scope rules.
+//
+// Only the calling thread is restricted, and it stays locked to the calling
+// goroutine: the caller must exec from it or exit. That is sound because
+// execve runs the new program with the calling thread's credentials (its
+// Landlock domain and no_new_privs) and ends every other thread, and it
+// spares the signalling of every runtime thread that restricting the whole
+// process takes.
+func apply(p *Policy, tool string) error {
+	abi := Status().ABI
+	if err := check(abi, p); err != nil {
+		return err
+	}
+	if abi == 0 {
+		return nil // best effort without Landlock: Enforcement says so loudly
+	}
+	cfg := landlock.Config{HandledAccessFS: abiConfigs[abi].HandledAccessFS}
+	if abi >= 4 {
+		// TCP only, whatever the ABI: the profile has no UDP rules, and
+		// handling UDP on ABI 10 would make the same profile deny DNS there
+		// and allow it elsewhere.
+		if !p.Bind.Any {
+			cfg.HandledAccessNet |= ll.AccessNetBindTCP
+		}
+		if !p.Connect.Any {
+			cfg.HandledAccessNet |= ll.AccessNetConnectTCP
+		}
+	}
+	if abi >= 6 {
+		cfg.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
+	}
+
+	var rules []landlock.Rule
+	add := func(path string, a Access) error {
+		st, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // gone since Resolve; nothing beneath it to allow
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if r := rights(a, st.Mode()) & cfg.HandledAccessFS; r != 0 {
+			rules = append(rules, landlock.PathAccess(r, path))
+		}
+		return nil
+	}
+	for _, r := range p.Paths {
+		if err := add(r.Path, r.Access); err != nil {
+			return err
+		}
+	}
+	if err := add(tool, Exec); err != nil {
+		return err
+	}
+	if cfg.HandledAccessNet&ll.AccessNetBindTCP != 0 {
+		for _, port := range p.Bind.Ports {
+			rules = append(rules, landlock.BindTCP(port))
+		}
+	}
+	if cfg.HandledAccessNet&ll.AccessNetConnectTCP != 0 {
+		for _, port := range p.Connect.Ports {
+			rules = append(rules, landlock.ConnectTCP(port))
+		}
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return fmt.Errorf("sandbox: landlock: %w", err)
+	}
+	if fd < 0 {
+		return errors.New("sandbox: landlock: empty ruleset") // cfg always handles filesystem rights
+	}
+	defer unix.Close(fd)
+	runtime.LockOSThread() // never unlocked: see above
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
+	}
+	if cfg.HandledAccessNet != 0 {
+		return denyMPTCP() // see mptcp_linux.go
+	}
+	return nil
+}
+
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// growPipe makes the pipe behind w hold at least n bytes, so the policy
+// can be written whole before the helper starts.
+func growPipe(w *os.File, n int) error {
+	if n <= 64<<10 {
+		return nil // the default pipe size on Linux
+	}
+	got, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, n)
+	if err == nil && got < n {
+		err = fmt.Errorf("pipe holds %d bytes", got)
+	}
+	return err
+}

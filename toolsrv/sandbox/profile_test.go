@@ -1,0 +1,238 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseProfileErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml string
+		is         error    // errors.Is target, if any
+		want       []string // substrings of the message
+	}{
+		{"unknown field", "read: [/etc]\nreed: [/usr]\n", ErrUnknownField,
+			[]string{"sandbox: x.yaml:2: reed: unknown field (known: read, write, exec, net, env, best_effort)"}},
+		{"unknown net field", "net:\n  conect: [443]\n", ErrUnknownField,
+			[]string{"x.yaml:2: net.conect: unknown field (known: bind, connect)"}},
+		{"unknown template", "write:\n  - /tmp\n  - '{CDW}/x'\n", ErrUnknownTemplate,
+			[]string{"x.yaml:3: write[1]", "unknown template {CDW}", "{CWD}", "{env:NAME}"}},
+		{"bad env template", "read: ['{env:1X}']\n", ErrUnknownTemplate, []string{"read[0]"}},
+		{"template mid-path", "read: ['/x/{HOME}']\n", nil, []string{"read[0]", "may only begin a path"}},
+		{"relative path", "exec: [usr/bin]\n", nil, []string{"exec[0]", "not absolute"}},
+		{"template then letters", "read: ['{HOME}x']\n", nil, []string{"followed by /"}},
+		{"scalar for list", "read: /etc\n", nil, []string{"x.yaml:1: read: expected a list"}},
+		{"bad port", "net: {connect: [http]}\n", nil, []string{"net.connect[0]", `"http" is not a TCP port`}},
+		{"port out of range", "net: {bind: [70000]}\n", nil, []string{"net.bind[0]"}},
+		{"any with ports", "net: {connect: [any, 443]}\n", nil, []string{"net.connect", "any cannot be combined"}},
+		{"bad bool", "best_effort: yes\n", nil, []string{"best_effort: expected true or false"}},
+		{"bad env name", "env: [PATH, 'A-B']\n", nil, []string{"env[1]"}},
+		{"twice", "read: []\nread: []\n", nil, []string{"read: given twice"}},
+		{"not a mapping", "- /etc\n", nil, []string{"expected a mapping"}},
+		{"bad yaml", "read: [\n", nil, []string{"sandbox: x.yaml"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseProfile("x", "x.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %q is not %v", err, tt.is)
+			}
+			var pe *ProfileError
+			if !errors.As(err, &pe) || pe.File != "x.yaml" {
+				t.Errorf("error %q is not a ProfileError naming the file", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseProfile(t *testing.T) {
+	p, err := ParseProfile("p", "p.yaml", []byte(`
+read: ['{HOME}/.gitconfig', /etc]
+write: ['{CWD}']
+exec:
+net:
+  bind: [0, 8080]
+  connect: [any]
+env: [PATH, LC_*]
+best_effort: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Read, []string{"{HOME}/.gitconfig", "/etc"}) || len(p.Exec) != 0 ||
+		!slices.Equal(p.Bind.Ports, []uint16{0, 8080}) || p.Bind.Any || !p.Connect.Any ||
+		!slices.Equal(p.Env, []string{"PATH", "LC_*"}) || !p.BestEffort {
+		t.Errorf("parsed %+v", p)
+	}
+	// Empty: the zero profile, which allows nothing.
+	p, err = ParseProfile("e", "e.yaml", []byte("# nothing\n"))
+	if err != nil || len(p.Read)+len(p.Write)+len(p.Exec)+len(p.Env) != 0 || p.Connect.Any || p.Bind.Any || p.BestEffort {
+		t.Errorf("empty profile: %+v, %v", p, err)
+	}
+}
+
+func TestProfilesLoad(t *testing.T) {
+	user, deployed := t.TempDir(), t.TempDir()
+	write := func(dir, name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(deployed, "default", "read: [/etc]\n")
+	write(deployed, "net", "net: {connect: [any]}\n")
+	write(user, "default", "read: [/usr]\n")
+	write(user, "mine", "env: [PATH]\n")
+	ps := Profiles{Dirs: []string{user, deployed}}
+
+	p, err := ps.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.File != filepath.Join(user, "default.yaml") || !slices.Equal(p.Read, []string{"/usr"}) {
+		t.Errorf("user profile did not override the deployed one: %+v", p)
+	}
+	if p, err := ps.Load("net"); err != nil || !p.Connect.Any {
+		t.Errorf("deployed profile: %+v, %v", p, err)
+	}
+	if got := ps.Names(); !slices.Equal(got, []string{"default", "mine", "net"}) {
+		t.Errorf("Names = %v", got)
+	}
+	for _, name := range []string{"nope", "../default", ""} {
+		_, err = ps.Load(name)
+		if !errors.Is(err, ErrUnknownProfile) {
+			t.Fatalf("Load(%q): %v, want ErrUnknownProfile", name, err)
+		}
+		if want := `unknown sandbox profile "` + name + `" (available: default, mine, net;`; !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+
+	write(user, "broken", "reed: []\n")
+	if _, err := ps.Load("broken"); !errors.Is(err, ErrUnknownField) || !strings.Contains(err.Error(), filepath.Join(user, "broken.yaml")) {
+		t.Errorf("broken profile: %v", err)
+	}
+}
+
+// The deployed default profile parses and resolves on this host.
+func TestDefaultProfile(t *testing.T) {
+	p, err := Profiles{Dirs: []string{"../../data/sandbox"}}.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, tmp := t.TempDir(), t.TempDir()
+	pol, err := p.Resolve(Vars{CWD: cwd, TmpDir: tmp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Access{cwd: Read | Write | Exec, tmp: Read | Write | Exec, "/etc": Read, "/usr": Read | Exec, "/dev/null": Read | Write}
+	for _, r := range pol.Paths {
+		if a, ok := want[r.Path]; ok {
+			if r.Access != a {
+				t.Errorf("%s: %s, want %s", r.Path, r.Access, a)
+			}
+			delete(want, r.Path)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("missing from the policy: %v", want)
+	}
+	if p.BestEffort || !pol.netRestricted() || pol.Connect.Any || len(pol.Connect.Ports) > 0 {
+		t.Errorf("default profile must refuse without Landlock and deny TCP: %+v", pol)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	home, cwd := t.TempDir(), t.TempDir()
+	for _, d := range []string{".config/git", ".cache", "data", "tools1"} {
+		if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"DATA": filepath.Join(home, "data"), "XDG_CACHE_HOME": "relative/ignored", "REL": "rel"}
+	vars := Vars{CWD: cwd, Home: home, TmpDir: "/tmp", ToolsPath: []string{filepath.Join(home, "tools1"), filepath.Join(home, "tools2"), "rel"},
+		Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+	p, err := ParseProfile("r", "r.yaml", []byte(`
+read: ['{XDG_CONFIG_HOME}/git', '{XDG_CACHE_HOME}', '{env:DATA}', '{env:UNSET}/x', '{env:REL}', /nonexistent/ollie]
+write: ['{CWD}', '{TMPDIR}']
+exec: ['{CWD}', '{OLLIE_TOOLS_PATH}']
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := p.Resolve(vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range pol.Paths {
+		got = append(got, r.Access.String()+" "+r.Path)
+	}
+	want := []string{
+		"r-- " + home + "/.cache", // relative XDG_CACHE_HOME is ignored: the default
+		"r-- " + home + "/.config/git",
+		"r-- " + home + "/data",
+		"r-x " + home + "/tools1",
+		"rwx " + cwd,
+		"rw- /tmp",
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("paths:\n got %q\nwant %q", got, want)
+	}
+	var skipped []string
+	for _, s := range pol.Skipped {
+		skipped = append(skipped, s.Field+" "+s.Reason)
+	}
+	wantSkipped := []string{
+		"read[3] $UNSET is not set",
+		`read[4] {env:REL} is "rel", not an absolute path`,
+		"read[5] does not exist",
+		"exec[1] does not exist", // tools2; "rel" is dropped from the list
+	}
+	if !slices.Equal(skipped, wantSkipped) {
+		t.Errorf("skipped:\n got %q\nwant %q", skipped, wantSkipped)
+	}
+	x := pol.Explain()
+	for _, w := range []string{"sandbox profile r (r.yaml)", "rwx " + cwd, "read[5] /nonexistent/ollie: does not exist", "tcp connect: none", "env: (none)"} {
+		if !strings.Contains(x, w) {
+			t.Errorf("Explain lacks %q:\n%s", w, x)
+		}
+	}
+
+	// {CWD} is never optional.
+	vars.CWD = ""
+	if _, err := p.Resolve(vars); err == nil || !strings.Contains(err.Error(), "{CWD} has no value") {
+		t.Errorf("Resolve without CWD: %v", err)
+	}
+}
+
+func TestEnvAllowed(t *testing.T) {
+	allow := []string{"PATH", "LC_*"}
+	for name, want := range map[string]bool{"PATH": true, "PATHX": false, "LC_ALL": true, "LC_": true, "LANG": false, "": false} {
+		if envAllowed(name, allow) != want {
+			t.Errorf("envAllowed(%q) = %v", name, !want)
+		}
+	}
+	if !envAllowed("ANY", []string{"*"}) {
+		t.Error(`"*" does not allow everything`)
+	}
+	got := filterEnv([]string{"PATH=/bin", "SECRET=x", "LC_ALL=C", "junk", "=x"}, allow)
+	if !slices.Equal(got, []string{"PATH=/bin", "LC_ALL=C"}) {
+		t.Errorf("filterEnv = %q", got)
+	}
+	if got := filterEnv([]string{"A=1"}, nil); got == nil || len(got) != 0 {
+		t.Errorf("filterEnv with no allowlist = %#v, want an empty non-nil slice (nil would inherit)", got)
+	}
+}
