@@ -11,12 +11,19 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"ollie/toolsrv/sandbox"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	// The sandbox helper re-execs this binary to confine a tool; it must
+	// run before anything else starts threads or reads arguments.
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
 	if filepath.Base(os.Args[0]) == "ollie" {
 		os.Exit(ollieMain(os.Args[1:]))
 	}
