@@ -89,8 +89,10 @@ func (g *guard) next() ([]byte, error) {
 				g.reply(tag, fmt.Sprintf("msize %d is too small (minimum %d)", want, g.minMsize))
 				continue
 			}
+			// srv9p only ever lowers msize (its Rversion answers the
+			// smaller of the two), so a later Tversion cannot raise it here.
 			g.wmu.Lock()
-			g.msize = min(want, g.maxMsize)
+			g.msize = min(want, g.msize)
 			g.wmu.Unlock()
 		}
 		g.wmu.Lock()
