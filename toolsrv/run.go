@@ -1,0 +1,335 @@
+package toolsrv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"ollie/toolsrv/sandbox"
+)
+
+// DefaultOutputCap is how many bytes of a tool's output reach the model
+// when Runner.OutputCap is zero. The rest is kept in a file the note names.
+const DefaultOutputCap = 64 << 10
+
+// An Approver decides whether a call may leave its sandbox (a tool declared
+// elevated, or a call with bypass) or run as root (sudo). Approve returns
+// nil to approve; its error is shown to the model.
+type Approver interface {
+	Approve(ctx context.Context, req *ApprovalRequest) error
+}
+
+// An ApprovalRequest says who asks to run what, outside the sandbox.
+type ApprovalRequest struct {
+	Session    string
+	Agent      string
+	Tool       string
+	Variant    int
+	Executable string
+	Args       json.RawMessage
+	Cwd        string
+	Bypass     bool // the call asked for it; otherwise the .meta declares elevated
+	Sudo       bool
+}
+
+// ErrNotApproved is wrapped by the error of a call that was not approved.
+var ErrNotApproved = errors.New("not approved")
+
+// noApprover denies everything: without a broker nobody can approve.
+type noApprover struct{}
+
+func (noApprover) Approve(ctx context.Context, req *ApprovalRequest) error {
+	what := "to run outside its sandbox"
+	if req.Sudo {
+		what = "to run as root (sudo)"
+	}
+	return fmt.Errorf("%w: %s needs approval %s, and no approval broker is connected to this host, so it was denied; run it from a desktop connected with ollie-remote, or call it without bypass", ErrNotApproved, req.Tool, what)
+}
+
+// A Runner runs tool calls for one session: validation, sandbox, timeout,
+// approval and output capture, the same path for an agent and for
+// `olliesrv tools run`.
+type Runner struct {
+	Tools    *Session
+	Cwd      string           // the session's working directory
+	Profiles sandbox.Profiles // where sandbox profiles are found
+	Approver Approver         // nil denies every elevation
+
+	OutputCap int    // bytes of output shown (DefaultOutputCap)
+	SpillDir  string // where cut output is kept whole ("" means a private dir under os.TempDir)
+
+	ToolsPath     []string // OLLIE_TOOLS_PATH for tools
+	ElevateSocket string   // OLLIE_ELEVATE_SOCKET for tools
+	SessionID     string
+	AgentID       string
+}
+
+// A Result is the outcome of one call, in the words the model reads.
+type Result struct {
+	Tool     string
+	Output   string          // stdout on success; the reason and both streams on failure
+	Content  json.RawMessage // the tool's {"content": [...]} blocks, passed through
+	Failed   bool
+	ExitCode int // -1 when the tool did not run to an exit
+	Cut      int64
+	Spill    string // the file holding the whole output when some was cut
+	Elapsed  time.Duration
+	Sandbox  string // the profile the call ran under, or "none"
+}
+
+func failed(tool, msg string) *Result {
+	return &Result{Tool: tool, Output: msg, Failed: true, ExitCode: -1}
+}
+
+// Run validates and runs one call. It never returns nil: every failure is
+// a Result the model can read.
+func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Result {
+	t, err := r.Tools.Tool(name)
+	if err != nil {
+		return failed(name, err.Error())
+	}
+	flags, own, err := t.Prepare(args)
+	if err != nil {
+		var ae *ArgError
+		if errors.As(err, &ae) {
+			return failed(name, ae.Message())
+		}
+		return failed(name, err.Error())
+	}
+	if flags.Background {
+		return failed(name, "background calls are started through proc/new.bg, not Run")
+	}
+	return r.run(ctx, t, flags, own)
+}
+
+func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) *Result {
+	start := time.Now()
+	res := &Result{Tool: t.Name, ExitCode: -1}
+	elevate := t.Elevated || t.Sudo || flags.Bypass
+	if elevate {
+		approver := r.Approver
+		if approver == nil {
+			approver = noApprover{}
+		}
+		req := &ApprovalRequest{Session: r.SessionID, Agent: r.AgentID, Tool: t.Name, Variant: t.Variant,
+			Executable: t.Path, Args: own, Cwd: r.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
+		if err := approver.Approve(ctx, req); err != nil {
+			return failed(t.Name, err.Error())
+		}
+		if t.Sudo {
+			return failed(t.Name, t.Name+" needs sudo, and this host has no credential gate yet, so it was not run")
+		}
+	}
+
+	scratch, err := os.MkdirTemp("", "ollie-call-")
+	if err != nil {
+		return failed(t.Name, "cannot make a scratch directory: "+err.Error())
+	}
+	defer os.RemoveAll(scratch)
+
+	profile := flags.Sandbox
+	if profile == "" {
+		profile = "default"
+	}
+	prof, err := r.Profiles.Load(profile)
+	if err != nil {
+		return failed(t.Name, err.Error())
+	}
+	policy, err := prof.Resolve(sandbox.Vars{CWD: r.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath})
+	if err != nil {
+		return failed(t.Name, err.Error())
+	}
+
+	if timeout := flags.TimeoutFor(t); timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var cmd *exec.Cmd
+	if elevate {
+		res.Sandbox = "none"
+		cmd, err = sandbox.Unsandboxed(ctx, policy, t.Path, nil)
+	} else {
+		res.Sandbox = profile
+		cmd, err = sandbox.Command(ctx, policy, t.Path, nil)
+	}
+	if err != nil {
+		return failed(t.Name, err.Error())
+	}
+	cmd.Dir = r.Cwd
+	cmd.Stdin = bytes.NewReader(own)
+	cmd.Env = append(cmd.Env,
+		"PWD="+r.Cwd,
+		"TMPDIR="+scratch,
+		"OLLIE_TOOLS_PATH="+strings.Join(r.ToolsPath, ":"),
+		"OLLIE_ELEVATE_SOCKET="+r.ElevateSocket,
+	)
+	outCap := r.OutputCap
+	if outCap <= 0 {
+		outCap = DefaultOutputCap
+	}
+	spillDir, err := r.spillDir()
+	if err != nil {
+		return failed(t.Name, err.Error())
+	}
+	stdout := &capture{cap: outCap, dir: spillDir, name: t.Name + ".stdout"}
+	stderr := &capture{cap: outCap / 4, dir: spillDir, name: t.Name + ".stderr"}
+	defer stdout.close()
+	defer stderr.close()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A timeout or cancel kills the whole process group, grandchildren too.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+
+	err = cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close() // the policy pipe: the helper has its own copy now
+	}
+	if err != nil {
+		return failed(t.Name, fmt.Sprintf("cannot start %s: %v", t.Path, err))
+	}
+	err = cmd.Wait()
+	// Nothing a call started outlives it; background calls are for that.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	res.Elapsed = time.Since(start)
+	if cmd.ProcessState != nil {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		res.Failed = true
+		res.Output = fmt.Sprintf("timed out after %s; the tool and every process it started were killed", flags.TimeoutFor(t))
+		res.Output += streams(stdout, stderr)
+	case ctx.Err() != nil:
+		res.Failed = true
+		res.Output = "interrupted; the tool and every process it started were killed" + streams(stdout, stderr)
+	case err != nil || res.ExitCode != 0:
+		res.Failed = true
+		if res.ExitCode == 126 && res.Sandbox != "none" && stdout.total == 0 {
+			res.Output = "the sandbox refused to run the tool: " + strings.TrimSpace(stderr.String())
+		} else {
+			res.Output = fmt.Sprintf("exit status %d", res.ExitCode) + streams(stdout, stderr)
+		}
+	default:
+		res.Output = stdout.String()
+		if stdout.total <= int64(stdout.cap) {
+			res.Content = structured(stdout.head.Bytes())
+		}
+	}
+	res.Cut, res.Spill = stdout.cut(), stdout.spillPath
+	if note := stdout.note(); note != "" {
+		res.Output += note
+	}
+	return res
+}
+
+// streams renders captured output for a failure message.
+func streams(stdout, stderr *capture) string {
+	var b strings.Builder
+	if s := stdout.String(); s != "" {
+		b.WriteString("\nstdout:\n" + s)
+	}
+	if s := stderr.String(); s != "" {
+		b.WriteString("\nstderr:\n" + s + stderr.note())
+	}
+	return b.String()
+}
+
+// structured returns the content blocks of output that is a JSON object
+// with a "content" array, as the tool contract allows.
+func structured(out []byte) json.RawMessage {
+	var v struct {
+		Content json.RawMessage `json:"content"`
+	}
+	trimmed := bytes.TrimSpace(out)
+	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &v) != nil {
+		return nil
+	}
+	if len(v.Content) > 0 && v.Content[0] == '[' {
+		return v.Content
+	}
+	return nil
+}
+
+func (r *Runner) spillDir() (string, error) {
+	dir := r.SpillDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("ollie-output-%d", os.Getuid()))
+	}
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return "", fmt.Errorf("cannot keep tool output in %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// capture keeps the first cap bytes of a stream in memory and, once the
+// stream grows past cap, the whole stream in a file.
+type capture struct {
+	cap  int
+	dir  string
+	name string
+
+	head      bytes.Buffer
+	total     int64
+	spill     *os.File
+	spillPath string
+	spillErr  error
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.total += int64(len(p))
+	if room := c.cap - c.head.Len(); room > 0 {
+		c.head.Write(p[:min(room, len(p))])
+	}
+	if c.total > int64(c.cap) && c.spillErr == nil {
+		if c.spill == nil {
+			c.spill, c.spillErr = os.CreateTemp(c.dir, c.name+"-*")
+			if c.spillErr != nil {
+				return len(p), nil
+			}
+			c.spillPath = c.spill.Name()
+			// The head is in memory; what came before p is all of it.
+			already := c.total - int64(len(p))
+			c.spill.Write(c.head.Bytes()[:already])
+		}
+		if _, err := c.spill.Write(p); err != nil {
+			c.spillErr = err
+		}
+	}
+	return len(p), nil
+}
+
+func (c *capture) String() string { return c.head.String() }
+
+func (c *capture) cut() int64 { return max(0, c.total-int64(c.head.Len())) }
+
+// note tells the model how much output it does not see and where it is.
+func (c *capture) note() string {
+	n := c.cut()
+	if n == 0 {
+		return ""
+	}
+	where := "it could not be kept"
+	if c.spillErr == nil && c.spillPath != "" {
+		where = "the whole output is in " + c.spillPath
+	}
+	return fmt.Sprintf("\n[output cut: %d of %d bytes not shown; %s]\n", n, c.total, where)
+}
+
+func (c *capture) close() {
+	if c.spill != nil {
+		c.spill.Close()
+	}
+}
+
+var _ io.Writer = (*capture)(nil)

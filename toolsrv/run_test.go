@@ -1,0 +1,194 @@
+package toolsrv
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"ollie/toolsrv/sandbox"
+)
+
+// The test binary plays the sandbox helper, as olliesrv does.
+func TestMain(m *testing.M) {
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
+	os.Exit(m.Run())
+}
+
+// runner builds a Runner over a tools dir holding the given tools: name →
+// [meta, script].
+func runner(t *testing.T, tools map[string][2]string) (*Runner, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, tool := range tools {
+		if err := os.WriteFile(filepath.Join(dir, name+".meta"), []byte(tool[0]), 0644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(tool[1]), 0755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := Load([]string{dir}, LocalHost{})
+	if errs := reg.Errors(); len(errs) > 0 {
+		t.Fatalf("load: %v", errs)
+	}
+	s := NewSession(reg)
+	for name := range tools {
+		if err := s.Load(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cwd := t.TempDir()
+	return &Runner{
+		Tools:     s,
+		Cwd:       cwd,
+		Profiles:  sandbox.Profiles{Dirs: []string{"../data/sandbox"}},
+		ToolsPath: []string{dir},
+		SpillDir:  t.TempDir(),
+	}, cwd
+}
+
+const echoMeta = `{"description": "Echo the arguments.", "args": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}`
+
+func TestRunContract(t *testing.T) {
+	r, cwd := runner(t, map[string][2]string{
+		"echo":   {echoMeta, "#!/bin/sh\ncat\necho\necho \"pwd=$PWD tools=$OLLIE_TOOLS_PATH secret=$OLLIE_TEST_SECRET\"\n"},
+		"fail":   {`{"description": "Fail."}`, "#!/bin/sh\necho partial\necho 'bad thing' >&2\nexit 3\n"},
+		"blocks": {`{"description": "Structured."}`, "#!/bin/sh\necho '{\"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}'\n"},
+	})
+	t.Setenv("OLLIE_TEST_SECRET", "hunter2")
+	ctx := context.Background()
+
+	res := r.Run(ctx, "echo", json.RawMessage(`{"text": "hello", "timeout": 30}`))
+	if res.Failed {
+		t.Fatalf("echo failed: %s", res.Output)
+	}
+	first, rest, _ := strings.Cut(res.Output, "\n")
+	if first != `{"text":"hello"}` {
+		t.Errorf("the tool got %q on stdin, want its own arguments without dispatch flags", first)
+	}
+	if !strings.Contains(rest, "pwd="+cwd+" ") || !strings.Contains(rest, "tools=/") {
+		t.Errorf("environment not set: %q", rest)
+	}
+	if strings.Contains(rest, "hunter2") {
+		t.Errorf("a variable outside the allowlist reached the tool: %q", rest)
+	}
+	if res.Sandbox != "default" || res.ExitCode != 0 {
+		t.Errorf("sandbox %q exit %d", res.Sandbox, res.ExitCode)
+	}
+
+	res = r.Run(ctx, "echo", json.RawMessage(`{"txt": "hello"}`))
+	if !res.Failed || !strings.Contains(res.Output, `"text"`) || res.ExitCode != -1 {
+		t.Errorf("schema violation: %+v", res)
+	}
+
+	res = r.Run(ctx, "fail", json.RawMessage(`{}`))
+	if !res.Failed || res.ExitCode != 3 || !strings.Contains(res.Output, "exit status 3") ||
+		!strings.Contains(res.Output, "partial") || !strings.Contains(res.Output, "bad thing") {
+		t.Errorf("failing tool: %+v", res)
+	}
+
+	res = r.Run(ctx, "blocks", nil)
+	if res.Failed || string(res.Content) != `[{"type": "text", "text": "hi"}]` {
+		t.Errorf("structured output: %+v", res)
+	}
+
+	res = r.Run(ctx, "nosuch", nil)
+	if !res.Failed || !strings.Contains(res.Output, "nosuch") {
+		t.Errorf("unknown tool: %+v", res)
+	}
+}
+
+// TestRunTimeoutKillsGroup checks that a timeout kills the tool's
+// grandchildren too.
+func TestRunTimeoutKillsGroup(t *testing.T) {
+	r, cwd := runner(t, map[string][2]string{
+		"hang": {`{"description": "Hang."}`, "#!/bin/sh\nsleep 300 &\necho $! > \"$PWD/child.pid\"\nsleep 300\n"},
+	})
+	start := time.Now()
+	res := r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 1}`))
+	if !res.Failed || !strings.Contains(res.Output, "timed out after 1s") {
+		t.Fatalf("hang: %+v", res)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Errorf("timeout took %s", el)
+	}
+	b, err := os.ReadFile(filepath.Join(cwd, "child.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		// A killed child of a killed shell is reparented and reaped by
+		// init; give that a moment.
+		if state, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); strings.Contains(string(state), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d survived the timeout", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunOutputCap(t *testing.T) {
+	r, _ := runner(t, map[string][2]string{
+		"big": {`{"description": "Big."}`, "#!/bin/sh\nhead -c 300000 /dev/zero | tr '\\0' x\n"},
+	})
+	r.OutputCap = 1000
+	res := r.Run(context.Background(), "big", nil)
+	if res.Failed {
+		t.Fatal(res.Output)
+	}
+	if res.Cut != 299000 || !strings.Contains(res.Output, "[output cut: 299000 of 300000 bytes not shown; the whole output is in "+res.Spill+"]") {
+		t.Fatalf("cut %d, output tail %q", res.Cut, res.Output[len(res.Output)-200:])
+	}
+	whole, err := os.ReadFile(res.Spill)
+	if err != nil || len(whole) != 300000 || strings.Trim(string(whole), "x") != "" {
+		t.Fatalf("spill file: %d bytes, %v", len(whole), err)
+	}
+}
+
+func TestRunSandboxAndApproval(t *testing.T) {
+	outside := t.TempDir()
+	r, cwd := runner(t, map[string][2]string{
+		"write": {`{"description": "Write a file.", "args": {"type": "object", "properties": {"path": {"type": "string"}}}}`,
+			"#!/bin/sh\np=$(sed 's/.*\"path\": *\"\\([^\"]*\\)\".*/\\1/')\necho data > \"$p\" && echo wrote \"$p\"\n"},
+		"priv": {`{"description": "Needs elevation.", "elevated": true}`, "#!/bin/sh\ntouch \"$PWD/ran\"\n"},
+	})
+	ctx := context.Background()
+	res := r.Run(ctx, "write", json.RawMessage(`{"path": "`+cwd+`/ok"}`))
+	if res.Failed {
+		t.Fatalf("write inside cwd: %s", res.Output)
+	}
+	res = r.Run(ctx, "write", json.RawMessage(`{"path": "`+outside+`/escape"}`))
+	if !res.Failed {
+		t.Fatalf("write outside the profile succeeded: %s", res.Output)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "escape")); err == nil {
+		t.Fatal("the file outside the profile was written")
+	}
+	res = r.Run(ctx, "write", json.RawMessage(`{"path": "`+outside+`/escape", "bypass": true}`))
+	if !res.Failed || !strings.Contains(res.Output, "no approval broker") {
+		t.Fatalf("bypass without a broker: %+v", res)
+	}
+	res = r.Run(ctx, "priv", nil)
+	if !res.Failed || !strings.Contains(res.Output, "priv needs approval to run outside its sandbox") {
+		t.Fatalf("elevated tool: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "ran")); err == nil {
+		t.Fatal("an unapproved elevated tool ran")
+	}
+	res = r.Run(ctx, "write", json.RawMessage(`{"path": "x", "sandbox": "nonesuch"}`))
+	if !res.Failed || !strings.Contains(res.Output, "nonesuch") {
+		t.Fatalf("unknown profile: %+v", res)
+	}
+}
