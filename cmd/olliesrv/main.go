@@ -32,6 +32,7 @@ func main() {
 
 const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
        olliesrv ollie ARGS...             the ollie client and shell (also as "ollie")
+       olliesrv tools [run NAME [JSON]]   list this host's tools, or run one as an agent would
        olliesrv version                   print the version
 `
 
@@ -45,6 +46,8 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return serveMain(args, stderr)
 	case "ollie":
 		return ollieMain(args)
+	case "tools":
+		return toolsMain(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "olliesrv", version)
 		return 0
