@@ -172,6 +172,11 @@ func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname st
 	if int(c.fids.Load()) >= c.srv.MaxFids {
 		return plan9.Qid{}, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
 	}
+	if c.srv.CheckAttach != nil {
+		if err := c.srv.CheckAttach(user, aname); err != nil {
+			return plan9.Qid{}, err
+		}
+	}
 	who := principal{user: user, inGroup: c.srv.InGroup}
 	if user == "" || user == "admin" {
 		if c.trusted {

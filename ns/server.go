@@ -45,6 +45,11 @@ type Server struct {
 	// belongs only to the group of its own name.
 	InGroup func(user, group string) bool
 
+	// CheckAttach, if set, vets every Tattach; its error refuses it. A
+	// server for one trusted parent uses it to demand a secret as the
+	// attach name (srv9p offers no writable auth fids).
+	CheckAttach func(user, aname string) error
+
 	Log   *slog.Logger // nil: slog.Default()
 	Trace io.Writer    // if set, every 9P message is printed here
 
