@@ -111,59 +111,54 @@ func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Re
 	return r.run(ctx, t, flags, own)
 }
 
-func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) *Result {
-	start := time.Now()
-	res := &Result{Tool: t.Name, ExitCode: -1}
-	elevate := t.Elevated || t.Sudo || flags.Bypass
-	if elevate {
-		approver := r.Approver
-		if approver == nil {
-			approver = noApprover{}
-		}
-		req := &ApprovalRequest{Session: r.SessionID, Agent: r.AgentID, Tool: t.Name, Variant: t.Variant,
-			Executable: t.Path, Args: own, Cwd: r.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
-		if err := approver.Approve(ctx, req); err != nil {
-			return failed(t.Name, err.Error())
-		}
-		if t.Sudo {
-			return failed(t.Name, t.Name+" needs sudo, and this host has no credential gate yet, so it was not run")
-		}
+// authorize asks the approver when a call would leave its sandbox; its
+// error is for the model.
+func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) error {
+	if !t.Elevated && !t.Sudo && !flags.Bypass {
+		return nil
 	}
-
-	scratch, err := os.MkdirTemp("", "ollie-call-")
-	if err != nil {
-		return failed(t.Name, "cannot make a scratch directory: "+err.Error())
+	approver := r.Approver
+	if approver == nil {
+		approver = noApprover{}
 	}
-	defer os.RemoveAll(scratch)
+	req := &ApprovalRequest{Session: r.SessionID, Agent: r.AgentID, Tool: t.Name, Variant: t.Variant,
+		Executable: t.Path, Args: own, Cwd: r.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
+	if err := approver.Approve(ctx, req); err != nil {
+		return err
+	}
+	if t.Sudo {
+		return errors.New(t.Name + " needs sudo, and this host has no credential gate yet, so it was not run")
+	}
+	return nil
+}
 
+// command builds the process for an authorized call: under the sandbox
+// profile the call names (default "default"), or outside it when approved,
+// with the contract's stdin and environment, in its own process group
+// that ctx's end kills whole. It returns the name of the profile applied,
+// or "none".
+func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.RawMessage, scratch string) (*exec.Cmd, string, error) {
 	profile := flags.Sandbox
 	if profile == "" {
 		profile = "default"
 	}
 	prof, err := r.Profiles.Load(profile)
 	if err != nil {
-		return failed(t.Name, err.Error())
+		return nil, "", err
 	}
 	policy, err := prof.Resolve(sandbox.Vars{CWD: r.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath})
 	if err != nil {
-		return failed(t.Name, err.Error())
-	}
-
-	if timeout := flags.TimeoutFor(t); timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+		return nil, "", err
 	}
 	var cmd *exec.Cmd
-	if elevate {
-		res.Sandbox = "none"
+	if t.Elevated || t.Sudo || flags.Bypass {
+		profile = "none"
 		cmd, err = sandbox.Unsandboxed(ctx, policy, t.Path, nil)
 	} else {
-		res.Sandbox = profile
 		cmd, err = sandbox.Command(ctx, policy, t.Path, nil)
 	}
 	if err != nil {
-		return failed(t.Name, err.Error())
+		return nil, "", err
 	}
 	cmd.Dir = r.Cwd
 	cmd.Stdin = bytes.NewReader(own)
@@ -173,6 +168,43 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 		"OLLIE_TOOLS_PATH="+strings.Join(r.ToolsPath, ":"),
 		"OLLIE_ELEVATE_SOCKET="+r.ElevateSocket,
 	)
+	// The end of ctx kills the whole process group, grandchildren too.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	return cmd, profile, nil
+}
+
+// start starts cmd and closes the policy pipe, which the helper has its
+// own copy of once started.
+func start(cmd *exec.Cmd) error {
+	err := cmd.Start()
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	return err
+}
+
+func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) *Result {
+	begin := time.Now()
+	res := &Result{Tool: t.Name, ExitCode: -1}
+	if err := r.authorize(ctx, t, flags, own); err != nil {
+		return failed(t.Name, err.Error())
+	}
+	scratch, err := os.MkdirTemp("", "ollie-call-")
+	if err != nil {
+		return failed(t.Name, "cannot make a scratch directory: "+err.Error())
+	}
+	defer os.RemoveAll(scratch)
+	if timeout := flags.TimeoutFor(t); timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cmd, profile, err := r.command(ctx, t, flags, own, scratch)
+	if err != nil {
+		return failed(t.Name, err.Error())
+	}
+	res.Sandbox = profile
 	outCap := r.OutputCap
 	if outCap <= 0 {
 		outCap = DefaultOutputCap
@@ -186,21 +218,13 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 	defer stdout.close()
 	defer stderr.close()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// A timeout or cancel kills the whole process group, grandchildren too.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-
-	err = cmd.Start()
-	for _, f := range cmd.ExtraFiles {
-		f.Close() // the policy pipe: the helper has its own copy now
-	}
-	if err != nil {
+	if err := start(cmd); err != nil {
 		return failed(t.Name, fmt.Sprintf("cannot start %s: %v", t.Path, err))
 	}
 	err = cmd.Wait()
 	// Nothing a call started outlives it; background calls are for that.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	res.Elapsed = time.Since(start)
+	res.Elapsed = time.Since(begin)
 	if cmd.ProcessState != nil {
 		res.ExitCode = cmd.ProcessState.ExitCode()
 	}
