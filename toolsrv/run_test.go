@@ -14,10 +14,17 @@ import (
 	"ollie/toolsrv/sandbox"
 )
 
-// The test binary plays the sandbox helper, as olliesrv does.
+// The test binary plays the sandbox helper and the toolsrv child, as
+// olliesrv does.
 func TestMain(m *testing.M) {
 	if sandbox.IsHelper() {
 		sandbox.HelperMain()
+	}
+	if IsChild() {
+		ChildMain()
+	}
+	if os.Getenv(testParentEnv) != "" {
+		testParent()
 	}
 	os.Exit(m.Run())
 }

@@ -1,0 +1,352 @@
+package toolsrv
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"9fans.net/go/plan9"
+	"9fans.net/go/plan9/client"
+
+	"ollie/ns"
+	"ollie/toolsrv/sandbox"
+)
+
+// childArg, as the first argument, makes the binary a session's toolsrv.
+const childArg = "__ollie_toolsrv"
+
+// childConfig crosses a pipe from the parent to the child at spawn: the
+// secret never appears in argv or the environment.
+type childConfig struct {
+	Secret        string   `json:"secret"`
+	Socket        string   `json:"socket"`
+	Cwd           string   `json:"cwd"`
+	SessionID     string   `json:"session"`
+	ToolsPath     []string `json:"tools_path"`
+	Tools         []string `json:"tools"` // to load; nil loads every available tool
+	ElevateSocket string   `json:"elevate_socket"`
+}
+
+// SpawnConfig describes a session's toolsrv.
+type SpawnConfig struct {
+	Cwd           string
+	SessionID     string
+	ToolsPath     []string // nil: ToolsPath()
+	Tools         []string // to load at start; nil loads every available tool
+	ElevateSocket string
+	Stderr        io.Writer // the child's log; nil discards it
+}
+
+// A Child is a running toolsrv process serving one session.
+type Child struct {
+	Socket string
+
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	secret string
+	dir    string
+	done   chan error
+}
+
+// IsChild reports whether this process was spawned to be a toolsrv. The
+// binary's main calls it early, as it does sandbox.IsHelper.
+func IsChild() bool { return len(os.Args) > 1 && os.Args[1] == childArg }
+
+// ChildMain runs the toolsrv child. It never returns.
+func ChildMain() {
+	if err := child(); err != nil {
+		fmt.Fprintf(os.Stderr, "toolsrv: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Spawn starts a toolsrv for a session: a child of this binary serving its
+// namespace on a Unix socket in a private directory, admitting only
+// attaches that present the secret handed over here. The child ends when
+// Close is called, when this process dies (its stdin closes; Pdeathsig
+// too), and it kills its processes on the way out.
+func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "ollie-tools-")
+	if err != nil {
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	var raw [32]byte
+	rand.Read(raw[:])
+	c := &Child{Socket: filepath.Join(dir, "toolsrv"), secret: hex.EncodeToString(raw[:]), dir: dir, done: make(chan error, 1)}
+	if cfg.ToolsPath == nil {
+		cfg.ToolsPath = ToolsPath()
+	}
+	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, SessionID: cfg.SessionID,
+		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket})
+	if err != nil {
+		return nil, err
+	}
+	cr, cw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	go func() {
+		cw.Write(conf)
+		cw.Close()
+	}()
+	cmd := exec.Command(self, childArg)
+	cmd.ExtraFiles = []*os.File{cr}
+	cmd.Stderr = cfg.Stderr
+	// Its own process group keeps a terminal's ^C for the parent to
+	// handle; SIGTERM on the parent's death lets it kill its processes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// Plain pipes rather than StdinPipe/StdoutPipe: the child's stdout is
+	// read while Wait runs, and its stdin stays open as long as we live.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		cr.Close()
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		cr.Close()
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, c.stdin = inR, outW, inW
+	err = cmd.Start()
+	cr.Close()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	}
+	c.cmd = cmd
+	ready := make(chan error, 1)
+	go func() {
+		defer outR.Close()
+		line, err := bufio.NewReader(outR).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("unexpected %q", line)
+		}
+		ready <- err
+		io.Copy(io.Discard, outR)
+	}()
+	go func() { c.done <- cmd.Wait() }()
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-time.After(30 * time.Second):
+		err = errors.New("not ready after 30s")
+	}
+	if err != nil {
+		cmd.Process.Kill()
+		<-c.done
+		inW.Close()
+		return nil, fmt.Errorf("toolsrv: spawn: the child did not start: %w", err)
+	}
+	return c, nil
+}
+
+// attach opens a connection to the child for one operation; the
+// connection closes when ctx ends, which interrupts the request and kills
+// a running call.
+func (c *Child) attach(ctx context.Context) (*client.Fsys, func(), error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+	}
+	conn, err := client.NewConn(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+	}
+	fsys, err := conn.Attach(nil, "agent", c.secret)
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return fsys, func() { stop(); conn.Close() }, nil
+}
+
+// ReadFile reads a file of the child's namespace.
+func (c *Child) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	fsys, done, err := c.attach(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	f, err := fsys.Open(path, plan9.OREAD)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	return b, ctxErr(ctx, err)
+}
+
+// RdWr writes a request to a file of the child's namespace and reads the
+// reply.
+func (c *Child) RdWr(ctx context.Context, path string, req []byte) ([]byte, error) {
+	fsys, done, err := c.attach(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	f, err := fsys.Open(path, plan9.ORDWR)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	defer f.Close()
+	if _, err := f.Write(req); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	b, err := io.ReadAll(f)
+	return b, ctxErr(ctx, err)
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// Call runs one call and returns its result.
+func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*Result, error) {
+	req, err := json.Marshal(CallRequest{Tool: tool, Args: args})
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.RdWr(ctx, "call", req)
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("toolsrv: bad result: %w", err)
+	}
+	return &res, nil
+}
+
+// Close stops the child, which kills its processes, and waits for it.
+func (c *Child) Close() error {
+	c.stdin.Close()
+	var err error
+	select {
+	case err = <-c.done:
+	case <-time.After(10 * time.Second):
+		c.cmd.Process.Kill()
+		err = <-c.done
+	}
+	os.RemoveAll(c.dir)
+	return err
+}
+
+func child() error {
+	f := os.NewFile(3, "toolsrv-config")
+	if f == nil {
+		return errors.New("no configuration pipe: toolsrv is started by olliesrv")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("reading configuration: %w", err)
+	}
+	var cfg childConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("bad configuration: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("session", cfg.SessionID)
+
+	reg := Load(cfg.ToolsPath, LocalHost{})
+	for _, err := range reg.Errors() {
+		log.Warn("toolsrv: tool not loaded", "err", err)
+	}
+	session := NewSession(reg)
+	names := cfg.Tools
+	if names == nil {
+		for _, t := range reg.Tools() {
+			names = append(names, t.Name)
+		}
+	}
+	for _, name := range names {
+		if err := session.Load(name); err != nil {
+			log.Warn("toolsrv: cannot load", "tool", name, "err", err)
+		}
+	}
+	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
+		ElevateSocket: cfg.ElevateSocket, SessionID: cfg.SessionID}
+	procs := &Procs{Runner: runner}
+	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {
+		var b strings.Builder
+		for _, e := range session.Registry().Explain() {
+			b.WriteString(e.String() + "\n")
+		}
+		return b.String()
+	}}
+	tree, err := srv.Tree()
+	if err != nil {
+		return err
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(cfg.Socket, 0600); err != nil {
+		return err
+	}
+	nsrv := &ns.Server{Tree: tree, CheckAttach: CheckSecret(cfg.Secret), Log: log}
+	go nsrv.ServeUnix(l)
+	fmt.Println("ready")
+
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin) // returns when the parent closes it or dies
+		close(stop)
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case <-stop:
+			running = false
+		case <-sig:
+			running = false
+		case <-tick.C:
+			procs.Collect()
+		}
+	}
+	procs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nsrv.Shutdown(ctx)
+	return nil
+}

@@ -1,0 +1,224 @@
+package toolsrv
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"9fans.net/go/plan9"
+	"9fans.net/go/plan9/client"
+)
+
+// testParentEnv makes the test binary a parent that spawns a toolsrv,
+// reports the child's pid and socket, and waits to be killed.
+const testParentEnv = "OLLIE_TEST_TOOLSRV_PARENT"
+
+func testParent() {
+	var cfg SpawnConfig
+	json.Unmarshal([]byte(os.Getenv(testParentEnv)), &cfg)
+	c, err := Spawn(context.Background(), cfg)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println(c.cmd.Process.Pid, c.Socket)
+	select {}
+}
+
+func spawnChild(t *testing.T, tools map[string][2]string) (*Child, *Runner) {
+	t.Helper()
+	r, _ := runner(t, tools)
+	os.Setenv("OLLIE_DATA", "../data") // the child finds data/sandbox there
+	t.Cleanup(func() { os.Unsetenv("OLLIE_DATA") })
+	c, err := Spawn(context.Background(), SpawnConfig{Cwd: r.Cwd, SessionID: "s1", ToolsPath: r.ToolsPath, Stderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, r
+}
+
+func TestChild(t *testing.T) {
+	c, r := spawnChild(t, map[string][2]string{
+		"echo":   {echoMeta, "#!/bin/sh\ncat\n"},
+		"ticker": {`{"description": "Tick."}`, "#!/bin/sh\nwhile true; do echo tick; sleep 0.05; done\n"},
+	})
+	ctx := context.Background()
+
+	res, err := c.Call(ctx, "echo", json.RawMessage(`{"text": "over 9P"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed || !strings.Contains(res.Output, "over 9P") || res.Sandbox != "default" {
+		t.Fatalf("call: %+v", res)
+	}
+	res, err = c.Call(ctx, "echo", json.RawMessage(`{}`))
+	if err != nil || !res.Failed || !strings.Contains(res.Output, "text") {
+		t.Fatalf("invalid call: %+v %v", res, err)
+	}
+	tools, err := c.ReadFile(ctx, "tools")
+	if err != nil || string(tools) != "echo\tEcho the arguments.\nticker\tTick.\n" {
+		t.Fatalf("tools = %q %v", tools, err)
+	}
+	var decls []FunctionDecl
+	b, _ := c.ReadFile(ctx, "schema")
+	if err := json.Unmarshal(b, &decls); err != nil || len(decls) != 2 || !strings.Contains(string(decls[0].Parameters), `"background"`) {
+		t.Fatalf("schema: %v %s", err, b)
+	}
+
+	// tool_unload changes the revision; revwait sees it.
+	rev, _ := c.ReadFile(ctx, "revision")
+	waited := make(chan string, 1)
+	go func() {
+		b, _ := c.ReadFile(ctx, "revwait")
+		waited <- string(b)
+	}()
+	time.Sleep(100 * time.Millisecond) // let the wait begin; the check below fails if it missed the change
+	if _, err := c.RdWr(ctx, "ctl", []byte("unload ticker")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-waited:
+		if got == string(rev) {
+			t.Errorf("revwait returned the old revision %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("revwait did not return after unload")
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("load ticker")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("fly")); err == nil || !strings.Contains(err.Error(), "valid: help, load NAME") {
+		t.Errorf("bad ctl: %v", err)
+	}
+
+	// A background process, through the namespace.
+	id, err := c.RdWr(ctx, "proc/new.bg", []byte(`{"tool": "ticker", "args": {}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(id))
+	if status, _ := c.ReadFile(ctx, "proc/"+pid+"/status"); string(status) != "running\n" {
+		t.Errorf("status = %q", status)
+	}
+	// The first read of out blocks until the process has written.
+	fsys, done, err := c.attach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fsys.Open("proc/"+pid+"/out", plan9.OREAD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 100)
+	if n, err := f.Read(first); err != nil || !strings.HasPrefix(string(first[:n]), "tick\n") {
+		t.Fatalf("first read of out: %q %v", first[:n], err)
+	}
+	done()
+	if _, err := c.RdWr(ctx, "proc/"+pid+"/ctl", []byte("kill")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.ReadFile(ctx, "proc/"+pid+"/out") // ends: the process was killed
+	if err != nil || !strings.Contains(string(out), "tick\n") || !strings.HasSuffix(string(out), "[ticker 1: killed by kill]\n") {
+		t.Fatalf("out = %q %v", out, err)
+	}
+	if _, err := c.RdWr(ctx, "proc/"+pid+"/ctl", []byte("dismiss")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadFile(ctx, "proc/"+pid+"/status"); err == nil {
+		t.Error("dismissed process still there")
+	}
+
+	// A cancelled call kills the tool.
+	_ = r
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Call(cctx, "ticker", nil); err == nil {
+		t.Error("a cancelled call returned no error")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Error("cancel did not end the call promptly")
+	}
+}
+
+// TestChildSecret checks that only the holder of the spawn secret gets in.
+func TestChildSecret(t *testing.T) {
+	c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
+	fi, err := os.Stat(filepath.Dir(c.Socket))
+	if err != nil || fi.Mode().Perm() != 0700 {
+		t.Fatalf("socket dir mode %v %v", fi.Mode().Perm(), err)
+	}
+	for _, aname := range []string{"", "guess", c.secret[:len(c.secret)-1]} {
+		nc, err := net.Dial("unix", c.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := client.NewConn(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Attach(nil, "agent", aname); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Errorf("attach with aname %q: %v", aname, err)
+		}
+		conn.Close()
+	}
+	// The secret is in neither argv nor the environment of the child.
+	for _, f := range []string{"cmdline", "environ"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", c.cmd.Process.Pid, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), c.secret) {
+			t.Errorf("the secret is in the child's %s", f)
+		}
+	}
+}
+
+// TestChildDiesWithParent kills the parent outright and checks that the
+// toolsrv and its background process go too.
+func TestChildDiesWithParent(t *testing.T) {
+	r, _ := runner(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
+	cfg, _ := json.Marshal(SpawnConfig{Cwd: r.Cwd, ToolsPath: r.ToolsPath})
+	parent := exec.Command(os.Args[0])
+	parent.Env = append(os.Environ(), testParentEnv+"="+string(cfg), "OLLIE_DATA=../data")
+	stdout, _ := parent.StdoutPipe()
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var childPid int
+	var sock string
+	if _, err := fmt.Sscan(line, &childPid, &sock); err != nil {
+		t.Fatalf("parent said %q", line)
+	}
+	if err := syscall.Kill(childPid, 0); err != nil {
+		t.Fatalf("child %d not running: %v", childPid, err)
+	}
+	parent.Process.Kill()
+	parent.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(childPid) + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("toolsrv %d outlived its parent", childPid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
