@@ -136,7 +136,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 
 	host, _ := os.Hostname()
 	bus := &ns.Bus{}
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill}
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()
@@ -180,6 +180,7 @@ func (d *daemon) closeListeners() {
 // flight, removes the socket and releases the lock.
 func (d *daemon) Shutdown(ctx context.Context) error {
 	err := d.srv.Shutdown(ctx)
+	d.ns.tools.closeAll()
 	d.closeListeners() // removes the socket file
 	d.serving.Wait()
 	d.lock.Close()

@@ -44,11 +44,11 @@ func binaries(t *testing.T) (olliesrv, ollie string) {
 
 // startBinary starts the real olliesrv in namespace dir and waits for its
 // socket.
-func startBinary(t *testing.T, dir string) (*exec.Cmd, *bytes.Buffer) {
+func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	srv, _ := binaries(t)
 	cmd := exec.Command(srv)
-	cmd.Env = append(os.Environ(), "NAMESPACE="+dir)
+	cmd.Env = append(append(os.Environ(), "NAMESPACE="+dir), env...)
 	var log bytes.Buffer
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
@@ -157,5 +157,47 @@ func TestBinaryLifecycle(t *testing.T) {
 	out, code = runBinary(t, dir, "", "ls", "/")
 	if code != 3 {
 		t.Errorf("ollie with no server: exit %d %q, want 3", code, out)
+	}
+}
+
+// TestBinarySessionTools checks that a session gets its own toolsrv child,
+// reports how tools are sandboxed, and loses the child when killed.
+func TestBinarySessionTools(t *testing.T) {
+	dir := shortTempDir(t)
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo."}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\ncat\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	startBinary(t, dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
+
+	if out, code := runBinary(t, dir, "name=t cwd=/tmp", "rdwr", "session/new"); code != 0 {
+		t.Fatalf("session/new: %d %q", code, out)
+	}
+	out, code := runBinary(t, dir, "", "read", "session/t/tools")
+	if code != 0 || out != "echo\tEcho.\n" {
+		t.Fatalf("session tools = %d %q", code, out)
+	}
+	env, _ := runBinary(t, dir, "", "read", "session/t/env")
+	if !strings.Contains(env, "OLLIE_SANDBOX=sandboxed (Landlock ABI ") || !strings.Contains(env, "profile "+data+"/sandbox/default.yaml\n") {
+		t.Errorf("env does not say how tools are sandboxed:\n%s", env)
+	}
+	children := func() []string {
+		out, _ := exec.Command("pgrep", "-f", "__ollie_toolsrv").Output()
+		return strings.Fields(string(out))
+	}
+	before := children()
+	if len(before) == 0 {
+		t.Fatal("no toolsrv child is running")
+	}
+	if out, code := runBinary(t, dir, "kill", "rdwr", "session/t/ctl"); code != 0 {
+		t.Fatalf("kill: %d %q", code, out)
+	}
+	for _, pid := range before {
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+			if !strings.Contains(string(stat), ") Z ") {
+				t.Errorf("toolsrv %s still running after session kill", pid)
+			}
+		}
 	}
 }

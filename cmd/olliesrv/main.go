@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -23,6 +24,9 @@ func main() {
 	// run before anything else starts threads or reads arguments.
 	if sandbox.IsHelper() {
 		sandbox.HelperMain()
+	}
+	if toolsrv.IsChild() {
+		toolsrv.ChildMain()
 	}
 	if filepath.Base(os.Args[0]) == "ollie" {
 		os.Exit(ollieMain(os.Args[1:]))

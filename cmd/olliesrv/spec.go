@@ -14,6 +14,7 @@ import (
 
 // namespace is the state the root namespace serves.
 type namespace struct {
+	tools    *toolServers
 	bus      *ns.Bus
 	sessions *agent.Sessions
 	host     string
@@ -41,6 +42,7 @@ func (n *namespace) spec() *ns.Node {
 				ns.ReadFile("env", 0444, "Session environment and runtime variables.", n.sessionRead(n.sessionEnv)),
 				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
 				ns.RdWrFile("ctl", 0660, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
+				ns.ReadFile("tools", 0444, "Tools loaded in the session's toolsrv: name<TAB>description.", n.sessionTools),
 			),
 		),
 	)
@@ -194,8 +196,8 @@ func sessionName(s *agent.Session) string   { return s.Name() + "\n" }
 func sessionPaused(s *agent.Session) string { return fmt.Sprintln(s.Paused()) }
 
 func (n *namespace) sessionEnv(s *agent.Session) string {
-	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\n",
-		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, version, s.Created.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\nOLLIE_SANDBOX=%s\n",
+		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, version, s.Created.UTC().Format(time.RFC3339), sandboxStatus(s.Cwd()))
 }
 
 func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) error {
@@ -223,6 +225,7 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return []byte(strings.Join(sessionCommands, "\n") + "\n"), nil
 	case "kill":
 		err = n.sessions.Kill(s.ID)
+		n.tools.stop(s.ID)
 	case "pause":
 		err = n.sessions.SetPaused(s.ID, true)
 	case "resume":
@@ -237,4 +240,16 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return nil, err
 	}
 	return []byte("ok\n"), nil
+}
+
+func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	child, err := n.tools.get(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	return child.ReadFile(ctx, "tools")
 }

@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
+	"ollie/agent"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 )
@@ -41,30 +44,30 @@ func toolsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // sandboxStatus describes, loudly when it matters, how tools are confined
 // on this host under the default profile.
-func sandboxStatus() string {
+func sandboxStatus(cwd string) string {
 	prof, err := sandbox.DefaultProfiles().Load("default")
 	if err != nil {
-		return "sandbox: " + err.Error()
+		return "TOOLS WILL NOT RUN: " + err.Error()
 	}
-	cwd, _ := os.Getwd()
 	p, err := prof.Resolve(sandbox.Vars{CWD: cwd})
 	if err != nil {
-		return "sandbox: " + err.Error()
+		return "TOOLS WILL NOT RUN: " + err.Error()
 	}
 	if err := p.Check(); err != nil {
-		return "sandbox: TOOLS WILL NOT RUN: " + err.Error()
+		return "TOOLS WILL NOT RUN: " + err.Error()
 	}
 	e := p.Enforcement()
 	if e.Level != sandbox.Full {
-		return "sandbox: WARNING: TOOLS RUN " + strings.ToUpper(e.Level.String()) + ": " + e.String()
+		return "WARNING: TOOLS RUN " + strings.ToUpper(e.Level.String()) + ": " + e.String()
 	}
-	return "sandbox: " + e.String() + ", profile " + p.File
+	return e.String() + ", profile " + p.File
 }
 
 func toolsList(w io.Writer) int {
 	path := toolsrv.ToolsPath()
 	reg := toolsrv.Load(path, toolsrv.LocalHost{})
-	fmt.Fprintf(w, "tools path: %s\n%s\n\n", strings.Join(path, ":"), sandboxStatus())
+	cwd, _ := os.Getwd()
+	fmt.Fprintf(w, "tools path: %s\nsandbox: %s\n\n", strings.Join(path, ":"), sandboxStatus(cwd))
 	for _, e := range reg.Explain() {
 		fmt.Fprintln(w, e.String())
 	}
@@ -146,4 +149,56 @@ func isTerminal(r io.Reader) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// toolServers holds each session's toolsrv child, started on first use.
+type toolServers struct {
+	mu       sync.Mutex
+	children map[string]*toolsrv.Child
+	closed   bool
+}
+
+func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Child, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return nil, errors.New("olliesrv is shutting down")
+	}
+	if c := ts.children[s.ID]; c != nil {
+		return c, nil
+	}
+	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	if ts.children == nil {
+		ts.children = map[string]*toolsrv.Child{}
+	}
+	ts.children[s.ID] = c
+	return c, nil
+}
+
+// stop ends a session's toolsrv, which kills its processes.
+func (ts *toolServers) stop(id string) {
+	ts.mu.Lock()
+	c := ts.children[id]
+	delete(ts.children, id)
+	ts.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// closeAll ends every toolsrv, for shutdown.
+func (ts *toolServers) closeAll() {
+	ts.mu.Lock()
+	ts.closed = true
+	ids := make([]string, 0, len(ts.children))
+	for id := range ts.children {
+		ids = append(ids, id)
+	}
+	ts.mu.Unlock()
+	for _, id := range ids {
+		ts.stop(id)
+	}
 }
