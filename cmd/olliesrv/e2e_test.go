@@ -167,6 +167,7 @@ func TestBinarySessionTools(t *testing.T) {
 	tools := t.TempDir()
 	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo."}`), 0644)
 	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\ncat\n"), 0755)
+	os.WriteFile(filepath.Join(tools, "broken.meta"), []byte(`{"description": "Broken.", "colour": "red"}`), 0644)
 	data, _ := filepath.Abs("../../data")
 	startBinary(t, dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
 
@@ -176,6 +177,12 @@ func TestBinarySessionTools(t *testing.T) {
 	out, code := runBinary(t, dir, "", "read", "session/t/tools")
 	if code != 0 || out != "echo\tEcho.\n" {
 		t.Fatalf("session tools = %d %q", code, out)
+	}
+	if out, _ := runBinary(t, dir, "", "read", "tools"); out != "echo\tEcho.\n" {
+		t.Errorf("host tools = %q", out)
+	}
+	if out, _ := runBinary(t, dir, "", "read", "toolerrors"); !strings.Contains(out, "broken.meta") || !strings.Contains(out, "colour") {
+		t.Errorf("toolerrors = %q", out)
 	}
 	env, _ := runBinary(t, dir, "", "read", "session/t/env")
 	if !strings.Contains(env, "OLLIE_SANDBOX=sandboxed (Landlock ABI ") || !strings.Contains(env, "profile "+data+"/sandbox/default.yaml\n") {

@@ -10,6 +10,7 @@ import (
 
 	"ollie/agent"
 	"ollie/ns"
+	"ollie/toolsrv"
 )
 
 // namespace is the state the root namespace serves.
@@ -28,6 +29,8 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
+		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
 		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
 		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
 		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
@@ -252,4 +255,21 @@ func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error
 		return nil, fmt.Errorf("%s: %w", c.Path(), err)
 	}
 	return child.ReadFile(ctx, "tools")
+}
+
+func (n *namespace) hostTools(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, t := range toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{}).Tools() {
+		fmt.Fprintf(&b, "%s\t%s\n", t.Name, t.Description)
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) toolErrors(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	reg := toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{})
+	for _, err := range append(reg.Errors(), reg.Warnings()...) {
+		fmt.Fprintf(&b, "%v\n", err)
+	}
+	return []byte(b.String()), nil
 }
