@@ -42,7 +42,7 @@ func IsInterrupted(err error) bool { return errors.Is(err, ErrInterrupted) }
 // answered (Rerror), as opposed to a failure to reach it.
 func IsServerError(err error) bool {
 	var e p9.Error
-	return errors.As(err, &e)
+	return errors.As(err, &e) && e != errLost
 }
 
 // A DialError reports that no namespace could be reached at Addr.

@@ -484,6 +484,40 @@ func TestLostConnection(t *testing.T) {
 	}
 }
 
+// When the connection dies, every call waiting on it returns, and later
+// calls fail at once.
+func TestConnectionDies(t *testing.T) {
+	f := newFixture(t)
+	cside, sside := net.Pipe()
+	go f.srv.ServeConn(sside, true)
+	c, err := NewConn(cside, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	errc := make(chan error, 3)
+	var outs [2]syncBuffer
+	for i := range outs {
+		go func() { errc <- c.Follow(ctx, "stream", &outs[i]) }()
+	}
+	go func() { _, err := c.RdWr(ctx, "slow", nil); errc <- err }()
+	<-f.slowStarted
+	for i := range outs {
+		waitFor(t, "a blocked Follow", func() bool { return outs[i].String() == "start\n" })
+	}
+	sside.Close()
+	for range 3 {
+		err := wait(t, "a call on a dead connection", errc)
+		if !errors.Is(err, ErrConnLost) || IsServerError(err) {
+			t.Errorf("call on a dead connection: %v, want ErrConnLost", err)
+		}
+	}
+	if _, err := c.ReadAll(ctx, "hello"); !errors.Is(err, ErrConnLost) {
+		t.Errorf("ReadAll on a dead connection: %v", err)
+	}
+}
+
 func TestSplitAddr(t *testing.T) {
 	t.Setenv("NAMESPACE", "/tmp/nsdir")
 	for _, tc := range []struct{ in, network, addr string }{

@@ -32,6 +32,9 @@ func (c *Conn) pathError(op, name string, err error) error {
 		return nil
 	}
 	if !IsServerError(err) {
+		if errors.Is(err, errLost) {
+			err = c.w.failed()
+		}
 		err = fmt.Errorf("%w (%s): %w", ErrConnLost, c.addr, err)
 	}
 	return &fs.PathError{Op: op, Path: name, Err: err}

@@ -8,38 +8,54 @@ import (
 	"sync"
 
 	"9fans.net/go/plan9"
+	p9 "9fans.net/go/plan9/client"
 )
 
 // wire sits between the 9fans client and the connection and adds what that
-// client lacks: Tflush. The 9fans client writes exactly one whole message
-// per Write call (plan9.WriteFcall) and allocates tags from 1 upward, so
-// wire can see every request it sends, and can inject flushes of its own
-// under tags taken from the top of the tag space.
+// client lacks: Tflush, and answers for every request when the connection
+// fails. The 9fans client writes exactly one whole message per Write call
+// (plan9.WriteFcall) and allocates tags from 1 upward, so wire sees every
+// request it sends and can inject flushes of its own under tags taken from
+// the top of the tag space.
 //
 // On the read side, wire hands the client only replies it knows: the
 // replies to injected flushes are swallowed (the 9fans muxer would block
 // forever on a tag it did not allocate), and the reply to a flushed
 // request is held until its Rflush arrives, so that the client cannot
 // reuse the tag while the server may still act on the flush.
+//
+// The 9fans client has one waiting caller at a time read for all of them.
+// When that read fails only that caller returns, and when a write fails
+// the caller's tag stays behind and may be handed the job of reading: in
+// both cases the other callers would wait forever. So wire never fails a
+// write it has accepted: a failed write closes the connection, and once
+// reading fails wire answers every request still outstanding with errLost
+// before it returns the error.
 type wire struct {
 	rwc io.ReadWriteCloser
 
 	wmu sync.Mutex // serialises whole frames onto rwc
 
-	mu      sync.Mutex
-	msize   uint32            // asked for in Tversion, then as negotiated: no reply is longer
-	out     map[uint16]uint8  // the client's requests awaiting a reply: tag → type
-	flushes map[uint16]uint16 // injected Tflush tags awaiting a reply → the tag flushed
-	flushed map[uint16]bool   // tags of requests with a Tflush in flight
-	held    map[uint16][]byte // replies to flushed requests, held until their Rflush
-	sticky  int               // while > 0, each interruptible request is flushed as it is sent
-	next    uint16            // where the search for a free flush tag starts
+	mu       sync.Mutex
+	msize    uint32            // asked for in Tversion, then as negotiated: no reply is longer
+	out      map[uint16]uint8  // the client's requests awaiting a reply: tag → type
+	flushes  map[uint16]uint16 // injected Tflush tags awaiting a reply → the tag flushed
+	flushed  map[uint16]bool   // tags of requests with a Tflush in flight
+	held     map[uint16][]byte // replies to flushed requests, held until their Rflush
+	sticky   int               // while > 0, each interruptible request is flushed as it is sent
+	next     uint16            // where the search for a free flush tag starts
+	err      error             // why the connection failed, once it has
+	readDone bool              // Read has returned err: nothing more will be read
 
 	rmu   sync.Mutex // the read side: the client reads from one goroutine at a time, not always the same
 	rd    *bufio.Reader
 	frame []byte   // the rest of the reply being handed to the client
 	ready [][]byte // replies released for the client, in order
 }
+
+// errLost answers, on the client's behalf, the requests outstanding when
+// the connection fails.
+const errLost = p9.Error("ns/client: connection lost")
 
 func newWire(rwc io.ReadWriteCloser) *wire {
 	return &wire{
@@ -76,6 +92,13 @@ func (w *wire) Write(p []byte) (int, error) {
 	defer w.wmu.Unlock()
 	var flush []byte
 	w.mu.Lock()
+	if w.readDone {
+		// Nothing will read the reply, and no caller waits for another:
+		// failing is safe now.
+		err := w.err
+		w.mu.Unlock()
+		return 0, err
+	}
 	if typ == plan9.Tversion && len(p) >= 11 {
 		w.msize = binary.LittleEndian.Uint32(p[7:11])
 	}
@@ -90,15 +113,20 @@ func (w *wire) Write(p []byte) (int, error) {
 		}
 	}
 	w.mu.Unlock()
-	n, err := w.rwc.Write(p)
-	if err != nil {
-		return n, err
-	}
+	w.send(p)
 	if flush != nil {
-		// An error here surfaces on the next read or write.
-		w.rwc.Write(flush)
+		w.send(flush)
 	}
-	return n, nil
+	return len(p), nil
+}
+
+// send writes one frame. A failure ends the connection, so that reading
+// fails too and answers the requests outstanding.
+func (w *wire) send(f []byte) {
+	if _, err := w.rwc.Write(f); err != nil {
+		w.fail(err)
+		w.rwc.Close()
+	}
 }
 
 // interrupt flushes every interruptible request awaiting a reply, and
@@ -110,7 +138,7 @@ func (w *wire) interrupt(stick int) {
 	w.mu.Lock()
 	w.sticky += stick
 	var frames [][]byte
-	if stick >= 0 {
+	if stick >= 0 && w.err == nil {
 		for tag, typ := range w.out {
 			if interruptible(typ) && !w.flushed[tag] {
 				if f := w.flushLocked(tag); f != nil {
@@ -121,9 +149,7 @@ func (w *wire) interrupt(stick int) {
 	}
 	w.mu.Unlock()
 	for _, f := range frames {
-		if _, err := w.rwc.Write(f); err != nil {
-			return
-		}
+		w.send(f)
 	}
 }
 
@@ -167,15 +193,63 @@ func (w *wire) Read(p []byte) (int, error) {
 			w.frame, w.ready = w.ready[0], w.ready[1:]
 			continue
 		}
-		f, err := w.readFrame()
-		if err != nil {
+		if w.failed() == nil {
+			f, err := w.readFrame()
+			if err == nil {
+				w.ready = append(w.ready, w.admit(f)...)
+				continue
+			}
+			w.fail(err)
+		}
+		var err error
+		if w.ready, err = w.orphans(); err != nil {
 			return 0, err
 		}
-		w.ready = append(w.ready, w.admit(f)...)
 	}
 	n := copy(p, w.frame)
 	w.frame = w.frame[n:]
 	return n, nil
+}
+
+func (w *wire) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+// failed returns why the connection failed, or nil.
+func (w *wire) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// orphans returns, once the connection has failed, an answer for every
+// request still waiting: the replies held for flushes, and errLost for the
+// rest. When none is waiting it returns the failure instead, and from
+// then on Write refuses requests.
+func (w *wire) orphans() ([][]byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var rs [][]byte
+	for _, r := range w.held {
+		rs = append(rs, r)
+	}
+	for tag := range w.out {
+		r, _ := (&plan9.Fcall{Type: plan9.Rerror, Tag: tag, Ename: string(errLost)}).Bytes()
+		rs = append(rs, r)
+	}
+	clear(w.out)
+	clear(w.held)
+	clear(w.flushes)
+	clear(w.flushed)
+	if len(rs) == 0 {
+		w.readDone = true
+		return nil, w.err
+	}
+	return rs, nil
 }
 
 func (w *wire) readFrame() ([]byte, error) {
