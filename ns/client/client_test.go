@@ -488,8 +488,26 @@ func TestLostConnection(t *testing.T) {
 // calls fail at once.
 func TestConnectionDies(t *testing.T) {
 	f := newFixture(t)
-	cside, sside := net.Pipe()
-	go f.srv.ServeConn(sside, true)
+	// A socket pair, not net.Pipe: a synchronous pipe deadlocks a client
+	// and a server that each write before they read.
+	l, err := net.Listen("unix", f.sock+".pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		sc, err := l.Accept()
+		if err == nil {
+			accepted <- sc
+			f.srv.ServeConn(sc, true)
+		}
+	}()
+	cside, err := net.Dial("unix", f.sock+".pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sside := <-accepted
 	c, err := NewConn(cside, "")
 	if err != nil {
 		t.Fatal(err)
