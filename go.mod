@@ -12,7 +12,7 @@ require (
 )
 
 require (
-	github.com/chzyer/readline v1.5.1 // indirect
-	github.com/creack/pty v1.1.24 // indirect
+	github.com/chzyer/readline v1.5.1
+	github.com/creack/pty v1.1.24
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

@@ -163,6 +163,7 @@ func TestOllieCommands(t *testing.T) {
 		{args: []string{"read", "nope"}, errText: "ollie: /nope: nope: file does not exist\n", status: 1},
 		{args: []string{"write", "hello"}, errText: "ollie: /hello: hello: file is read-only\n", status: 1},
 		{args: []string{"read", "echo"}, errText: "ollie: /echo: echo: request file", status: 1},
+		{args: []string{"read", "session"}, errText: "ollie: /session: is a directory\n", status: 1},
 
 		{args: []string{"read"}, errText: "usage: ollie read PATH", status: 2},
 		{args: []string{"stat", "a", "b"}, errText: "usage: ollie stat PATH", status: 2},

@@ -17,6 +17,9 @@ import (
 // after it was made: the server went away or broke the protocol.
 var ErrConnLost = errors.New("connection to olliesrv lost")
 
+// ErrIsDir is the error of reading a directory as a file; list it with Ls.
+var ErrIsDir = errors.New("is a directory")
+
 // readSize is the most one read asks for; the 9fans client lowers it to
 // the negotiated msize less the header.
 const readSize = 128 << 10
@@ -102,6 +105,9 @@ func (c *Conn) ReadAll(ctx context.Context, name string) ([]byte, error) {
 func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
 	name = Clean(name)
 	return c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
+		if fid.Qid().Type&plan9.QTDIR != 0 {
+			return &fs.PathError{Op: "read", Path: name, Err: ErrIsDir}
+		}
 		return c.copyOut(name, fid, w)
 	})
 }
