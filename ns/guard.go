@@ -24,6 +24,10 @@ type guard struct {
 
 	frame []byte // the current frame, being handed to srv9p
 
+	// mu guards the counters the reader consults; wmu serialises writes,
+	// and is never held by the reader, so a reply stuck on a slow client
+	// does not stop requests (a Tflush, say) from being read.
+	mu          sync.Mutex
 	wmu         sync.Mutex
 	msize       uint32 // negotiated (maxMsize until Tversion)
 	outstanding int
@@ -69,9 +73,9 @@ func (g *guard) next() ([]byte, error) {
 			return nil, err
 		}
 		typ, tag := hdr[4], binary.LittleEndian.Uint16(hdr[5:7])
-		g.wmu.Lock()
+		g.mu.Lock()
 		msize := g.msize
-		g.wmu.Unlock()
+		g.mu.Unlock()
 		if size > msize {
 			// The rest of the stream cannot be trusted to resynchronise
 			// cheaply: answer, then end the connection.
@@ -91,22 +95,22 @@ func (g *guard) next() ([]byte, error) {
 			}
 			// srv9p only ever lowers msize (its Rversion answers the
 			// smaller of the two), so a later Tversion cannot raise it here.
-			g.wmu.Lock()
+			g.mu.Lock()
 			g.msize = min(want, g.msize)
-			g.wmu.Unlock()
+			g.mu.Unlock()
 		}
-		g.wmu.Lock()
+		g.mu.Lock()
 		limit := g.maxOut
 		if typ == plan9.Tflush {
 			limit *= 2 // a client must always be able to flush what it has sent
 		}
 		if g.outstanding >= limit {
-			g.wmu.Unlock()
+			g.mu.Unlock()
 			g.reply(tag, fmt.Sprintf("too many outstanding requests (limit %d)", g.maxOut))
 			continue
 		}
 		g.outstanding++
-		g.wmu.Unlock()
+		g.mu.Unlock()
 		if g.onRequest != nil {
 			g.onRequest()
 		}
@@ -128,11 +132,13 @@ func (g *guard) reply(tag uint16, msg string) {
 
 // Write sends one reply from srv9p.
 func (g *guard) Write(p []byte) (int, error) {
-	g.wmu.Lock()
-	defer g.wmu.Unlock()
+	g.mu.Lock()
 	if g.outstanding > 0 {
 		g.outstanding--
 	}
+	g.mu.Unlock()
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
 	return g.conn.Write(p)
 }
 
@@ -140,14 +146,14 @@ func (g *guard) Close() error { return g.conn.Close() }
 
 // pending returns the number of requests admitted and not yet answered.
 func (g *guard) pending() int {
-	g.wmu.Lock()
-	defer g.wmu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	return g.outstanding
 }
 
 // msizeNow returns the negotiated msize.
 func (g *guard) msizeNow() uint32 {
-	g.wmu.Lock()
-	defer g.wmu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	return g.msize
 }
