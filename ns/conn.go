@@ -111,6 +111,9 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 		}
 		if *errp != nil && ctx.Err() != nil {
 			*errp = errInterrupted
+			if errors.Is(context.Cause(ctx), ErrServerClosed) {
+				*errp = errShuttingDown
+			}
 		}
 		if *errp != nil {
 			*errp = fitError(*errp, c.guard.msizeNow())

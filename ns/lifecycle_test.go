@@ -47,8 +47,8 @@ func TestShutdown(t *testing.T) {
 		f := r.recv()
 		got[f.Tag] = f.Ename
 	}
-	if got[10] != "interrupted" || got[11] != "interrupted" {
-		t.Errorf("blocked reads answered %v, want Rerror interrupted for both", got)
+	if want := "interrupted: server shutting down"; got[10] != want || got[11] != want {
+		t.Errorf("blocked reads answered %v, want Rerror %q for both", got, want)
 	}
 	r.expectClosed()
 	if n := srv.Conns(); n != 0 {

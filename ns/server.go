@@ -27,6 +27,10 @@ var ErrServerClosed = errors.New("ns: server closed")
 // or server ending.
 var errInterrupted = errors.New("interrupted")
 
+// errShuttingDown answers a request cut short by Shutdown, so that a client
+// can tell it from its own flush.
+var errShuttingDown = errors.New("interrupted: server shutting down")
+
 // A Server serves a Tree over any number of connections.
 //
 // The zero value of each limit means its default. A connection accepted by
