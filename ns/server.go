@@ -33,11 +33,13 @@ var errShuttingDown = errors.New("interrupted: server shutting down")
 
 // A Server serves a Tree over any number of connections.
 //
-// The zero value of each limit means its default. A connection accepted by
-// ServeUnix is trusted: its peer was checked to be the server's own OS user
-// or root, and the admin principal (uname "" or "admin") bypasses
-// permission checks there. Everything else is untrusted: there "" and
-// "admin" attach as "none".
+// The zero value of each limit means its default. ServeUnix admits only
+// peers running as the server's own OS user or root; such a connection is
+// trusted, and the admin principal (uname "" or "admin") bypasses
+// permission checks there, unless the peer runs with no_new_privs: every
+// sandboxed tool does (Landlock requires it), and a tool must reach the
+// namespace as its agent, never as the admin. Everything else is
+// untrusted: there "" and "admin" attach as "none".
 type Server struct {
 	Tree *Tree
 
@@ -133,8 +135,9 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 			return err
 		}
 		delay = 0
+		trusted := false
 		if unix {
-			if err := checkPeer(nc); err != nil {
+			if trusted, err = checkPeer(nc); err != nil {
 				s.Log.Warn("ns: refused connection", "err", err)
 				nc.Close()
 				continue
@@ -152,7 +155,7 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.ServeConn(nc, unix)
+			s.ServeConn(nc, trusted)
 		}()
 	}
 }
