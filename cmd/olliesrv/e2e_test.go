@@ -214,19 +214,16 @@ func TestBinarySessionTools(t *testing.T) {
 // sandboxed process has no_new_privs, and such peers are not trusted.
 func TestSandboxedToolIsNotAdmin(t *testing.T) {
 	dir := shortTempDir(t)
-	srv, _ := binaries(t)
+	srv, ollie := binaries(t)
 	startBinary(t, dir)
 	sock := filepath.Join(dir, "ollie")
 	os.Chmod(dir, 0755) // the tool may not read it; Landlock does not stop connect before ABI 9
 
 	tools := t.TempDir()
-	bin, err := os.ReadFile(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(tools, "ollie"), bin, 0755) // exec is allowed from the tools dir
+	os.Chmod(filepath.Dir(srv), 0755)
 	os.WriteFile(filepath.Join(tools, "peek.meta"), []byte(`{"description": "Use the namespace as the admin."}`), 0644)
-	script := "#!/bin/sh\necho help | " + filepath.Join(tools, "ollie") + " -a " + sock + " rdwr ctl 2>&1\n"
+	// The ollie beside olliesrv: the default profile lets tools run it.
+	script := "#!/bin/sh\necho help | " + ollie + " -a " + sock + " rdwr ctl 2>&1\n"
 	os.WriteFile(filepath.Join(tools, "peek"), []byte(script), 0755)
 
 	// The same command outside the sandbox is the admin.
@@ -238,7 +235,7 @@ func TestSandboxedToolIsNotAdmin(t *testing.T) {
 	cmd := exec.Command(srv, "tools", "run", "peek", "{}")
 	cmd.Env = append(os.Environ(), "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
 	out, _ = cmd.CombinedOutput()
-	if !strings.Contains(string(out), "permission denied") || strings.Contains(string(out), "invalidate") {
+	if !strings.Contains(string(out), "ctl: permission denied") || strings.Contains(string(out), "invalidate") {
 		t.Fatalf("a sandboxed tool used the namespace as the admin:\n%s", out)
 	}
 }

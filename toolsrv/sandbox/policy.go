@@ -136,6 +136,12 @@ func (v Vars) expand(tmpl string) (vals []string, reason string, err error) {
 		if s = v.getenv(tmpl); !filepath.IsAbs(s) {
 			s = "/run/user/" + strconv.Itoa(os.Getuid())
 		}
+	case "OLLIE_BIN":
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "{OLLIE_BIN}: " + err.Error(), nil
+		}
+		s = filepath.Dir(exe)
 	case "OLLIE_TOOLS_PATH":
 		list := v.ToolsPath
 		if list == nil {

@@ -31,7 +31,8 @@ import (
 // connect, no env passes no variable. A path is absolute or begins with one
 // template: {CWD}, {HOME}, {TMPDIR}, {XDG_CONFIG_HOME}, {XDG_CACHE_HOME},
 // {XDG_DATA_HOME}, {XDG_STATE_HOME}, {XDG_RUNTIME_DIR}, {OLLIE_TOOLS_PATH}
-// (one path per element of the list) or {env:NAME}.
+// (one path per element of the list), {OLLIE_BIN} (the directory of the
+// running olliesrv, where the ollie client is deployed) or {env:NAME}.
 type Profile struct {
 	Name string // the name it was loaded by, e.g. "default"
 	File string // the file it came from
@@ -271,7 +272,7 @@ func parsePorts(items []string) (Ports, error) {
 var templates = []string{
 	"CWD", "HOME", "TMPDIR",
 	"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
-	"OLLIE_TOOLS_PATH", "env:NAME",
+	"OLLIE_TOOLS_PATH", "OLLIE_BIN", "env:NAME",
 }
 
 // splitTemplate splits a profile path into its leading template name (""
