@@ -134,6 +134,9 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", res.Content)
 	} else {
 		io.WriteString(stdout, res.Output)
+		if res.Output != "" && !strings.HasSuffix(res.Output, "\n") {
+			io.WriteString(stdout, "\n")
+		}
 	}
 	fmt.Fprintf(stderr, "[%s: sandbox %s, exit %d, %s]\n", name, res.Sandbox, res.ExitCode, res.Elapsed.Round(1e6))
 	if res.Failed {
