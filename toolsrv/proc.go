@@ -127,10 +127,13 @@ func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (
 			p.reason = fmt.Sprintf("exit status %d", p.exit)
 		}
 		p.lastSeen = ps.now()
+		reason := p.reason
 		p.mu.Unlock()
-		fmt.Fprintf(p.Out, "\n[%s %s: %s]\n", p.Tool, p.ID, p.reason)
-		p.Out.Close()
+		// Done before the trailer: whoever reads the trailer sees the
+		// process as ended.
 		close(p.done)
+		fmt.Fprintf(p.Out, "\n[%s %s: %s]\n", p.Tool, p.ID, reason)
+		p.Out.Close()
 	}()
 	return p, nil
 }
