@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -169,7 +170,7 @@ func TestBinarySessionTools(t *testing.T) {
 	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\ncat\n"), 0755)
 	os.WriteFile(filepath.Join(tools, "broken.meta"), []byte(`{"description": "Broken.", "colour": "red"}`), 0644)
 	data, _ := filepath.Abs("../../data")
-	startBinary(t, dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
+	srv, _ := startBinary(t, dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
 
 	if out, code := runBinary(t, dir, "name=t cwd=/tmp", "rdwr", "session/new"); code != 0 {
 		t.Fatalf("session/new: %d %q", code, out)
@@ -189,7 +190,7 @@ func TestBinarySessionTools(t *testing.T) {
 		t.Errorf("env does not say how tools are sandboxed:\n%s", env)
 	}
 	children := func() []string {
-		out, _ := exec.Command("pgrep", "-f", "__ollie_toolsrv").Output()
+		out, _ := exec.Command("pgrep", "-P", strconv.Itoa(srv.Process.Pid), "-f", "__ollie_toolsrv").Output()
 		return strings.Fields(string(out))
 	}
 	before := children()
