@@ -1,0 +1,107 @@
+// Package backend talks to language models. Every OpenAI-compatible server
+// (OpenAI, OpenRouter, Ollama's /v1, vLLM, llama.cpp) is one Backend,
+// built on github.com/openai/openai-go/v3; the loop sees only this
+// package's types.
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Roles of a Message.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// A Message is one entry of a conversation.
+type Message struct {
+	Role       string     `json:"role"`
+	Content    string     `json:"content,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`   // assistant messages
+	ToolCallID string     `json:"tool_call_id,omitempty"` // tool messages: the call answered
+	Name       string     `json:"name,omitempty"`         // tool messages: the tool's name
+}
+
+// A ToolCall is the model's request to run a tool.
+type ToolCall struct {
+	ID   string          `json:"id"`
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
+}
+
+// A Tool is a function the model may call.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Params tune one request.
+type Params struct {
+	Model       string   // "" means the backend's default model
+	MaxTokens   int      // 0 means the server's default
+	Temperature *float64 // nil means the server's default
+}
+
+// A Delta is a streamed piece of the reply, delivered as it arrives.
+type Delta struct {
+	Text      string
+	Reasoning string
+}
+
+// Usage counts the tokens of one request.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// A Reply is the whole answer to one request.
+type Reply struct {
+	Message      Message  // role assistant: text and/or tool calls
+	FinishReason string   // "stop", "tool_calls", "length", ...
+	Usage        Usage
+	Warnings     []string // e.g. a tool call the model wrote as plain text
+}
+
+// A Backend is one model server.
+type Backend interface {
+	// Name is the backend's name in the backends file (or "openai",
+	// "ollama" when configured from the environment).
+	Name() string
+	// DefaultModel is the model used when Params.Model is empty.
+	DefaultModel() string
+	// Chat streams one completion: onDelta (may be nil) gets text as it
+	// arrives; the Reply holds the whole message. Transient failures
+	// (429, 5xx, connection reset) are retried as documented; a context
+	// overflow returns an error wrapping ErrContextOverflow; every other
+	// failure is an *APIError carrying the server's own message.
+	Chat(ctx context.Context, msgs []Message, tools []Tool, p Params, onDelta func(Delta)) (*Reply, error)
+	// Models lists the models the server offers.
+	Models(ctx context.Context) ([]string, error)
+	// ContextLength is the model's context window in tokens, or 0 if unknown.
+	ContextLength(ctx context.Context, model string) int
+}
+
+// ErrContextOverflow is wrapped by Chat's error when the request does not
+// fit the model's context window.
+var ErrContextOverflow = errors.New("backend: context window exceeded")
+
+// An APIError is a failure reported by the model server, with its message.
+type APIError struct {
+	Backend string
+	Status  int // HTTP status, 0 when the request never got an answer
+	Message string
+}
+
+func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("backend %s: %s", e.Backend, e.Message)
+	}
+	return fmt.Sprintf("backend %s: HTTP %d: %s", e.Backend, e.Status, e.Message)
+}
