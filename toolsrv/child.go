@@ -254,6 +254,19 @@ func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*R
 	return &res, nil
 }
 
+// Decls returns the loaded tools as the model is shown them.
+func (c *Child) Decls(ctx context.Context) ([]FunctionDecl, error) {
+	b, err := c.ReadFile(ctx, "schema")
+	if err != nil {
+		return nil, err
+	}
+	var decls []FunctionDecl
+	if err := json.Unmarshal(b, &decls); err != nil {
+		return nil, fmt.Errorf("toolsrv: bad schema: %w", err)
+	}
+	return decls, nil
+}
+
 // Close stops the child, which kills its processes, and waits for it.
 func (c *Child) Close() error {
 	c.stdin.Close()

@@ -76,17 +76,29 @@ func (s *Server) tools(ctx context.Context, c *ns.Call) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// FunctionDecl is how a tool is shown to a model.
+// FunctionDecl is how a tool is shown to a model, with what the agent loop
+// needs to schedule and keep its calls.
 type FunctionDecl struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	Scope       string          `json:"scope"`              // read, write or global
+	ScopeArg    string          `json:"scopeArg,omitempty"` // for write: the path argument
+	Tier        Tier            `json:"tier"`
+	ReplaySafe  bool            `json:"replaySafe,omitempty"`
+}
+
+// CallScope is the scope of a call of the declared tool with args.
+func (d FunctionDecl) CallScope(args json.RawMessage, cwd string) Scope {
+	kind, _ := parseScopeKind(d.Scope)
+	return (&Tool{ScopeKind: kind, ScopeArg: d.ScopeArg}).Scope(args, cwd)
 }
 
 func (s *Server) schema(ctx context.Context, c *ns.Call) ([]byte, error) {
 	decls := []FunctionDecl{}
 	for _, t := range s.Runner.Tools.Tools() {
-		decls = append(decls, FunctionDecl{Name: t.Name, Description: t.Description, Parameters: t.Schema()})
+		decls = append(decls, FunctionDecl{Name: t.Name, Description: t.Description, Parameters: t.Schema(),
+			Scope: t.ScopeKind.String(), ScopeArg: t.ScopeArg, Tier: t.Tier, ReplaySafe: t.ReplaySafe})
 	}
 	return json.MarshalIndent(decls, "", "  ")
 }
