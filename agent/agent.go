@@ -1,0 +1,300 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"ollie/agent/backend"
+	"ollie/ns"
+	"ollie/toolsrv"
+)
+
+// Agent states, as the state file shows them.
+const (
+	StateIdle     = "idle"
+	StateThinking = "thinking"
+	StateCalling  = "calling"
+	StatePaused   = "paused"
+	StateClosed   = "closed"
+)
+
+// Tools is how an agent reaches its session's tools: toolsrv.Child is one.
+type Tools interface {
+	Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error)
+	Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error)
+}
+
+// A Journal records what an agent does so that a session survives a crash:
+// every entry before it takes effect, every tool call as an intent before
+// it runs and a settlement after. Nil records nothing.
+type Journal interface {
+	Entry(kind string, v any) error
+	Intent(id, tool string, args json.RawMessage, replaySafe bool) error
+	Settle(id string, result any) error
+}
+
+// Config sets up an agent.
+type Config struct {
+	ID        string // immutable UUID
+	Name      string
+	SessionID string
+	Backend   backend.Backend
+	Model     string // "" means the backend's default
+	System    string // the resolved system prompt
+	Tools     Tools  // nil: the agent has no tools
+	Cwd       string
+	MaxSteps  int                      // model requests per prompt (default 50)
+	Publish   func(topic, data string) // state and chat events (may be nil)
+	Journal   Journal                  // may be nil
+	Now       func() time.Time         // time.Now when nil
+	History   []backend.Message        // restored history
+}
+
+// An Agent runs the loop for one conversation: each prompt is streamed to
+// the model, its tool calls are dispatched, and the results go back until
+// the model answers without calling a tool.
+type Agent struct {
+	cfg Config
+
+	Chat    *ns.Stream // what a person reads: text, tool calls, results, errors
+	ChatRaw *ns.Stream // everything, with markers
+
+	mu      sync.Mutex
+	state   string
+	changed chan struct{}
+	history []backend.Message
+	queue   []string
+	cancel  context.CancelCauseFunc // of the running turn, nil when idle
+	usage   backend.Usage
+	turns   int
+	lastErr string
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+// ErrClosed is the cause of a turn ended by Close.
+var ErrClosed = errors.New("agent: closed")
+
+// ErrStopped is the cause of a turn ended by the stop control.
+var ErrStopped = errors.New("agent: stopped")
+
+// New starts an agent; it waits idle for prompts.
+func New(cfg Config) *Agent {
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 50
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Agent{
+		cfg:     cfg,
+		Chat:    ns.NewStream(0),
+		ChatRaw: ns.NewStream(0),
+		state:   StateIdle,
+		changed: make(chan struct{}),
+		history: append([]backend.Message(nil), cfg.History...),
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+// ID returns the agent's immutable ID.
+func (a *Agent) ID() string { return a.cfg.ID }
+
+func (a *Agent) publish(what, data string) {
+	if a.cfg.Publish != nil {
+		a.cfg.Publish("session."+a.cfg.SessionID+".agent."+a.cfg.ID+"."+what, data)
+	}
+}
+
+// notify wakes every waiter; a.mu is held.
+func (a *Agent) notify() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *Agent) setState(s string) {
+	a.mu.Lock()
+	if a.state == s {
+		a.mu.Unlock()
+		return
+	}
+	a.state = s
+	a.notify()
+	a.mu.Unlock()
+	a.publish("state", s)
+}
+
+// WaitTurns blocks until n prompts have run to their end, or ctx ends.
+func (a *Agent) WaitTurns(ctx context.Context, n int) bool {
+	for {
+		a.mu.Lock()
+		done, ch := a.turns >= n, a.changed
+		a.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// State returns the agent's state.
+func (a *Agent) State() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
+
+// WaitChange blocks until the state differs from current and returns it,
+// or until ctx ends (then it returns the state and false).
+func (a *Agent) WaitChange(ctx context.Context, current string) (string, bool) {
+	for {
+		a.mu.Lock()
+		s, ch := a.state, a.changed
+		a.mu.Unlock()
+		if s != current {
+			return s, true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return s, false
+		}
+	}
+}
+
+// Submit queues a prompt; the agent runs it when it is idle.
+func (a *Agent) Submit(ctx context.Context, input string) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	a.mu.Unlock()
+	if a.cfg.Journal != nil {
+		if err := a.cfg.Journal.Entry("prompt", input); err != nil {
+			return fmt.Errorf("agent: recording the prompt: %w", err)
+		}
+	}
+	a.Queue(input)
+	return nil
+}
+
+// Queue adds a prompt to the queue without recording it.
+func (a *Agent) Queue(prompt string) {
+	a.mu.Lock()
+	a.queue = append(a.queue, prompt)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Queued returns the prompts waiting to run.
+func (a *Agent) Queued() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.queue...)
+}
+
+// Interrupt ends the running turn with cause; it reports whether one was
+// running.
+func (a *Agent) Interrupt(cause error) bool {
+	a.mu.Lock()
+	cancel := a.cancel
+	a.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel(cause)
+	return true
+}
+
+// History returns a copy of the conversation.
+func (a *Agent) History() []backend.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]backend.Message(nil), a.history...)
+}
+
+// Stats summarises the agent's use of the model.
+type Stats struct {
+	Turns            int    `json:"turns"` // prompts run to their end
+	PromptTokens     int    `json:"prompt_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	Messages         int    `json:"messages"`
+	LastError        string `json:"last_error,omitempty"`
+}
+
+// Stats returns the agent's statistics.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Stats{Turns: a.turns, PromptTokens: a.usage.PromptTokens, CompletionTokens: a.usage.CompletionTokens,
+		Messages: len(a.history), LastError: a.lastErr}
+}
+
+// Close interrupts the running turn, stops the agent and ends its streams.
+func (a *Agent) Close() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		<-a.done
+		return
+	}
+	a.closed = true
+	a.mu.Unlock()
+	a.Interrupt(ErrClosed)
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	<-a.done
+	a.setState(StateClosed)
+	a.Chat.Close()
+	a.ChatRaw.Close()
+}
+
+// run takes prompts off the queue one at a time.
+func (a *Agent) run() {
+	defer close(a.done)
+	for {
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			return
+		}
+		if len(a.queue) == 0 {
+			a.mu.Unlock()
+			<-a.wake
+			continue
+		}
+		prompt := a.queue[0]
+		a.queue = a.queue[1:]
+		ctx, cancel := context.WithCancelCause(context.Background())
+		a.cancel = cancel
+		a.mu.Unlock()
+
+		a.turn(ctx, prompt)
+
+		cancel(nil)
+		a.setState(StateIdle)
+		a.mu.Lock()
+		a.cancel = nil
+		a.turns++
+		a.notify()
+		a.mu.Unlock()
+	}
+}

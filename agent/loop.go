@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"ollie/agent/backend"
+	"ollie/toolsrv"
+)
+
+// Safety limits of the loop, from the seed.
+const (
+	nudgeAfterErrors = 5 // consecutive failed tool calls before a nudge
+	abortAfterErrors = 10
+	maxRepeats       = 3 // identical consecutive tool-call rounds before stopping
+	keepOnCompact    = 8 // messages kept verbatim when the context overflows
+)
+
+// say writes to both chat streams.
+func (a *Agent) say(s string) {
+	a.Chat.Write([]byte(s))
+	a.ChatRaw.Write([]byte(s))
+}
+
+func (a *Agent) raw(s string) { a.ChatRaw.Write([]byte(s)) }
+
+func (a *Agent) appendMsg(m backend.Message) {
+	a.mu.Lock()
+	a.history = append(a.history, m)
+	a.mu.Unlock()
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Entry("message", m)
+	}
+}
+
+func (a *Agent) fail(msg string) {
+	a.mu.Lock()
+	a.lastErr = msg
+	a.mu.Unlock()
+	a.say("\n[" + msg + "]\n")
+	a.publish("error", msg)
+}
+
+// turn runs one prompt to its final answer.
+func (a *Agent) turn(ctx context.Context, prompt string) {
+	a.mu.Lock()
+	a.lastErr = ""
+	a.mu.Unlock()
+	a.raw("<prompt>\n")
+	a.say(prompt + "\n")
+	a.raw("</prompt>\n")
+	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: prompt})
+
+	var decls []toolsrv.FunctionDecl
+	if a.cfg.Tools != nil {
+		var err error
+		if decls, err = a.cfg.Tools.Decls(ctx); err != nil {
+			a.fail("cannot list tools: " + err.Error())
+			return
+		}
+	}
+	tools := make([]backend.Tool, len(decls))
+	for i, d := range decls {
+		tools[i] = backend.Tool{Name: d.Name, Description: d.Description, Parameters: d.Parameters}
+	}
+
+	failures, nudged, repeats, compacted := 0, false, 0, false
+	lastRound := ""
+	for step := 0; ; step++ {
+		if step == a.cfg.MaxSteps {
+			a.fail(fmt.Sprintf("stopped: %d model requests for one prompt is the limit (max steps)", a.cfg.MaxSteps))
+			return
+		}
+		a.setState(StateThinking)
+		a.raw("<assistant>\n")
+		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model}, func(d backend.Delta) {
+			if d.Text != "" {
+				a.say(d.Text)
+			}
+			if d.Reasoning != "" {
+				a.raw(d.Reasoning)
+			}
+		})
+		a.raw("\n</assistant>\n")
+		if ctx.Err() != nil {
+			a.fail("interrupted: " + context.Cause(ctx).Error())
+			return
+		}
+		if errors.Is(err, backend.ErrContextOverflow) && !compacted {
+			compacted = true
+			a.say("\n[the conversation no longer fits the model's context: compacting and retrying]\n")
+			a.compact()
+			continue
+		}
+		if err != nil {
+			a.fail("model error: " + err.Error())
+			return
+		}
+		a.mu.Lock()
+		a.usage.PromptTokens += reply.Usage.PromptTokens
+		a.usage.CompletionTokens += reply.Usage.CompletionTokens
+		a.mu.Unlock()
+		for _, w := range reply.Warnings {
+			a.say("\n[warning: " + w + "]\n")
+		}
+		a.appendMsg(reply.Message)
+		calls := reply.Message.ToolCalls
+		if len(calls) == 0 {
+			if !strings.HasSuffix(reply.Message.Content, "\n") {
+				a.say("\n")
+			}
+			return
+		}
+
+		// Compare what was asked, not the ids.
+		asked := make([]backend.ToolCall, len(calls))
+		for i, c := range calls {
+			asked[i] = backend.ToolCall{Name: c.Name, Args: c.Args}
+		}
+		key, _ := json.Marshal(asked)
+		if string(key) == lastRound {
+			repeats++
+		} else {
+			lastRound, repeats = string(key), 1
+		}
+		if repeats >= maxRepeats {
+			// Answer the calls so the history stays well formed, then stop.
+			for _, c := range calls {
+				a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
+					Content: "not run: the same call was repeated"})
+			}
+			a.fail(fmt.Sprintf("stopped: the model made the same tool call %d times in a row", repeats))
+			return
+		}
+
+		a.setState(StateCalling)
+		results := a.dispatch(ctx, decls, calls)
+		for i, c := range calls {
+			res := results[i]
+			a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: resultText(res)})
+			if res.Failed {
+				failures++
+			} else {
+				failures = 0
+			}
+		}
+		if ctx.Err() != nil {
+			a.fail("interrupted: " + context.Cause(ctx).Error())
+			return
+		}
+		switch {
+		case failures >= abortAfterErrors:
+			a.fail(fmt.Sprintf("stopped: %d tool calls in a row failed", failures))
+			return
+		case failures >= nudgeAfterErrors && !nudged:
+			nudged = true
+			nudge := fmt.Sprintf("The last %d tool calls failed. Stop repeating what does not work: read the errors, reconsider the approach, and try something different or explain what is blocking you.", failures)
+			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
+			a.say("\n[nudge: " + nudge + "]\n")
+		}
+	}
+}
+
+// messages is what the model is sent: the system prompt, then the history.
+func (a *Agent) messages() []backend.Message {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	msgs := make([]backend.Message, 0, len(a.history)+1)
+	if a.cfg.System != "" {
+		msgs = append(msgs, backend.Message{Role: backend.RoleSystem, Content: a.cfg.System})
+	}
+	return append(msgs, a.history...)
+}
+
+// compact keeps the most recent messages, starting at a user message so
+// that no tool result loses its call, and notes what was dropped.
+func (a *Agent) compact() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cut := len(a.history) - keepOnCompact
+	for cut > 0 && a.history[cut].Role != backend.RoleUser {
+		cut--
+	}
+	if cut <= 0 {
+		return
+	}
+	note := backend.Message{Role: backend.RoleUser,
+		Content: fmt.Sprintf("[%d earlier messages were removed to fit the context window]", cut)}
+	a.history = append([]backend.Message{note}, a.history[cut:]...)
+}
+
+func resultText(r *toolsrv.Result) string {
+	text := r.Output
+	if len(r.Content) > 0 {
+		text = string(r.Content)
+	}
+	if r.Failed {
+		return "error: " + text
+	}
+	return text
+}
+
+// dispatch runs one round of calls, in parallel where their scopes allow:
+// reads together, writes to different paths together, global calls alone.
+func (a *Agent) dispatch(ctx context.Context, decls []toolsrv.FunctionDecl, calls []backend.ToolCall) []*toolsrv.Result {
+	byName := map[string]toolsrv.FunctionDecl{}
+	for _, d := range decls {
+		byName[d.Name] = d
+	}
+	scopes := make([]toolsrv.Scope, len(calls))
+	for i, c := range calls {
+		if d, ok := byName[c.Name]; ok {
+			scopes[i] = d.CallScope(c.Args, a.cfg.Cwd)
+		}
+	}
+	results := make([]*toolsrv.Result, len(calls))
+	for _, batch := range toolsrv.Batches(scopes) {
+		var wg sync.WaitGroup
+		for _, i := range batch {
+			c := calls[i]
+			a.say(fmt.Sprintf("\n→ %s %s\n", c.Name, compactJSON(c.Args)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = a.call(ctx, byName[c.Name], c)
+			}()
+		}
+		wg.Wait()
+		for _, i := range batch {
+			r := results[i]
+			a.raw(fmt.Sprintf("<tool_result name=%q id=%q failed=%t>\n%s\n</tool_result>\n", calls[i].Name, calls[i].ID, r.Failed, resultText(r)))
+			a.Chat.Write([]byte(fmt.Sprintf("← %s: %s\n", calls[i].Name, summary(r))))
+		}
+	}
+	return results
+}
+
+// call runs one tool call inside its effect sandwich.
+func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.ToolCall) *toolsrv.Result {
+	if d.Name == "" {
+		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+			Output: fmt.Sprintf("there is no tool %q in this session", c.Name)}
+	}
+	if !json.Valid(c.Args) {
+		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+			Output: fmt.Sprintf("the arguments are not valid JSON: %s", c.Args)}
+	}
+	id := a.cfg.ID + "/" + c.ID
+	if a.cfg.Journal != nil {
+		if err := a.cfg.Journal.Intent(id, c.Name, c.Args, d.ReplaySafe); err != nil {
+			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: "not run: cannot record the call: " + err.Error()}
+		}
+	}
+	res, err := a.cfg.Tools.Call(ctx, c.Name, c.Args)
+	if err != nil {
+		res = &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: err.Error()}
+	}
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Settle(id, res)
+	}
+	return res
+}
+
+func compactJSON(b json.RawMessage) string {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return string(b)
+	}
+	out, _ := json.Marshal(v)
+	if len(out) > 200 {
+		return string(out[:200]) + "…"
+	}
+	return string(out)
+}
+
+// summary is one line about a result, for the filtered chat.
+func summary(r *toolsrv.Result) string {
+	text := strings.TrimSpace(resultText(r))
+	first, rest, more := strings.Cut(text, "\n")
+	if len(first) > 120 {
+		first, more = first[:120]+"…", true
+	}
+	if more {
+		return fmt.Sprintf("%s (%d lines)", first, strings.Count(rest, "\n")+2)
+	}
+	return first
+}

@@ -1,0 +1,370 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"ollie/agent/backend"
+	"ollie/toolsrv"
+)
+
+// script is a Backend that answers with canned replies, one per request.
+type script struct {
+	mu       sync.Mutex
+	replies  []func(ctx context.Context, msgs []backend.Message) (*backend.Reply, error)
+	requests [][]backend.Message
+	repeat   bool // keep answering with the last reply
+}
+
+func (s *script) Name() string         { return "script" }
+func (s *script) DefaultModel() string { return "m" }
+func (s *script) Models(ctx context.Context) ([]string, error) {
+	return []string{"m"}, nil
+}
+func (s *script) ContextLength(ctx context.Context, model string) int { return 1000 }
+
+func (s *script) Chat(ctx context.Context, msgs []backend.Message, tools []backend.Tool, p backend.Params, onDelta func(backend.Delta)) (*backend.Reply, error) {
+	s.mu.Lock()
+	s.requests = append(s.requests, msgs)
+	if len(s.replies) == 0 {
+		s.mu.Unlock()
+		return nil, errors.New("script exhausted")
+	}
+	f := s.replies[0]
+	if len(s.replies) > 1 || !s.repeat {
+		s.replies = s.replies[1:]
+	}
+	s.mu.Unlock()
+	r, err := f(ctx, msgs)
+	if r != nil && onDelta != nil && r.Message.Content != "" {
+		onDelta(backend.Delta{Text: r.Message.Content})
+	}
+	return r, err
+}
+
+func text(s string) func(context.Context, []backend.Message) (*backend.Reply, error) {
+	return func(context.Context, []backend.Message) (*backend.Reply, error) {
+		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: s}, Usage: backend.Usage{PromptTokens: 10, CompletionTokens: 2}}, nil
+	}
+}
+
+func calls(cs ...backend.ToolCall) func(context.Context, []backend.Message) (*backend.Reply, error) {
+	return func(context.Context, []backend.Message) (*backend.Reply, error) {
+		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, ToolCalls: cs}}, nil
+	}
+}
+
+func call(id, name, args string) backend.ToolCall {
+	return backend.ToolCall{ID: id, Name: name, Args: json.RawMessage(args)}
+}
+
+// fakeTools records calls and how many ran at once.
+type fakeTools struct {
+	decls    []toolsrv.FunctionDecl
+	delay    time.Duration
+	fail     bool
+	mu       sync.Mutex
+	order    []string
+	inflight atomic.Int32
+	maxSeen  atomic.Int32
+}
+
+func (f *fakeTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) { return f.decls, nil }
+
+func (f *fakeTools) Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error) {
+	n := f.inflight.Add(1)
+	for {
+		m := f.maxSeen.Load()
+		if n <= m || f.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	defer f.inflight.Add(-1)
+	f.mu.Lock()
+	f.order = append(f.order, tool+" "+string(args))
+	f.mu.Unlock()
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
+		return &toolsrv.Result{Tool: tool, Failed: true, Output: "interrupted"}, nil
+	}
+	return &toolsrv.Result{Tool: tool, Output: "ran " + tool, Failed: f.fail}, nil
+}
+
+var decls = []toolsrv.FunctionDecl{
+	{Name: "read", Scope: "read", Parameters: json.RawMessage(`{}`)},
+	{Name: "write", Scope: "write", ScopeArg: "path", Parameters: json.RawMessage(`{}`)},
+	{Name: "shell", Scope: "global", Parameters: json.RawMessage(`{}`)},
+}
+
+// journal records the order of entries.
+type journal struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (j *journal) Entry(kind string, v any) error { j.add("entry " + kind); return nil }
+func (j *journal) Intent(id, tool string, args json.RawMessage, replaySafe bool) error {
+	j.add("intent " + id)
+	return nil
+}
+func (j *journal) Settle(id string, result any) error { j.add("settle " + id); return nil }
+func (j *journal) add(s string) {
+	j.mu.Lock()
+	j.log = append(j.log, s)
+	j.mu.Unlock()
+}
+
+// runPrompt submits prompt and waits for the agent to be idle again.
+func runPrompt(t *testing.T, a *Agent, prompt string) string {
+	t.Helper()
+	start := a.Chat.Size()
+	turns := a.Stats().Turns
+	if err := a.Submit(context.Background(), prompt); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !a.WaitTurns(ctx, turns+1) {
+		t.Fatalf("the prompt did not finish; agent in %s", a.State())
+	}
+	buf := make([]byte, 1<<16)
+	var out []byte
+	for off := start; off < a.Chat.Size(); {
+		n, _ := a.Chat.ReadAt(ctx, buf, off)
+		out = append(out, buf[:n]...)
+		off += int64(n)
+	}
+	return string(out)
+}
+
+func TestTextTurn(t *testing.T) {
+	var states []string
+	var mu sync.Mutex
+	a := New(Config{ID: "a1", SessionID: "s1", Backend: &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){text("hello there")}},
+		System: "be brief", Publish: func(topic, data string) {
+			mu.Lock()
+			states = append(states, topic+" "+data)
+			mu.Unlock()
+		}})
+	defer a.Close()
+	out := runPrompt(t, a, "hi")
+	if out != "hi\nhello there\n" {
+		t.Errorf("chat = %q", out)
+	}
+	h := a.History()
+	if len(h) != 2 || h[0].Content != "hi" || h[1].Content != "hello there" {
+		t.Errorf("history = %+v", h)
+	}
+	mu.Lock()
+	got := strings.Join(states, "; ")
+	mu.Unlock()
+	if got != "session.s1.agent.a1.state thinking; session.s1.agent.a1.state idle" {
+		t.Errorf("events = %s", got)
+	}
+	if st := a.Stats(); st.Turns != 1 || st.PromptTokens != 10 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestParallelByScope(t *testing.T) {
+	be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+		calls(call("1", "read", `{}`), call("2", "read", `{}`), call("3", "write", `{"path": "/x/a"}`), call("4", "write", `{"path": "/x/b"}`)),
+		calls(call("5", "write", `{"path": "/x/a"}`), call("6", "write", `{"path": "/x/a"}`)),
+		calls(call("7", "shell", `{}`), call("8", "read", `{}`)),
+		text("done"),
+	}}
+	tools := &fakeTools{decls: decls, delay: 100 * time.Millisecond}
+	j := &journal{}
+	a := New(Config{ID: "a1", Backend: be, Tools: tools, Cwd: "/x", Journal: j})
+	defer a.Close()
+	start := time.Now()
+	out := runPrompt(t, a, "go")
+	elapsed := time.Since(start)
+	if tools.maxSeen.Load() != 4 {
+		t.Errorf("at most %d calls ran at once; the first round's four should run together", tools.maxSeen.Load())
+	}
+	// Rounds: 1 wave + 2 waves (same path) + 2 waves (global alone) = 5 waves.
+	if elapsed < 500*time.Millisecond || elapsed > 3*time.Second {
+		t.Errorf("took %s for five waves of 100ms", elapsed)
+	}
+	if !strings.Contains(out, "→ write {\"path\":\"/x/a\"}") || !strings.Contains(out, "← shell: ran shell") {
+		t.Errorf("chat = %q", out)
+	}
+	h := a.History()
+	var tool int
+	for _, m := range h {
+		if m.Role == backend.RoleTool {
+			tool++
+		}
+	}
+	if tool != 8 {
+		t.Errorf("%d tool messages, want 8", tool)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	intents, settles := 0, 0
+	for i, e := range j.log {
+		if strings.HasPrefix(e, "intent ") {
+			intents++
+			id := strings.TrimPrefix(e, "intent ")
+			found := false
+			for _, later := range j.log[i+1:] {
+				if later == "settle "+id {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("intent %s never settled", id)
+			}
+		}
+		if strings.HasPrefix(e, "settle ") {
+			settles++
+		}
+	}
+	if intents != 8 || settles != 8 {
+		t.Errorf("%d intents, %d settlements", intents, settles)
+	}
+}
+
+func TestSafetyLimits(t *testing.T) {
+	t.Run("consecutive errors", func(t *testing.T) {
+		n := 0
+		be := &script{repeat: true, replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+			func(ctx context.Context, m []backend.Message) (*backend.Reply, error) {
+				n++
+				return calls(call(fmt.Sprint(n), "read", fmt.Sprintf(`{"n": %d}`, n)))(ctx, m)
+			},
+		}}
+		a := New(Config{ID: "a", Backend: be, Tools: &fakeTools{decls: decls, fail: true}})
+		defer a.Close()
+		out := runPrompt(t, a, "go")
+		if !strings.Contains(out, "[nudge: The last 5 tool calls failed") || !strings.Contains(out, "[stopped: 10 tool calls in a row failed]") {
+			t.Errorf("chat = %q", out)
+		}
+		if n != 10 {
+			t.Errorf("%d model requests, want 10", n)
+		}
+	})
+	t.Run("repeated call", func(t *testing.T) {
+		be := &script{repeat: true, replies: []func(context.Context, []backend.Message) (*backend.Reply, error){calls(call("x", "read", `{"a": 1}`))}}
+		tools := &fakeTools{decls: decls}
+		a := New(Config{ID: "a", Backend: be, Tools: tools})
+		defer a.Close()
+		out := runPrompt(t, a, "go")
+		if !strings.Contains(out, "[stopped: the model made the same tool call 3 times in a row]") || len(tools.order) != 2 {
+			t.Errorf("chat = %q, %d calls ran", out, len(tools.order))
+		}
+	})
+	t.Run("max steps", func(t *testing.T) {
+		n := 0
+		be := &script{repeat: true, replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+			func(ctx context.Context, m []backend.Message) (*backend.Reply, error) {
+				n++
+				return calls(call(fmt.Sprint(n), "read", fmt.Sprintf(`{"n": %d}`, n)))(ctx, m)
+			},
+		}}
+		a := New(Config{ID: "a", Backend: be, Tools: &fakeTools{decls: decls}, MaxSteps: 4})
+		defer a.Close()
+		if out := runPrompt(t, a, "go"); !strings.Contains(out, "[stopped: 4 model requests for one prompt is the limit (max steps)]") {
+			t.Errorf("chat = %q", out)
+		}
+	})
+	t.Run("unknown tool and bad JSON", func(t *testing.T) {
+		be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+			calls(call("1", "nosuch", `{}`), call("2", "read", `{"a": `)), text("ok"),
+		}}
+		a := New(Config{ID: "a", Backend: be, Tools: &fakeTools{decls: decls}})
+		defer a.Close()
+		runPrompt(t, a, "go")
+		h := a.History()
+		if !strings.Contains(h[2].Content, `no tool "nosuch"`) || !strings.Contains(h[3].Content, "not valid JSON") {
+			t.Errorf("tool messages: %q / %q", h[2].Content, h[3].Content)
+		}
+	})
+}
+
+func TestInterruptAndErrors(t *testing.T) {
+	t.Run("interrupt while thinking", func(t *testing.T) {
+		be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+			func(ctx context.Context, m []backend.Message) (*backend.Reply, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			text("after"),
+		}}
+		a := New(Config{ID: "a", Backend: be})
+		defer a.Close()
+		a.Submit(context.Background(), "slow")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if s, _ := a.WaitChange(ctx, StateIdle); s != StateThinking {
+			t.Fatalf("state %s", s)
+		}
+		if !a.Interrupt(ErrStopped) {
+			t.Fatal("nothing to interrupt")
+		}
+		if s, _ := a.WaitChange(ctx, StateThinking); s != StateIdle {
+			t.Fatalf("state after interrupt %s", s)
+		}
+		if out := runPrompt(t, a, "next"); out != "next\nafter\n" {
+			t.Errorf("the next prompt: %q", out)
+		}
+		if a.Interrupt(ErrStopped) {
+			t.Error("interrupted an idle agent")
+		}
+		all, _ := readAll(a)
+		if !strings.Contains(all, "[interrupted: agent: stopped]") {
+			t.Errorf("chat = %q", all)
+		}
+	})
+	t.Run("context overflow compacts once", func(t *testing.T) {
+		overflow := func(ctx context.Context, m []backend.Message) (*backend.Reply, error) {
+			return nil, fmt.Errorf("too long: %w", backend.ErrContextOverflow)
+		}
+		var history []backend.Message
+		for i := range 20 {
+			history = append(history, backend.Message{Role: backend.RoleUser, Content: fmt.Sprint("old ", i)},
+				backend.Message{Role: backend.RoleAssistant, Content: "ok"})
+		}
+		be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){overflow, text("fits now")}}
+		a := New(Config{ID: "a", Backend: be, History: history})
+		defer a.Close()
+		out := runPrompt(t, a, "new")
+		if !strings.Contains(out, "compacting and retrying") || !strings.HasSuffix(out, "fits now\n") {
+			t.Errorf("chat = %q", out)
+		}
+		if n := len(be.requests[1]); n > 10 {
+			t.Errorf("the retry sent %d messages", n)
+		}
+		if !strings.Contains(a.History()[0].Content, "earlier messages were removed") {
+			t.Errorf("history starts with %q", a.History()[0].Content)
+		}
+	})
+	t.Run("backend error reaches chat and stats", func(t *testing.T) {
+		be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+			func(context.Context, []backend.Message) (*backend.Reply, error) {
+				return nil, &backend.APIError{Backend: "x", Status: 401, Message: "invalid api key"}
+			},
+		}}
+		a := New(Config{ID: "a", Backend: be})
+		defer a.Close()
+		out := runPrompt(t, a, "hi")
+		if !strings.Contains(out, "[model error: backend x: HTTP 401: invalid api key]") || a.Stats().LastError == "" {
+			t.Errorf("chat = %q", out)
+		}
+	})
+}
+
+func readAll(a *Agent) (string, error) {
+	buf := make([]byte, a.Chat.Size())
+	n, err := a.Chat.ReadAt(context.Background(), buf, 0)
+	return string(buf[:n]), err
+}
