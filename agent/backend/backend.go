@@ -63,8 +63,8 @@ type Usage struct {
 
 // A Reply is the whole answer to one request.
 type Reply struct {
-	Message      Message  // role assistant: text and/or tool calls
-	FinishReason string   // "stop", "tool_calls", "length", ...
+	Message      Message // role assistant: text and/or tool calls
+	FinishReason string  // "stop", "tool_calls", "length", ...
 	Usage        Usage
 	Warnings     []string // e.g. a tool call the model wrote as plain text
 }
