@@ -195,7 +195,7 @@ func (a *Agent) compact() {
 
 func resultText(r *toolsrv.Result) string {
 	text := r.Output
-	if len(r.Content) > 0 {
+	if len(r.Content) > 0 && string(r.Content) != "null" {
 		text = string(r.Content)
 	}
 	if r.Failed {

@@ -200,6 +200,9 @@ func (r *Sessions) SetPaused(id string, paused bool) error {
 	return nil
 }
 
+// NewID returns a new random ID for a session or an agent.
+func NewID() string { return newUUID() }
+
 // newUUID returns a random (version 4) UUID.
 func newUUID() string {
 	var b [16]byte

@@ -77,7 +77,7 @@ type Runner struct {
 type Result struct {
 	Tool     string
 	Output   string          // stdout on success; the reason and both streams on failure
-	Content  json.RawMessage // the tool's {"content": [...]} blocks, passed through
+	Content  json.RawMessage `json:",omitempty"` // the tool's {"content": [...]} blocks, passed through
 	Failed   bool
 	ExitCode int // -1 when the tool did not run to an exit
 	Cut      int64

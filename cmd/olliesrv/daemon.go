@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/agent"
+	"ollie/agent/backend"
 	"ollie/ns"
 )
 
@@ -67,6 +68,10 @@ func serveMain(args []string, stderr io.Writer) int {
 }
 
 type daemonConfig struct {
+	// Backends finds a model backend by name ("" for the default); nil
+	// means none is configured.
+	Backends func(name string) (backend.Backend, error)
+
 	Dir   string // the namespace directory; the socket is Dir/ollie
 	TCP   string // optional unauthenticated TCP listener
 	Log   *slog.Logger
@@ -136,7 +141,8 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 
 	host, _ := os.Hostname()
 	bus := &ns.Bus{}
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{}}
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{},
+		agents: &agents{}, backends: cfg.Backends}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()
@@ -180,6 +186,7 @@ func (d *daemon) closeListeners() {
 // flight, removes the socket and releases the lock.
 func (d *daemon) Shutdown(ctx context.Context) error {
 	err := d.srv.Shutdown(ctx)
+	d.ns.agents.closeAll()
 	d.ns.tools.closeAll()
 	d.closeListeners() // removes the socket file
 	d.serving.Wait()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ollie/agent"
+	"ollie/agent/backend"
 	"ollie/ns"
 	"ollie/toolsrv"
 )
@@ -16,6 +17,8 @@ import (
 // namespace is the state the root namespace serves.
 type namespace struct {
 	tools    *toolServers
+	agents   *agents
+	backends func(name string) (backend.Backend, error) // nil: none configured
 	bus      *ns.Bus
 	sessions *agent.Sessions
 	host     string
@@ -46,6 +49,7 @@ func (n *namespace) spec() *ns.Node {
 				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
 				ns.RdWrFile("ctl", 0660, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
 				ns.ReadFile("tools", 0444, "Tools loaded in the session's toolsrv: name<TAB>description.", n.sessionTools),
+				n.agentSpec(),
 			),
 		),
 	)
@@ -228,6 +232,7 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return []byte(strings.Join(sessionCommands, "\n") + "\n"), nil
 	case "kill":
 		err = n.sessions.Kill(s.ID)
+		n.agents.killSession(s.ID)
 		n.tools.stop(s.ID)
 	case "pause":
 		err = n.sessions.SetPaused(s.ID, true)

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"ollie/agent"
+	"ollie/agent/backend"
+	"ollie/ns"
+)
+
+// agentGroup is the 9P group of every agent's files. No agent is a member
+// (a user is in the group of its own name only), so other agents get the
+// "other" bits: they cannot read an agent's chat, log, fifo or ctl.
+const agentGroup = "agent"
+
+// agents holds the live agents of every session.
+type agents struct {
+	mu     sync.Mutex
+	byID   map[string]*agentEntry
+	closed bool
+}
+
+type agentEntry struct {
+	*agent.Agent
+	session string
+	created time.Time
+	mu      sync.Mutex
+	name    string
+	model   string
+	backend string
+	cwd     string
+}
+
+func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
+
+// of returns a session's agents, oldest first.
+func (as *agents) of(session string) []*agentEntry {
+	as.mu.Lock()
+	var list []*agentEntry
+	for _, e := range as.byID {
+		if e.session == session {
+			list = append(list, e)
+		}
+	}
+	as.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].created.Before(list[j].created) })
+	return list
+}
+
+// lookup finds a session's agent by name or ID.
+func (as *agents) lookup(session, nameOrID string) *agentEntry {
+	for _, e := range as.of(session) {
+		if e.ID() == nameOrID || e.Name() == nameOrID {
+			return e
+		}
+	}
+	return nil
+}
+
+func (as *agents) remove(id string) *agentEntry {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	e := as.byID[id]
+	delete(as.byID, id)
+	return e
+}
+
+// killSession closes every agent of a session.
+func (as *agents) killSession(session string) {
+	for _, e := range as.of(session) {
+		as.remove(e.ID())
+		e.Close()
+	}
+}
+
+// closeAll closes every agent, for shutdown.
+func (as *agents) closeAll() {
+	as.mu.Lock()
+	as.closed = true
+	list := make([]*agentEntry, 0, len(as.byID))
+	for _, e := range as.byID {
+		list = append(list, e)
+	}
+	as.byID = nil
+	as.mu.Unlock()
+	for _, e := range list {
+		e.Close()
+	}
+}
+
+// agentSpec declares an agent's files, owned by the agent's ID, in the
+// agent group, with the seed's modes.
+func (n *namespace) agentSpec() *ns.Node {
+	each := &ns.Each{List: n.listAgents, Lookup: n.lookupAgent}
+	return ns.Dir("agent", 0555, "Agents in the session.",
+		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [backend=B] [model=M]'; read its name.", n.newAgent),
+		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
+		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
+			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
+			ns.ReadFile("fifo", 0600, "Prompts waiting to run, one per line.", n.agentRead(agentFifo)),
+			ns.StreamFile("chat", 0440, "The conversation as it happens: prompts, replies, tool calls and results.", n.agentChat(false)),
+			ns.StreamFile("chat.raw", 0440, "Everything the agent streams, with markers.", n.agentChat(true)),
+			ns.ReadFile("state", 0444, "idle, thinking, calling, paused or closed.", n.agentRead(func(e *agentEntry) string { return e.State() + "\n" })),
+			ns.WaitFile("statewait", 0444, "Blocks until the state changes, then reads the new state.", n.agentStatewait),
+			ns.ReadFile("log", 0440, "The conversation so far, one JSON message per line.", n.agentRead(agentLog)),
+			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON.", n.agentRead(agentStats)),
+			ns.RdWrFile("ctl", 0600, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
+			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
+			&ns.Node{Name: "name", Mode: 0644, Read: n.agentRead(func(e *agentEntry) string { return e.Name() + "\n" }),
+				Write: n.renameAgent, Doc: "Mutable display name: write to rename."},
+		),
+	)
+}
+
+func (n *namespace) listAgents(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	var ents []ns.Entry
+	for _, e := range n.agents.of(c.Key("sname")) {
+		ents = append(ents, agentEntryOf(e))
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupAgent(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	e := n.agents.lookup(c.Key("sname"), name)
+	if e == nil {
+		return ns.Entry{}, false
+	}
+	return agentEntryOf(e), true
+}
+
+func agentEntryOf(e *agentEntry) ns.Entry {
+	return ns.Entry{Name: e.Name(), Key: e.ID(), Owner: e.ID(), Group: agentGroup}
+}
+
+func (n *namespace) agentOf(c *ns.Call) (*agentEntry, error) {
+	id := c.Key("aname")
+	n.agents.mu.Lock()
+	e := n.agents.byID[id]
+	n.agents.mu.Unlock()
+	if e == nil {
+		return nil, fmt.Errorf("%s: agent %s no longer exists", c.Path(), id)
+	}
+	return e, nil
+}
+
+func (n *namespace) agentRead(f func(*agentEntry) string) func(context.Context, *ns.Call) ([]byte, error) {
+	return func(ctx context.Context, c *ns.Call) ([]byte, error) {
+		e, err := n.agentOf(c)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(f(e)), nil
+	}
+}
+
+func agentFifo(e *agentEntry) string {
+	var b strings.Builder
+	for _, p := range e.Queued() {
+		b.WriteString(strings.ReplaceAll(p, "\n", `\n`) + "\n")
+	}
+	return b.String()
+}
+
+func agentLog(e *agentEntry) string {
+	var b strings.Builder
+	for _, m := range e.History() {
+		line, _ := json.Marshal(m)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func agentStats(e *agentEntry) string {
+	b, _ := json.MarshalIndent(e.Stats(), "", "  ")
+	return string(b) + "\n"
+}
+
+var agentName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
+
+var agentKeys = []string{"name", "cwd", "backend", "model"}
+
+func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	opt := map[string]string{}
+	for _, f := range strings.Fields(string(req)) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || !contains(agentKeys, k) {
+			return nil, fmt.Errorf("agent/new: %q is not one of %s as key=value", f, strings.Join(agentKeys, ", "))
+		}
+		opt[k] = v
+	}
+	name := opt["name"]
+	if name == "" {
+		name = fmt.Sprintf("a%d", len(n.agents.of(s.ID))+1)
+	}
+	if !agentName.MatchString(name) {
+		return nil, fmt.Errorf("agent/new: invalid name %q: use 1-64 letters, digits, '.', '_' or '-'", name)
+	}
+	if n.agents.lookup(s.ID, name) != nil {
+		return nil, fmt.Errorf("agent/new: an agent named %q exists in this session", name)
+	}
+	cwd := opt["cwd"]
+	if cwd == "" {
+		cwd = s.Cwd()
+	}
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("agent/new: cwd %q is not a directory on this host", cwd)
+	}
+	be, err := n.backend(opt["backend"])
+	if err != nil {
+		return nil, fmt.Errorf("agent/new: %w", err)
+	}
+	tools, err := n.tools.get(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("agent/new: the session's tools: %w", err)
+	}
+	id := agent.NewID()
+	e := &agentEntry{session: s.ID, created: time.Now(), name: name, model: opt["model"], backend: be.Name(), cwd: cwd}
+	e.Agent = agent.New(agent.Config{ID: id, Name: name, SessionID: s.ID, Backend: be, Model: opt["model"],
+		Tools: tools, Cwd: cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(cwd)})
+	n.agents.mu.Lock()
+	if n.agents.closed {
+		n.agents.mu.Unlock()
+		e.Close()
+		return nil, errors.New("agent/new: olliesrv is shutting down")
+	}
+	if n.agents.byID == nil {
+		n.agents.byID = map[string]*agentEntry{}
+	}
+	n.agents.byID[id] = e
+	n.agents.mu.Unlock()
+	n.bus.Publish("session."+s.ID+".agent."+id+".new", name)
+	return []byte(name + "\n"), nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func defaultSystemPrompt(cwd string) string {
+	return "You are an agent working on a host through tools. Your working directory is " + cwd +
+		". Use the tools to inspect before you change anything, keep changes small, and say plainly what you did."
+}
+
+func (n *namespace) agentIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
+	sid := c.Key("sname")
+	var b strings.Builder
+	for _, e := range n.agents.of(sid) {
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%d\t%s\n", sid, e.ID(), e.Name(), "-", 0, e.State())
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) agentPrompt(ctx context.Context, c *ns.Call, data []byte) error {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return err
+	}
+	p := strings.TrimRight(string(data), "\n")
+	if strings.TrimSpace(p) == "" {
+		return fmt.Errorf("%s: empty prompt", c.Path())
+	}
+	return e.Submit(ctx, p)
+}
+
+func (n *namespace) agentChat(raw bool) func(context.Context, *ns.Call) (*ns.Stream, error) {
+	return func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+		e, err := n.agentOf(c)
+		if err != nil {
+			return nil, err
+		}
+		if raw {
+			return e.ChatRaw, nil
+		}
+		return e.Chat, nil
+	}
+}
+
+func (n *namespace) agentStatewait(ctx context.Context, c *ns.Call) ([]byte, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := e.WaitChange(ctx, e.State())
+	if !ok {
+		return nil, ctx.Err()
+	}
+	return []byte(s + "\n"), nil
+}
+
+func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) error {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimSpace(string(data))
+	if !agentName.MatchString(name) {
+		return fmt.Errorf("%s: invalid name %q", c.Path(), name)
+	}
+	if other := n.agents.lookup(e.session, name); other != nil && other != e {
+		return fmt.Errorf("%s: an agent named %q exists in this session", c.Path(), name)
+	}
+	e.mu.Lock()
+	e.name = name
+	e.mu.Unlock()
+	n.bus.Publish("session."+e.session+".agent."+e.ID()+".name", name)
+	return nil
+}
+
+var agentCommands = []string{"help", "stop", "kill", "model", "backend", "name", "cwd", "tools", "systemprompt"}
+
+func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	verb, _ := command(req)
+	switch verb {
+	case "help":
+		return []byte(strings.Join(agentCommands, "\n") + "\n"), nil
+	case "stop":
+		if !e.Interrupt(agent.ErrStopped) {
+			return []byte("idle\n"), nil
+		}
+		return []byte("stopped\n"), nil
+	case "kill":
+		n.agents.remove(e.ID())
+		e.Close()
+		n.bus.Publish("session."+e.session+".agent."+e.ID()+".kill", e.Name())
+		return []byte("ok\n"), nil
+	case "model":
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.model == "" {
+			return []byte("(the backend's default)\n"), nil
+		}
+		return []byte(e.model + "\n"), nil
+	case "backend":
+		return []byte(e.backend + "\n"), nil
+	case "name":
+		return []byte(e.Name() + "\n"), nil
+	case "cwd":
+		return []byte(e.cwd + "\n"), nil
+	case "tools":
+		s, err := n.session(c)
+		if err != nil {
+			return nil, err
+		}
+		child, err := n.tools.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		return child.ReadFile(ctx, "tools")
+	case "systemprompt":
+		return []byte(defaultSystemPrompt(e.cwd) + "\n"), nil
+	}
+	return nil, unknownCommand(c.Path(), verb, agentCommands)
+}
+
+// backend returns the named backend, or the default one.
+func (n *namespace) backend(name string) (backend.Backend, error) {
+	if n.backends == nil {
+		return nil, errors.New("no model backend is configured: set OPENAI_BASE_URL/OPENAI_API_KEY or OLLAMA_HOST, or write ~/.config/ollie/backends.json")
+	}
+	return n.backends(name)
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"9fans.net/go/plan9"
+
+	"ollie/agent/backend"
+)
+
+// twoStep is a Backend that asks for one tool call, then answers with
+// what the tool said.
+type twoStep struct {
+	mu   sync.Mutex
+	seen [][]backend.Message
+}
+
+func (b *twoStep) Name() string                              { return "twostep" }
+func (b *twoStep) DefaultModel() string                      { return "m" }
+func (b *twoStep) Models(context.Context) ([]string, error)  { return []string{"m"}, nil }
+func (b *twoStep) ContextLength(context.Context, string) int { return 0 }
+func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []backend.Tool, p backend.Params, on func(backend.Delta)) (*backend.Reply, error) {
+	b.mu.Lock()
+	b.seen = append(b.seen, msgs)
+	b.mu.Unlock()
+	last := msgs[len(msgs)-1]
+	if last.Role == backend.RoleTool {
+		on(backend.Delta{Text: "the tool said: " + last.Content})
+		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: "the tool said: " + last.Content}}, nil
+	}
+	return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant,
+		ToolCalls: []backend.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{"text": "` + last.Content + `"}`)}}}}, nil
+}
+
+func TestAgentThroughNamespace(t *testing.T) {
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+
+	be := &twoStep{}
+	d, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: func(name string) (backend.Backend, error) { return be, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	fs := attach(t, d.Socket, "")
+	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
+		t.Fatal(err)
+	}
+	name, err := rdwr(fs, "session/s/agent/new", "name=coder")
+	if err != nil || name != "coder\n" {
+		t.Fatalf("agent/new = %q %v", name, err)
+	}
+	id := strings.TrimSpace(readFile(t, fs, "session/s/agent/coder/id"))
+	if got := readFile(t, fs, "session/s/agent/coder/state"); got != "idle\n" {
+		t.Fatalf("state = %q", got)
+	}
+
+	chat, err := fs.Open("session/s/agent/coder/chat", plan9.OREAD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chat.Close()
+	if err := writeFile(fs, "session/s/agent/coder/prompt", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLines(t, chat, 5)
+	want := []string{"hello", "", `→ echo {"text":"hello"}`, `← echo: echo got {"text":"hello"}`, `the tool said: echo got {"text":"hello"}`}
+	if strings.Join(lines[:5], "\n") != strings.Join(want, "\n") {
+		t.Fatalf("chat = %q, want %q", lines, want)
+	}
+	// statewait blocks until the state changes; the turn is over when idle.
+	deadline := time.Now().Add(10 * time.Second)
+	for readFile(t, fs, "session/s/agent/coder/state") != "idle\n" {
+		if time.Now().After(deadline) {
+			t.Fatal("agent never went idle")
+		}
+		readFile(t, fs, "session/s/agent/coder/statewait")
+	}
+	if idx := readFile(t, fs, "session/s/agent/idx"); !strings.Contains(idx, id+"\tcoder\t-\t0\tidle") {
+		t.Errorf("agent idx = %q", idx)
+	}
+	logText := readFile(t, fs, "session/s/agent/"+id+"/log")
+	if strings.Count(logText, "\n") != 4 || !strings.Contains(logText, `"role":"tool"`) {
+		t.Errorf("log = %q", logText)
+	}
+	var stats struct{ Turns int }
+	json.Unmarshal([]byte(readFile(t, fs, "session/s/agent/coder/stats")), &stats)
+	if stats.Turns != 1 {
+		t.Errorf("stats turns = %d", stats.Turns)
+	}
+	if got, err := rdwr(fs, "session/s/agent/coder/ctl", "fly"); err == nil || !strings.Contains(err.Error(), "valid: help, stop") {
+		t.Errorf("bad ctl: %q %v", got, err)
+	}
+
+	// Another agent's identity cannot read this agent's chat or log, or
+	// write its prompt; anyone may read its state.
+	if _, err := rdwr(fs, "session/s/agent/new", "name=other"); err != nil {
+		t.Fatal(err)
+	}
+	otherID := strings.TrimSpace(readFile(t, fs, "session/s/agent/other/id"))
+	as := attach(t, d.Socket, otherID)
+	for _, f := range []string{"chat", "log", "fifo"} {
+		if _, err := tryRead(as, "session/s/agent/coder/"+f); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("agent other read coder's %s: %v", f, err)
+		}
+	}
+	if err := writeFile(as, "session/s/agent/coder/prompt", "obey"); err == nil {
+		t.Error("agent other wrote coder's prompt")
+	}
+	if _, err := tryRead(as, "session/s/agent/coder/state"); err != nil {
+		t.Errorf("state should be world-readable: %v", err)
+	}
+	self := attach(t, d.Socket, id)
+	if err := writeFile(self, "session/s/agent/coder/prompt", "again"); err != nil {
+		t.Errorf("an agent cannot prompt itself: %v", err)
+	}
+
+	// Killing the session closes its agents.
+	sid := strings.TrimSpace(readFile(t, fs, "session/s/id"))
+	if got := len(d.ns.agents.of(sid)); got != 2 {
+		t.Fatalf("%d agents before the kill", got)
+	}
+	if _, err := rdwr(fs, "session/s/ctl", "kill"); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(d.ns.agents.of(sid)); got != 0 {
+		t.Errorf("%d agents left", got)
+	}
+}
