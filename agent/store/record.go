@@ -1,0 +1,297 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// A Record is one entry of a session file. The store owns Kind, Seq and Time;
+// the payload is the caller's, and the agent layer defines its own kinds.
+//
+// On disk a record is one flat JSON object: the payload's fields follow
+// kind, seq and time, so `{"kind":"prompt","seq":7,"time":"...","text":"hi"}`
+// is Record{Kind: "prompt", Seq: 7, Time: ..., Data: {"text":"hi"}}.
+type Record struct {
+	Kind string    // what the record is, e.g. "prompt"; never "header"
+	Seq  uint64    // set by Commit; strictly increasing within a file
+	Time time.Time // set by Commit when zero, in UTC
+
+	// Data is the payload: a JSON object whose keys are not kind, seq or
+	// time, or nil for none. Commit stores it compacted, with its keys in
+	// the order given.
+	Data json.RawMessage
+}
+
+// NewRecord returns a record of kind whose payload is v marshalled to JSON.
+// v must marshal to an object (a struct or a map) or to null.
+func NewRecord(kind string, v any) (Record, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Record{}, fmt.Errorf("store: record %q: %w", kind, err)
+	}
+	if string(data) == "null" {
+		data = nil
+	}
+	return Record{Kind: kind, Data: data}, nil
+}
+
+// Decode unmarshals the record's payload into v.
+func (r Record) Decode(v any) error {
+	data := r.Data
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("store: record %d (%s): %w", r.Seq, r.Kind, err)
+	}
+	return nil
+}
+
+// The keys the store owns in every record line.
+const (
+	keyKind = "kind"
+	keySeq  = "seq"
+	keyTime = "time"
+)
+
+// kindHeader is the kind of a file's first line; no record may use it.
+const kindHeader = "header"
+
+// member is one key and raw value of a JSON object, in the order read.
+type member struct {
+	key string
+	val json.RawMessage
+}
+
+// members splits a JSON object into its members, in order. It fails on
+// anything but exactly one object, and on a key given twice.
+func members(data []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	var ms []member
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, errors.New("object key is not a string")
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("key %q given twice", key)
+		}
+		seen[key] = true
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		ms = append(ms, member{key, val})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	return ms, nil
+}
+
+// appendMembers appends ms as the inside of a JSON object, compacted.
+func appendMembers(buf []byte, ms []member) ([]byte, error) {
+	for i, m := range ms {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendString(buf, m.key)
+		buf = append(buf, ':')
+		var c bytes.Buffer
+		if err := json.Compact(&c, m.val); err != nil {
+			return nil, err
+		}
+		buf = append(buf, c.Bytes()...)
+	}
+	return buf, nil
+}
+
+// appendString appends s as a JSON string, without the HTML escaping of
+// encoding/json, so that keys read back byte for byte.
+func appendString(buf []byte, s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) // a string always encodes
+	return append(buf, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
+}
+
+// payload checks r.Data and returns its members.
+func (r Record) payload() ([]member, error) {
+	if len(bytes.TrimSpace(r.Data)) == 0 || string(bytes.TrimSpace(r.Data)) == "null" {
+		return nil, nil
+	}
+	ms, err := members(r.Data)
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	for _, m := range ms {
+		switch m.key {
+		case keyKind, keySeq, keyTime:
+			return nil, fmt.Errorf("payload uses the reserved key %q", m.key)
+		}
+	}
+	return ms, nil
+}
+
+// appendRecord appends r as one flat JSON object and returns r with its
+// payload normalised (compacted, nil when empty), as it will read back.
+func appendRecord(buf []byte, r Record) ([]byte, Record, error) {
+	if r.Kind == "" || r.Kind == kindHeader {
+		return nil, r, fmt.Errorf("invalid kind %q", r.Kind)
+	}
+	ms, err := r.payload()
+	if err != nil {
+		return nil, r, err
+	}
+	buf = append(buf, `{"kind":`...)
+	buf = appendString(buf, r.Kind)
+	buf = append(buf, `,"seq":`...)
+	buf = strconv.AppendUint(buf, r.Seq, 10)
+	buf = append(buf, `,"time":"`...)
+	buf = r.Time.AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, '"')
+	start := len(buf)
+	if len(ms) > 0 {
+		buf = append(buf, ',')
+		if buf, err = appendMembers(buf, ms); err != nil {
+			return nil, r, fmt.Errorf("payload: %w", err)
+		}
+		r.Data = append(json.RawMessage{'{'}, buf[start+1:]...)
+		r.Data = append(r.Data, '}')
+	} else {
+		r.Data = nil
+	}
+	buf = append(buf, '}')
+	return buf, r, nil
+}
+
+// parseRecord decodes one flat record object.
+func parseRecord(data []byte) (Record, error) {
+	ms, err := members(data)
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	var rest []member
+	var haveKind, haveSeq, haveTime bool
+	for _, m := range ms {
+		switch m.key {
+		case keyKind:
+			haveKind = true
+			if err := json.Unmarshal(m.val, &r.Kind); err != nil {
+				return Record{}, fmt.Errorf("kind: %w", err)
+			}
+		case keySeq:
+			haveSeq = true
+			if err := json.Unmarshal(m.val, &r.Seq); err != nil {
+				return Record{}, fmt.Errorf("seq: %w", err)
+			}
+		case keyTime:
+			haveTime = true
+			if err := json.Unmarshal(m.val, &r.Time); err != nil {
+				return Record{}, fmt.Errorf("time: %w", err)
+			}
+		default:
+			rest = append(rest, m)
+		}
+	}
+	switch {
+	case !haveKind || r.Kind == "":
+		return Record{}, errors.New("record has no kind")
+	case r.Kind == kindHeader:
+		return Record{}, errors.New("a header after the first line")
+	case !haveSeq || r.Seq == 0:
+		return Record{}, errors.New("record has no seq")
+	case !haveTime:
+		return Record{}, errors.New("record has no time")
+	}
+	if len(rest) > 0 {
+		buf, err := appendMembers([]byte{'{'}, rest)
+		if err != nil {
+			return Record{}, err
+		}
+		r.Data = append(buf, '}')
+	}
+	return r, nil
+}
+
+// encodeLine encodes one commit as a line: a lone record as an object, a
+// transaction as an array. The records must already carry seq and time.
+func encodeLine(recs []Record) ([]byte, []Record, error) {
+	out := make([]Record, len(recs))
+	var buf []byte
+	if len(recs) > 1 {
+		buf = append(buf, '[')
+	}
+	for i, r := range recs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		buf, out[i], err = appendRecord(buf, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record %d of %d (%q): %w", i+1, len(recs), r.Kind, err)
+		}
+	}
+	if len(recs) > 1 {
+		buf = append(buf, ']')
+	}
+	return append(buf, '\n'), out, nil
+}
+
+// parseLine decodes one commit line (without its newline): an object or a
+// non-empty array of objects. The whole line parses or none of it does.
+func parseLine(line []byte) ([]Record, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, errors.New("empty line")
+	}
+	switch line[0] {
+	case '{':
+		r, err := parseRecord(line)
+		if err != nil {
+			return nil, err
+		}
+		return []Record{r}, nil
+	case '[':
+		var raws []json.RawMessage
+		if err := json.Unmarshal(line, &raws); err != nil {
+			return nil, err
+		}
+		if len(raws) == 0 {
+			return nil, errors.New("empty transaction")
+		}
+		recs := make([]Record, len(raws))
+		for i, raw := range raws {
+			r, err := parseRecord(raw)
+			if err != nil {
+				return nil, fmt.Errorf("record %d of the transaction: %w", i+1, err)
+			}
+			recs[i] = r
+		}
+		return recs, nil
+	}
+	return nil, errors.New("not a JSON object or array")
+}
