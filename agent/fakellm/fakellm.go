@@ -1,0 +1,353 @@
+// Package fakellm is a scripted OpenAI-compatible model server for tests.
+//
+// A Server listens on 127.0.0.1 and answers POST /v1/chat/completions
+// (server-sent events when the request says "stream": true, one JSON object
+// otherwise), GET /v1/models, and Ollama's native GET /api/tags and
+// POST /api/show. Each chat request plays the next Response of the script:
+// text in several deltas, tool calls streamed in fragments as real servers
+// send them, errors with the status codes and bodies real servers send, a
+// connection reset mid-stream, a stream that hangs until the client goes.
+// Every request is recorded so a test can assert on what its client sent.
+//
+// In immediate mode (SetImmediate) every chat request is answered at once
+// with a fixed short text and nothing is recorded: that is the peer for
+// benchmarks.
+//
+// The package uses only the standard library. It trusts its clients
+// completely and is meant for tests and benchmarks, never for production.
+package fakellm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// A Server is a scripted model server on a loopback port.
+type Server struct {
+	// URL is the server's root, e.g. "http://127.0.0.1:43127". OpenAI
+	// clients use URL + "/v1"; Ollama clients use URL itself.
+	URL string
+
+	ts   *httptest.Server
+	done chan struct{} // closed by Close: ends hanging responses
+
+	mu        sync.Mutex
+	script    []Response
+	requests  []Request
+	models    []Model
+	key       string
+	immediate *immediate // non-nil in immediate mode
+	served    int        // chat requests answered
+	gone      int        // hanging responses whose client went away
+	closeOnce sync.Once
+}
+
+// A Request is one request the server received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+	Chat   *ChatRequest // the decoded body of a chat request; nil otherwise
+}
+
+// Start starts a server on 127.0.0.1 with one model, "fake-model", and an
+// empty script; tb's cleanup closes it.
+func Start(tb testing.TB) *Server {
+	s := &Server{
+		done:   make(chan struct{}),
+		models: []Model{{ID: "fake-model"}},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("GET /v1/models", s.listModels)
+	mux.HandleFunc("GET /api/tags", s.tags)
+	mux.HandleFunc("POST /api/show", s.show)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.record(r, nil, nil)
+		writeError(w, http.StatusNotFound, "fakellm: no route for "+r.Method+" "+r.URL.Path)
+	})
+	s.ts = httptest.NewServer(mux)
+	s.URL = s.ts.URL
+	if tb != nil {
+		tb.Cleanup(s.Close)
+	}
+	return s
+}
+
+// Close releases hanging responses and shuts the server down, waiting for
+// requests in flight. It may be called more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.ts.CloseClientConnections()
+		s.ts.Close()
+	})
+}
+
+// Push appends responses to the script; each chat request plays the next.
+// A chat request that finds the script empty gets HTTP 500 saying so.
+func (s *Server) Push(rs ...Response) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append(s.script, rs...)
+}
+
+// Pending is the number of responses not yet played.
+func (s *Server) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.script)
+}
+
+// Requests returns a copy of every request received, in order of arrival.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// ChatRequests returns the chat requests received, in order of arrival.
+func (s *Server) ChatRequests() []*ChatRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*ChatRequest
+	for _, r := range s.requests {
+		if r.Chat != nil {
+			out = append(out, r.Chat)
+		}
+	}
+	return out
+}
+
+// Served is the number of chat requests answered, in any mode.
+func (s *Server) Served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
+}
+
+// Abandoned is the number of hanging responses (Hang) whose client went
+// away before the server closed.
+func (s *Server) Abandoned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
+}
+
+// SetModels replaces the models the server lists and describes.
+func (s *Server) SetModels(ms ...Model) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models = append([]Model(nil), ms...)
+}
+
+// RequireKey makes every /v1 request without "Authorization: Bearer key"
+// fail with HTTP 401 as OpenAI answers it. An empty key accepts anything.
+func (s *Server) RequireKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.key = key
+}
+
+// SetImmediate switches immediate mode on: every chat request is answered
+// at once with text, streamed or not as asked, the script is ignored and
+// nothing is recorded (only Served counts). An empty text switches it off.
+func (s *Server) SetImmediate(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if text == "" {
+		s.immediate = nil
+		return
+	}
+	s.immediate = newImmediate(text)
+}
+
+func (s *Server) record(r *http.Request, body []byte, chat *ChatRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = append(s.requests, Request{
+		Method: r.Method,
+		Path:   r.URL.Path,
+		Header: r.Header.Clone(),
+		Body:   body,
+		Chat:   chat,
+	})
+}
+
+// authorized reports whether r carries the key, answering 401 if not.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	s.mu.Lock()
+	key := s.key
+	s.mu.Unlock()
+	if key == "" || r.Header.Get("Authorization") == "Bearer "+key {
+		return true
+	}
+	writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]any{
+		"message": "Incorrect API key provided.",
+		"type":    "invalid_request_error",
+		"param":   nil,
+		"code":    "invalid_api_key",
+	}})
+	return false
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	im := s.immediate
+	if im != nil {
+		s.served++
+	}
+	s.mu.Unlock()
+	if im != nil {
+		im.serve(w, body)
+		return
+	}
+
+	var req ChatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.record(r, body, nil)
+		writeError(w, http.StatusBadRequest, "fakellm: the request body is not JSON: "+err.Error())
+		return
+	}
+	s.record(r, body, &req)
+	if !s.authorized(w, r) {
+		return
+	}
+
+	s.mu.Lock()
+	s.served++
+	n := s.served
+	var resp Response
+	empty := len(s.script) == 0
+	if !empty {
+		resp = s.script[0]
+		s.script = s.script[1:]
+	}
+	s.mu.Unlock()
+	if empty {
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("fakellm: the script is empty (chat request %d)", n))
+		return
+	}
+	s.play(w, r, &req, len(body), n, resp)
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	s.record(r, nil, nil)
+	if !s.authorized(w, r) {
+		return
+	}
+	s.mu.Lock()
+	models := s.models
+	s.mu.Unlock()
+	data := []map[string]any{}
+	for _, m := range models {
+		e := map[string]any{"id": m.ID, "object": "model", "created": 1700000000, "owned_by": "fakellm"}
+		for k, v := range m.Extra {
+			e[k] = v
+		}
+		data = append(data, e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
+	s.record(r, nil, nil)
+	s.mu.Lock()
+	models := s.models
+	s.mu.Unlock()
+	list := []map[string]any{}
+	for _, m := range models {
+		list = append(list, map[string]any{
+			"name":        m.ID,
+			"model":       m.ID,
+			"modified_at": "2025-01-01T00:00:00Z",
+			"size":        1 << 30,
+			"digest":      fmt.Sprintf("%064x", len(m.ID)),
+			"details":     map[string]any{"format": "gguf", "family": "fake", "parameter_size": "8B", "quantization_level": "Q4_K_M"},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": list})
+}
+
+func (s *Server) show(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.record(r, body, nil)
+	var req struct {
+		Model string `json:"model"`
+		Name  string `json:"name"` // before Ollama 0.5
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid request: " + err.Error()})
+		return
+	}
+	name := req.Model
+	if name == "" {
+		name = req.Name
+	}
+	s.mu.Lock()
+	models := s.models
+	s.mu.Unlock()
+	for _, m := range models {
+		if m.ID != name {
+			continue
+		}
+		info := map[string]any{"general.architecture": "fake", "general.parameter_count": 8_000_000_000}
+		if m.ContextLength > 0 {
+			info["fake.context_length"] = m.ContextLength
+		}
+		var params bytes.Buffer
+		if m.NumCtx > 0 {
+			fmt.Fprintf(&params, "num_ctx                        %d\n", m.NumCtx)
+		}
+		params.WriteString(`stop                           "<|im_end|>"`)
+		writeJSON(w, http.StatusOK, map[string]any{
+			"modelfile":    "FROM " + m.ID + "\n",
+			"parameters":   params.String(),
+			"template":     "{{ .Prompt }}",
+			"details":      map[string]any{"format": "gguf", "family": "fake"},
+			"model_info":   info,
+			"capabilities": []string{"completion", "tools"},
+		})
+		return
+	}
+	writeJSON(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("model '%s' not found", name)})
+}
+
+// A Model is one model the server offers.
+type Model struct {
+	ID string
+	// ContextLength is the model's trained context, reported by /api/show
+	// as model_info["fake.context_length"]; 0 leaves it out.
+	ContextLength int
+	// NumCtx is the num_ctx parameter of the model's Modelfile, reported by
+	// /api/show in "parameters"; 0 leaves it out.
+	NumCtx int
+	// Extra fields of the model's /v1/models entry, e.g. "max_model_len"
+	// as vLLM sends it or "context_length" as OpenRouter does.
+	Extra map[string]any
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// writeError answers with an OpenAI-shaped error.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{
+		"message": msg, "type": "fakellm_error", "param": nil, "code": nil,
+	}})
+}

@@ -1,0 +1,347 @@
+package fakellm
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// A ChatRequest is the decoded body of a chat completion request.
+type ChatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []Message      `json:"messages"`
+	Tools               []Tool         `json:"tools"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *StreamOptions `json:"stream_options"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+}
+
+// StreamOptions is the request's "stream_options".
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// A Message is one message of a request.
+type Message struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"` // a string, an array of parts, or absent
+	ToolCalls  []WireToolCall  `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
+}
+
+// Text is the message's content as text: the string, or the text parts
+// joined.
+func (m Message) Text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// A WireToolCall is a tool call as an assistant message carries it.
+type WireToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// A Tool is a tool offered in a request.
+type Tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+// chunk is one streamed chat.completion.chunk.
+type chunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *Usage        `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int     `json:"index"`
+	Delta        delta   `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type delta struct {
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent string          `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+type toolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function toolCallDeltaFunc `json:"function"`
+}
+
+type toolCallDeltaFunc struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// play answers req with resp; n numbers the request.
+func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, bodyLen, n int, resp Response) {
+	if resp.Status != 0 {
+		for k, vs := range resp.Header {
+			w.Header()[k] = vs
+		}
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(resp.Status)
+		w.Write([]byte(resp.Body))
+		return
+	}
+
+	id := fmt.Sprintf("chatcmpl-fake%d", n)
+	calls := append([]Call(nil), resp.ToolCalls...)
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", n, i)
+		}
+	}
+	finish := resp.Finish
+	if finish == "" {
+		finish = "stop"
+		if len(calls) > 0 {
+			finish = "tool_calls"
+		}
+	}
+	usage := resp.Usage
+	if usage == nil {
+		out := len(resp.contentOf())
+		for _, c := range calls {
+			out += len(c.Name) + len(c.Args)
+		}
+		usage = &Usage{PromptTokens: bodyLen/4 + 1, CompletionTokens: out/4 + 1}
+		usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	}
+
+	if !req.Stream {
+		if resp.Reset {
+			reset(w)
+			return
+		}
+		if resp.Hang {
+			s.hang(r)
+			return
+		}
+		s.writeCompletion(w, id, req.Model, resp, calls, finish, usage)
+		return
+	}
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	send := func(c chunk) bool {
+		if resp.Delay > 0 {
+			select {
+			case <-time.After(resp.Delay):
+			case <-r.Context().Done():
+				return false
+			case <-s.done:
+				return false
+			}
+		}
+		c.ID, c.Object, c.Created, c.Model = id, "chat.completion.chunk", time.Now().Unix(), req.Model
+		if c.Choices == nil {
+			c.Choices = []chunkChoice{}
+		}
+		b, _ := json.Marshal(c)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	one := func(d delta) chunk { return chunk{Choices: []chunkChoice{{Delta: d}}} }
+
+	empty := ""
+	if !send(one(delta{Role: "assistant", Content: &empty})) {
+		return
+	}
+	for _, t := range resp.Reasoning {
+		if !send(one(delta{ReasoningContent: t})) {
+			return
+		}
+	}
+	for _, t := range resp.Text {
+		if !send(one(delta{Content: &t})) {
+			return
+		}
+	}
+	for i, c := range calls {
+		first := toolCallDelta{Index: i, ID: c.ID, Type: "function", Function: toolCallDeltaFunc{Name: c.Name}}
+		if !send(one(delta{ToolCalls: []toolCallDelta{first}})) {
+			return
+		}
+		for _, frag := range fragments(c.Args, 3) {
+			if !send(one(delta{ToolCalls: []toolCallDelta{{Index: i, Function: toolCallDeltaFunc{Arguments: frag}}}})) {
+				return
+			}
+		}
+	}
+	switch {
+	case resp.StreamError != "":
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": resp.StreamError, "type": "server_error", "code": 502}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		return
+	case resp.Reset:
+		reset(w)
+		return
+	case resp.Hang:
+		if flusher != nil {
+			flusher.Flush()
+		}
+		s.hang(r)
+		return
+	}
+	if !send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}}}) {
+		return
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		if !send(chunk{Usage: usage}) {
+			return
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+func (s *Server) writeCompletion(w http.ResponseWriter, id, model string, resp Response, calls []Call, finish string, usage *Usage) {
+	msg := map[string]any{"role": "assistant", "content": resp.contentOf()}
+	if len(resp.Reasoning) > 0 {
+		msg["reasoning_content"] = strings.Join(resp.Reasoning, "")
+	}
+	if len(calls) > 0 {
+		if len(resp.Text) == 0 {
+			msg["content"] = nil
+		}
+		var tcs []map[string]any
+		for _, c := range calls {
+			tcs = append(tcs, map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Args}})
+		}
+		msg["tool_calls"] = tcs
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id":      id,
+		"object":  "chat.completion",
+		"created": time.Now().Unix(),
+		"model":   model,
+		"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": finish}},
+		"usage":   usage,
+	})
+}
+
+// hang waits until the client goes away or the server closes.
+func (s *Server) hang(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+		s.mu.Lock()
+		s.gone++
+		s.mu.Unlock()
+	case <-s.done:
+	}
+}
+
+// reset flushes what was written and resets the connection, so the client
+// sees "connection reset by peer" (or an unexpected EOF) mid-response.
+func reset(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	conn, buf, err := rc.Hijack()
+	if err != nil {
+		return
+	}
+	buf.Flush()
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetLinger(0) // close sends RST, not FIN
+	}
+	conn.Close()
+}
+
+// immediate holds the precomputed answers of immediate mode.
+type immediate struct {
+	stream, streamUsage, plain []byte
+}
+
+func newImmediate(text string) *immediate {
+	stop := "stop"
+	usage := &Usage{PromptTokens: 10, CompletionTokens: 1, TotalTokens: 11}
+	c := func(ch chunk) string {
+		ch.ID, ch.Object, ch.Created, ch.Model = "chatcmpl-immediate", "chat.completion.chunk", 1700000000, "fake-model"
+		if ch.Choices == nil {
+			ch.Choices = []chunkChoice{}
+		}
+		b, _ := json.Marshal(ch)
+		return "data: " + string(b) + "\n\n"
+	}
+	body := c(chunk{Choices: []chunkChoice{{Delta: delta{Role: "assistant", Content: &text}}}}) +
+		c(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &stop}}})
+	plain, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-immediate", "object": "chat.completion", "created": 1700000000, "model": "fake-model",
+		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": stop}},
+		"usage":   usage,
+	})
+	return &immediate{
+		stream:      []byte(body + "data: [DONE]\n\n"),
+		streamUsage: []byte(body + c(chunk{Usage: usage}) + "data: [DONE]\n\n"),
+		plain:       plain,
+	}
+}
+
+func (im *immediate) serve(w http.ResponseWriter, body []byte) {
+	var req struct {
+		Stream        bool           `json:"stream"`
+		StreamOptions *StreamOptions `json:"stream_options"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "fakellm: the request body is not JSON: "+err.Error())
+		return
+	}
+	var out []byte
+	switch {
+	case !req.Stream:
+		w.Header().Set("Content-Type", "application/json")
+		out = im.plain
+	case req.StreamOptions != nil && req.StreamOptions.IncludeUsage:
+		w.Header().Set("Content-Type", "text/event-stream")
+		out = im.streamUsage
+	default:
+		w.Header().Set("Content-Type", "text/event-stream")
+		out = im.stream
+	}
+	w.Write(out)
+}
