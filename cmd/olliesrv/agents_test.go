@@ -33,6 +33,9 @@ func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []back
 	b.seen = append(b.seen, msgs)
 	b.mu.Unlock()
 	last := msgs[len(msgs)-1]
+	if len(tools) == 0 {
+		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: "generated: " + last.Content}}, nil
+	}
 	if last.Role == backend.RoleTool {
 		on(backend.Delta{Text: "the tool said: " + last.Content})
 		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: "the tool said: " + last.Content}}, nil
@@ -139,5 +142,36 @@ func TestAgentThroughNamespace(t *testing.T) {
 	}
 	if got := len(d.ns.agents.of(sid)); got != 0 {
 		t.Errorf("%d agents left", got)
+	}
+}
+
+func TestGenerate(t *testing.T) {
+	be := &twoStep{}
+	d, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: func(name string) (backend.Backend, error) { return be, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	fs := attach(t, d.Socket, "")
+	got, err := rdwr(fs, "generate", `{"prompt": "hi", "system": "be brief"}`)
+	if err != nil || got != "generated: hi\n" {
+		t.Fatalf("generate = %q %v", got, err)
+	}
+	if len(be.seen) != 1 || be.seen[0][0].Content != "be brief" || be.seen[0][1].Content != "hi" {
+		t.Errorf("the backend saw %+v", be.seen)
+	}
+	for req, want := range map[string]string{"": "empty prompt", `{"prompt": "x", "colour": 1}`: "unknown field"} {
+		if _, err := rdwr(fs, "generate", req); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("generate %q: %v, want %q", req, err, want)
+		}
+	}
+	d2, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Shutdown(context.Background())
+	if _, err := rdwr(attach(t, d2.Socket, ""), "generate", "hi"); err == nil || !strings.Contains(err.Error(), "no model backend is configured") {
+		t.Errorf("generate without a backend: %v", err)
 	}
 }

@@ -34,6 +34,7 @@ func (n *namespace) spec() *ns.Node {
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
+		ns.RdWrFile("generate", 0666, `One-shot generation: write a prompt (or {"prompt", "system", "model", "backend"} as JSON); read the reply.`, n.generate),
 		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
 		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
 		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
