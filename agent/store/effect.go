@@ -28,7 +28,7 @@ const StatusInterrupted = "interrupted"
 // The reasons Recover gives in an interrupted settlement.
 const (
 	ReasonInterrupted = "olliesrv stopped while this tool was running; it was not run again"
-	ReasonRerunFailed = "olliesrv stopped while this tool was running and again while it was run a second time; it was not run a third time"
+	ReasonRerunFailed = "olliesrv stopped while this tool was running, and again before its second run was settled; it was not run again"
 )
 
 // An Intent is a tool call committed before it runs.
@@ -111,7 +111,8 @@ func (s *Store) Settle(id string, result json.RawMessage) error {
 	return s.Commit(r)
 }
 
-// Pending returns the intents without a settlement, oldest first.
+// Pending returns the intents without a settlement, oldest first: those
+// left by an earlier process and those of calls running now.
 func (s *Store) Pending() []Intent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,7 +120,10 @@ func (s *Store) Pending() []Intent {
 }
 
 // Recover settles the calls a crash interrupted, and returns the ones to run
-// again. For each pending intent, oldest first:
+// again. It acts only on the intents pending when the file was opened, left
+// by an earlier process; calls committed through this Store (including
+// those Recover hands back) are running, and are left alone. For each such
+// intent, oldest first:
 //
 //   - replay-safe and not yet handed back: Recover commits a KindRerun
 //     record for it and returns it; the caller runs it once more and Settles
@@ -139,6 +143,9 @@ func (s *Store) Recover() ([]Intent, error) {
 	var recs []Record
 	var again []Intent
 	for _, in := range s.fx.list() {
+		if s.live[in.ID] {
+			continue // this store committed it, and its tool may be running now
+		}
 		if in.ReplaySafe && !in.Rerun {
 			r, err := NewRecord(KindRerun, rerun{in.ID})
 			if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 )
@@ -68,63 +67,120 @@ type member struct {
 	val json.RawMessage
 }
 
-// members splits a JSON object into its members, in order. It fails on
-// anything but exactly one object, and on a key given twice.
+// members splits a JSON object into its members, in order, with their
+// values compacted. It fails on anything but exactly one object, and on a
+// key given twice.
 func members(data []byte) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
+	var c bytes.Buffer
+	c.Grow(len(data))
+	// Compact validates the whole input, so the scan below sees only
+	// well-formed JSON without whitespace.
+	if err := json.Compact(&c, data); err != nil {
 		return nil, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	return split(c.Bytes())
+}
+
+// split is members for valid, compact JSON.
+func split(obj []byte) ([]member, error) {
+	if obj[0] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
 	var ms []member
-	seen := make(map[string]bool)
-	for dec.More() {
-		tok, err := dec.Token()
+	var seen map[string]bool
+	for i := 1; obj[i] != '}'; {
+		if obj[i] == ',' {
+			i++
+		}
+		end := skipValue(obj, i) // the key, a string
+		key, err := unquote(obj[i:end])
 		if err != nil {
 			return nil, err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil, errors.New("object key is not a string")
+		i = end + 1 // past the colon
+		end = skipValue(obj, i)
+		if seen == nil {
+			seen = make(map[string]bool)
 		}
 		if seen[key] {
 			return nil, fmt.Errorf("key %q given twice", key)
 		}
 		seen[key] = true
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return nil, err
-		}
-		ms = append(ms, member{key, val})
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON object")
+		ms = append(ms, member{key, obj[i:end:end]})
+		i = end
 	}
 	return ms, nil
 }
 
-// appendMembers appends ms as the inside of a JSON object, compacted.
-func appendMembers(buf []byte, ms []member) ([]byte, error) {
+// skipValue returns the end of the JSON value starting at b[i]. b must be
+// valid, compact JSON.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for {
+		switch b[i] {
+		case '"':
+			i = skipString(b, i)
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			depth--
+			i++
+		default: // a number, true, false or null
+			for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+				i++
+			}
+		}
+		if depth == 0 || i >= len(b) {
+			return i
+		}
+		if b[i] == ',' || b[i] == ':' {
+			i++
+		}
+	}
+}
+
+// skipString returns the end of the JSON string starting at b[i].
+func skipString(b []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(b[i:], '"')
+		i += j
+		// The quote ends the string unless an odd run of backslashes
+		// escapes it.
+		n := 0
+		for k := i - 1; b[k] == '\\'; k-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
+// unquote decodes a JSON string.
+func unquote(q []byte) (string, error) {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
+}
+
+// appendMembers appends ms as the inside of a JSON object. The values are
+// compact already.
+func appendMembers(buf []byte, ms []member) []byte {
 	for i, m := range ms {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = appendString(buf, m.key)
 		buf = append(buf, ':')
-		var c bytes.Buffer
-		if err := json.Compact(&c, m.val); err != nil {
-			return nil, err
-		}
-		buf = append(buf, c.Bytes()...)
+		buf = append(buf, m.val...)
 	}
-	return buf, nil
+	return buf
 }
 
 // appendString appends s as a JSON string, without the HTML escaping of
@@ -175,9 +231,7 @@ func appendRecord(buf []byte, r Record) ([]byte, Record, error) {
 	start := len(buf)
 	if len(ms) > 0 {
 		buf = append(buf, ',')
-		if buf, err = appendMembers(buf, ms); err != nil {
-			return nil, r, fmt.Errorf("payload: %w", err)
-		}
+		buf = appendMembers(buf, ms)
 		r.Data = append(json.RawMessage{'{'}, buf[start+1:]...)
 		r.Data = append(r.Data, '}')
 	} else {
@@ -187,9 +241,9 @@ func appendRecord(buf []byte, r Record) ([]byte, Record, error) {
 	return buf, r, nil
 }
 
-// parseRecord decodes one flat record object.
-func parseRecord(data []byte) (Record, error) {
-	ms, err := members(data)
+// parseRecord decodes one flat record object, given as valid, compact JSON.
+func parseRecord(obj []byte) (Record, error) {
+	ms, err := split(obj)
 	if err != nil {
 		return Record{}, err
 	}
@@ -228,11 +282,7 @@ func parseRecord(data []byte) (Record, error) {
 		return Record{}, errors.New("record has no time")
 	}
 	if len(rest) > 0 {
-		buf, err := appendMembers([]byte{'{'}, rest)
-		if err != nil {
-			return Record{}, err
-		}
-		r.Data = append(buf, '}')
+		r.Data = append(appendMembers([]byte{'{'}, rest), '}')
 	}
 	return r, nil
 }
@@ -264,32 +314,38 @@ func encodeLine(recs []Record) ([]byte, []Record, error) {
 // parseLine decodes one commit line (without its newline): an object or a
 // non-empty array of objects. The whole line parses or none of it does.
 func parseLine(line []byte) ([]Record, error) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
+	if len(bytes.TrimSpace(line)) == 0 {
 		return nil, errors.New("empty line")
 	}
-	switch line[0] {
+	var c bytes.Buffer
+	c.Grow(len(line))
+	if err := json.Compact(&c, line); err != nil {
+		return nil, err
+	}
+	b := c.Bytes()
+	switch b[0] {
 	case '{':
-		r, err := parseRecord(line)
+		r, err := parseRecord(b)
 		if err != nil {
 			return nil, err
 		}
 		return []Record{r}, nil
 	case '[':
-		var raws []json.RawMessage
-		if err := json.Unmarshal(line, &raws); err != nil {
-			return nil, err
-		}
-		if len(raws) == 0 {
-			return nil, errors.New("empty transaction")
-		}
-		recs := make([]Record, len(raws))
-		for i, raw := range raws {
-			r, err := parseRecord(raw)
-			if err != nil {
-				return nil, fmt.Errorf("record %d of the transaction: %w", i+1, err)
+		var recs []Record
+		for i := 1; b[i] != ']'; {
+			if b[i] == ',' {
+				i++
 			}
-			recs[i] = r
+			end := skipValue(b, i)
+			r, err := parseRecord(b[i:end])
+			if err != nil {
+				return nil, fmt.Errorf("record %d of the transaction: %w", len(recs)+1, err)
+			}
+			recs = append(recs, r)
+			i = end
+		}
+		if len(recs) == 0 {
+			return nil, errors.New("empty transaction")
 		}
 		return recs, nil
 	}

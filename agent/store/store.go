@@ -154,6 +154,7 @@ type Store struct {
 	seq      uint64 // the last committed seq
 	broken   error  // the write error that left the file in an unknown state
 	fx       effects
+	live     map[string]bool // calls committed or handed back by this Store and not yet settled
 }
 
 // Create makes a new session file at path, mode 0600, holding only its
@@ -207,6 +208,7 @@ func newStore(path string, opts *Options) *Store {
 		s.opts = *opts
 	}
 	s.fx.init()
+	s.live = make(map[string]bool)
 	return s
 }
 
@@ -424,6 +426,13 @@ func (s *Store) commitLocked(records []Record) ([]Record, error) {
 		return nil, fmt.Errorf("store: commit to %s: %w", s.path, err)
 	}
 	s.fx.apply(changes)
+	for _, c := range changes {
+		if c.kind == KindSettle {
+			delete(s.live, c.id)
+		} else {
+			s.live[c.id] = true
+		}
+	}
 	s.seq = recs[len(recs)-1].Seq
 	return recs, nil
 }

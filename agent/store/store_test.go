@@ -288,7 +288,7 @@ func TestCorrupt(t *testing.T) {
 		line  int
 		cause string
 	}{
-		{"garbage in the middle", func(ls []string) []string { ls[1] = "garbage"; return ls }, 2, "not a JSON object or array"},
+		{"garbage in the middle", func(ls []string) []string { ls[1] = "garbage"; return ls }, 2, "invalid character"},
 		{"half a line in the middle", func(ls []string) []string { ls[1] = ls[1][:10]; return ls }, 2, ""},
 		{"blank line in the middle", func(ls []string) []string { return append(ls[:2], append([]string{""}, ls[2:]...)...) }, 3, "empty line"},
 		{"seq going back", func(ls []string) []string {
@@ -296,7 +296,9 @@ func TestCorrupt(t *testing.T) {
 		}, 4, "seq 2 does not follow 3"},
 		{"no seq", func(ls []string) []string { return append(ls, `{"kind":"x","time":"2026-01-01T00:00:00Z"}`) }, 4, "no seq"},
 		{"no kind", func(ls []string) []string { return append(ls, `{"seq":9,"time":"2026-01-01T00:00:00Z"}`) }, 4, "no kind"},
-		{"a second header", func(ls []string) []string { return append(ls, `{"kind":"header","seq":9,"time":"2026-01-01T00:00:00Z"}`) }, 4, "header"},
+		{"a second header", func(ls []string) []string {
+			return append(ls, `{"kind":"header","seq":9,"time":"2026-01-01T00:00:00Z"}`)
+		}, 4, "header"},
 		{"empty transaction", func(ls []string) []string { return append(ls, `[]`, valid) }, 4, "empty transaction"},
 		{"duplicate key", func(ls []string) []string {
 			return append(ls, `{"kind":"x","seq":9,"seq":10,"time":"2026-01-01T00:00:00Z"}`)
