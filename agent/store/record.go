@@ -161,6 +161,9 @@ func skipString(b []byte, i int) int {
 
 // unquote decodes a JSON string.
 func unquote(q []byte) (string, error) {
+	if len(q) < 2 || q[0] != '"' {
+		return "", errors.New("not a string")
+	}
 	if bytes.IndexByte(q, '\\') < 0 {
 		return string(q[1 : len(q)-1]), nil
 	}
@@ -186,6 +189,16 @@ func appendMembers(buf []byte, ms []member) []byte {
 // appendString appends s as a JSON string, without the HTML escaping of
 // encoding/json, so that keys read back byte for byte.
 func appendString(buf []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
+	}
+	if plain {
+		buf = append(buf, '"')
+		buf = append(buf, s...)
+		return append(buf, '"')
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -254,17 +267,21 @@ func parseRecord(obj []byte) (Record, error) {
 		switch m.key {
 		case keyKind:
 			haveKind = true
-			if err := json.Unmarshal(m.val, &r.Kind); err != nil {
+			if r.Kind, err = unquote(m.val); err != nil {
 				return Record{}, fmt.Errorf("kind: %w", err)
 			}
 		case keySeq:
 			haveSeq = true
-			if err := json.Unmarshal(m.val, &r.Seq); err != nil {
+			if r.Seq, err = strconv.ParseUint(string(m.val), 10, 64); err != nil {
 				return Record{}, fmt.Errorf("seq: %w", err)
 			}
 		case keyTime:
 			haveTime = true
-			if err := json.Unmarshal(m.val, &r.Time); err != nil {
+			ts, err := unquote(m.val)
+			if err == nil {
+				r.Time, err = time.Parse(time.RFC3339Nano, ts)
+			}
+			if err != nil {
 				return Record{}, fmt.Errorf("time: %w", err)
 			}
 		default:

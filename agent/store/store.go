@@ -268,7 +268,8 @@ func syncDir(path string) error {
 // at an older storage version is migrated and rewritten atomically; one at
 // a newer version is refused with a *NewerVersionError. A damaged line that
 // is not the last is a *CorruptError naming it. The file stays locked
-// against other Opens until Close.
+// against other Opens, in this process or another, until Close; Open of a
+// locked file fails with ErrLocked.
 func Open(path string, opts *Options) (*Store, []Record, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
 	if err != nil {
@@ -350,7 +351,9 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Header() Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.header
+	h := s.header
+	h.Meta = append(json.RawMessage(nil), h.Meta...)
+	return h
 }
 
 // Warnings returns what Open recovered from: a dropped torn line, a
