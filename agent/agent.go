@@ -209,6 +209,9 @@ func (a *Agent) Queued() []string {
 	return append([]string(nil), a.queue...)
 }
 
+// Note writes a line for people to both chat streams, outside any turn.
+func (a *Agent) Note(s string) { a.say("[" + s + "]\n") }
+
 // Interrupt ends the running turn with cause; it reports whether one was
 // running.
 func (a *Agent) Interrupt(cause error) bool {
@@ -286,6 +289,9 @@ func (a *Agent) run() {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		a.cancel = cancel
 		a.mu.Unlock()
+		if a.cfg.Journal != nil {
+			a.cfg.Journal.Entry("dequeue", nil)
+		}
 
 		a.turn(ctx, prompt)
 

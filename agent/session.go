@@ -113,6 +113,24 @@ func (r *Sessions) Create(opt SessionOptions) (*Session, error) {
 	return s, nil
 }
 
+// Restore puts back a session read from its file, with its own ID.
+func (r *Sessions) Restore(id string, created time.Time, opt SessionOptions, paused bool) (*Session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[id] != nil {
+		return nil, fmt.Errorf("agent: session %s restored twice", id)
+	}
+	name := opt.Name
+	if r.byName[name] != nil || checkName(name) != nil {
+		name = id // a clash or a bad name must not lose the session
+	}
+	s := &Session{ID: id, Owner: opt.Owner, Created: created, name: name, cwd: opt.Cwd, paused: paused}
+	r.byID[id] = s
+	r.byName[name] = s
+	r.publish(s, "restore", name)
+	return s, nil
+}
+
 // Lookup finds a session by name or by ID.
 func (r *Sessions) Lookup(nameOrID string) (*Session, bool) {
 	r.mu.Lock()

@@ -66,6 +66,15 @@ func (as *agents) lookup(session, nameOrID string) *agentEntry {
 	return nil
 }
 
+func (as *agents) add(e *agentEntry) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.byID == nil {
+		as.byID = map[string]*agentEntry{}
+	}
+	as.byID[e.ID()] = e
+}
+
 func (as *agents) remove(id string) *agentEntry {
 	as.mu.Lock()
 	defer as.mu.Unlock()
@@ -228,9 +237,13 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return nil, fmt.Errorf("agent/new: the session's tools: %w", err)
 	}
 	id := agent.NewID()
+	meta := agent.AgentMeta{ID: id, Name: name, Cwd: cwd, Backend: opt["backend"], Model: opt["model"]}
+	if err := n.logs.record(s.ID, "agent.new", meta); err != nil {
+		return nil, fmt.Errorf("agent/new: %w", err)
+	}
 	e := &agentEntry{session: s.ID, created: time.Now(), name: name, model: opt["model"], backend: be.Name(), cwd: cwd}
 	e.Agent = agent.New(agent.Config{ID: id, Name: name, SessionID: s.ID, Backend: be, Model: opt["model"],
-		Tools: tools, Cwd: cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(cwd)})
+		Tools: tools, Cwd: cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(cwd), Journal: n.logs.get(s.ID).Journal(id)})
 	n.agents.mu.Lock()
 	if n.agents.closed {
 		n.agents.mu.Unlock()
@@ -318,6 +331,9 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	if other := n.agents.lookup(e.session, name); other != nil && other != e {
 		return fmt.Errorf("%s: an agent named %q exists in this session", c.Path(), name)
 	}
+	if err := n.logs.record(e.session, "agent.name", map[string]string{"agent": e.ID(), "name": name}); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
 	e.mu.Lock()
 	e.name = name
 	e.mu.Unlock()
@@ -342,6 +358,9 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		return []byte("stopped\n"), nil
 	case "kill":
+		if err := n.logs.record(e.session, "agent.kill", map[string]string{"agent": e.ID()}); err != nil {
+			return nil, err
+		}
 		n.agents.remove(e.ID())
 		e.Close()
 		n.bus.Publish("session."+e.session+".agent."+e.ID()+".kill", e.Name())

@@ -53,7 +53,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 	t.Setenv("OLLIE_DATA", data)
 
 	be := &twoStep{}
-	d, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Backends: func(name string) (backend.Backend, error) { return be, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 
 func TestGenerate(t *testing.T) {
 	be := &twoStep{}
-	d, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Backends: func(name string) (backend.Backend, error) { return be, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestGenerate(t *testing.T) {
 			t.Errorf("generate %q: %v, want %q", req, err, want)
 		}
 	}
-	d2, err := startDaemon(daemonConfig{Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d2, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,4 +174,74 @@ func TestGenerate(t *testing.T) {
 	if _, err := rdwr(attach(t, d2.Socket, ""), "generate", "hi"); err == nil || !strings.Contains(err.Error(), "no model backend is configured") {
 		t.Errorf("generate without a backend: %v", err)
 	}
+}
+
+// TestRestartRestores stops olliesrv and starts it again on the same state
+// directory: sessions, names, pause state, agents, histories and queued
+// prompts come back.
+func TestRestartRestores(t *testing.T) {
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+	state := t.TempDir()
+	start := func() (*daemon, *twoStep) {
+		be := &twoStep{}
+		d, err := startDaemon(daemonConfig{StateDir: state, Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Backends: func(name string) (backend.Backend, error) { return be, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, be
+	}
+	d, _ := start()
+	fs := attach(t, d.Socket, "")
+	rdwr(fs, "session/new", "name=keep cwd=/tmp")
+	rdwr(fs, "session/new", "name=gone cwd=/tmp")
+	writeFile(fs, "session/keep/name", "kept")
+	rdwr(fs, "session/kept/ctl", "pause")
+	rdwr(fs, "session/gone/ctl", "kill")
+	rdwr(fs, "session/kept/agent/new", "name=coder")
+	id := strings.TrimSpace(readFile(t, fs, "session/kept/id"))
+	if err := writeFile(fs, "session/kept/agent/coder/prompt", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e := d.ns.agents.lookup(id, "coder")
+	if !e.WaitTurns(ctx, 1) {
+		t.Fatal("the prompt did not finish")
+	}
+	before := readFile(t, fs, "session/kept/agent/coder/log")
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	d, _ = start()
+	defer d.Shutdown(context.Background())
+	fs = attach(t, d.Socket, "")
+	if idx := readFile(t, fs, "session/idx"); !strings.HasPrefix(idx, id+"\tkept\ttrue\t") || strings.Count(idx, "\n") != 1 {
+		t.Fatalf("restored idx = %q", idx)
+	}
+	if got := readFile(t, fs, "session/kept/agent/coder/log"); got != before {
+		t.Errorf("restored history:\n%s\nwant:\n%s", got, before)
+	}
+	if got := readFile(t, fs, "session/kept/agent/coder/state"); got != "idle\n" {
+		t.Errorf("restored state %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(state, "killed", ids(t, state, "killed"))); err != nil {
+		t.Errorf("the killed session's file was not kept aside: %v", err)
+	}
+}
+
+// ids returns the one file name in dir/sub.
+func ids(t *testing.T, dir, sub string) string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, sub))
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("%s/%s: %v %v", dir, sub, ents, err)
+	}
+	return ents[0].Name()
 }

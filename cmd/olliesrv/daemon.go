@@ -72,10 +72,11 @@ type daemonConfig struct {
 	// means none is configured.
 	Backends func(name string) (backend.Backend, error)
 
-	Dir   string // the namespace directory; the socket is Dir/ollie
-	TCP   string // optional unauthenticated TCP listener
-	Log   *slog.Logger
-	Trace io.Writer
+	Dir      string // the namespace directory; the socket is Dir/ollie
+	StateDir string // where session files live ("" means defaultStateDir)
+	TCP      string // optional unauthenticated TCP listener
+	Log      *slog.Logger
+	Trace    io.Writer
 }
 
 // A daemon is a running olliesrv: its listeners, its lock and its state.
@@ -141,14 +142,22 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 
 	host, _ := os.Hostname()
 	bus := &ns.Bus{}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0700); err != nil {
+		d.closeListeners()
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{},
-		agents: &agents{}, backends: cfg.Backends}
+		agents: &agents{}, backends: cfg.Backends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()
 		return nil, err
 	}
 	d.ns.tree = tree
+	d.ns.restore(context.Background())
 	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace}
 
 	d.serving.Add(1)
@@ -188,6 +197,7 @@ func (d *daemon) Shutdown(ctx context.Context) error {
 	err := d.srv.Shutdown(ctx)
 	d.ns.agents.closeAll()
 	d.ns.tools.closeAll()
+	d.ns.logs.closeAll()
 	d.closeListeners() // removes the socket file
 	d.serving.Wait()
 	d.lock.Close()

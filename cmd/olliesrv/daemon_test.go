@@ -22,7 +22,7 @@ import (
 func startTestDaemon(t *testing.T) *daemon {
 	t.Helper()
 	dir := shortTempDir(t)
-	d, err := startDaemon(daemonConfig{Dir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func writeFile(fs *client.Fsys, path, data string) error {
 
 func TestSecondServerRefused(t *testing.T) {
 	d := startTestDaemon(t)
-	_, err := startDaemon(daemonConfig{Dir: filepath.Dir(d.Socket), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	_, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: filepath.Dir(d.Socket), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if !errors.Is(err, ErrAlreadyRunning) {
 		t.Fatalf("second daemon: got %v, want ErrAlreadyRunning", err)
 	}
@@ -130,7 +130,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if _, err := os.Lstat(sock); err != nil {
 		t.Fatal("stale socket not left behind:", err)
 	}
-	d, err := startDaemon(daemonConfig{Dir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("start over a stale socket: %v", err)
 	}
@@ -151,14 +151,14 @@ func TestStartRefusals(t *testing.T) {
 	t.Run("not a socket", func(t *testing.T) {
 		dir := shortTempDir(t)
 		os.WriteFile(filepath.Join(dir, "ollie"), []byte("x"), 0600)
-		_, err := startDaemon(daemonConfig{Dir: dir, Log: quiet})
+		_, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: quiet})
 		if err == nil || !strings.Contains(err.Error(), "not a socket") {
 			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("path too long", func(t *testing.T) {
 		dir := filepath.Join(shortTempDir(t), strings.Repeat("d", 110))
-		_, err := startDaemon(daemonConfig{Dir: dir, Log: quiet})
+		_, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: quiet})
 		if err == nil || !strings.Contains(err.Error(), "108") && !strings.Contains(err.Error(), "107-byte") {
 			t.Fatalf("got %v", err)
 		}
@@ -171,7 +171,7 @@ func TestStartRefusals(t *testing.T) {
 		if err := os.Chown(dir, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
-		_, err := startDaemon(daemonConfig{Dir: dir, Log: quiet})
+		_, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: quiet})
 		if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
 			t.Fatalf("got %v", err)
 		}
@@ -179,7 +179,7 @@ func TestStartRefusals(t *testing.T) {
 	t.Run("group-writable directory made private", func(t *testing.T) {
 		dir := shortTempDir(t)
 		os.Chmod(dir, 0777)
-		d, err := startDaemon(daemonConfig{Dir: dir, Log: quiet})
+		d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, Log: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -448,7 +448,7 @@ func TestHelperDial(t *testing.T) {
 // namespace but never grants the admin bypass.
 func TestTCPUntrusted(t *testing.T) {
 	dir := shortTempDir(t)
-	d, err := startDaemon(daemonConfig{Dir: dir, TCP: "127.0.0.1:0", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir, TCP: "127.0.0.1:0", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *bytes.Buf
 	t.Helper()
 	srv, _ := binaries(t)
 	cmd := exec.Command(srv)
-	cmd.Env = append(append(os.Environ(), "NAMESPACE="+dir), env...)
+	cmd.Env = append(append(os.Environ(), "NAMESPACE="+dir, "XDG_STATE_HOME="+t.TempDir()), env...)
 	var log bytes.Buffer
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
@@ -107,7 +107,7 @@ func TestBinaryLifecycle(t *testing.T) {
 	}
 
 	second := exec.Command(srv)
-	second.Env = append(os.Environ(), "NAMESPACE="+dir)
+	second.Env = append(os.Environ(), "NAMESPACE="+dir, "XDG_STATE_HOME="+t.TempDir())
 	msg, err := second.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(msg), "already serving") {
 		t.Fatalf("second olliesrv: %v %q", err, msg)

@@ -17,5 +17,18 @@ func TestMain(m *testing.M) {
 	if toolsrv.IsChild() {
 		toolsrv.ChildMain()
 	}
-	os.Exit(m.Run())
+	// No test may touch the state directory of the person running it.
+	// Helper processes inherit the test's choice rather than make their own.
+	if os.Getenv("OLLIE_TEST_STATE") != "" {
+		os.Exit(m.Run())
+	}
+	state, err := os.MkdirTemp("", "ollie-test-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
+	os.Setenv("OLLIE_TEST_STATE", state)
+	code := m.Run()
+	os.RemoveAll(state)
+	os.Exit(code)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +17,8 @@ import (
 
 // namespace is the state the root namespace serves.
 type namespace struct {
+	log      *slog.Logger
+	logs     *sessionLogs
 	tools    *toolServers
 	agents   *agents
 	backends func(name string) (backend.Backend, error) // nil: none configured
@@ -176,6 +179,14 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 	if err != nil {
 		return nil, fmt.Errorf("session/new: %w", err)
 	}
+	// The session exists only once its file does: nothing is served that a
+	// restart would lose.
+	l, err := agent.CreateSessionLog(n.logs.dir, s)
+	if err != nil {
+		n.sessions.Kill(s.ID)
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	n.logs.put(s.ID, l)
 	return []byte(s.Name() + "\n"), nil
 }
 
@@ -217,7 +228,7 @@ func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) 
 	if err := n.sessions.Rename(s.ID, name); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
-	return nil
+	return n.logs.record(s.ID, "session.name", map[string]string{"name": name})
 }
 
 var sessionCommands = []string{"help", "kill", "pause", "resume"}
@@ -235,10 +246,12 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		err = n.sessions.Kill(s.ID)
 		n.agents.killSession(s.ID)
 		n.tools.stop(s.ID)
-	case "pause":
-		err = n.sessions.SetPaused(s.ID, true)
-	case "resume":
-		err = n.sessions.SetPaused(s.ID, false)
+		n.logs.retire(s.ID)
+	case "pause", "resume":
+		paused := cmd == "pause"
+		if err = n.logs.record(s.ID, "session.paused", map[string]bool{"paused": paused}); err == nil {
+			err = n.sessions.SetPaused(s.ID, paused)
+		}
 	default:
 		return nil, unknownCommand(c.Path(), cmd, sessionCommands)
 	}

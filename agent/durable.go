@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"ollie/agent/backend"
+	"ollie/agent/store"
+)
+
+// Record kinds of a session file, beside the store's own tool.* kinds.
+const (
+	kindSessionName   = "session.name"
+	kindSessionPaused = "session.paused"
+	kindAgentNew      = "agent.new"
+	kindAgentName     = "agent.name"
+	kindAgentKill     = "agent.kill"
+	kindAgentPrompt   = "agent.prompt"  // a prompt was queued
+	kindAgentDequeue  = "agent.dequeue" // the oldest queued prompt started
+	kindAgentMessage  = "agent.message" // a message joined the history
+)
+
+// SessionMeta is the header metadata of a session file.
+type SessionMeta struct {
+	Name  string `json:"name"`
+	Cwd   string `json:"cwd"`
+	Owner string `json:"owner"`
+}
+
+// AgentMeta describes an agent in its session file.
+type AgentMeta struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Cwd     string `json:"cwd"`
+	Backend string `json:"backend,omitempty"`
+	Model   string `json:"model,omitempty"`
+}
+
+// A SessionLog is a session's durable file: everything that determines
+// the session's behaviour is committed there before it takes effect.
+type SessionLog struct {
+	st *store.Store
+}
+
+// CreateSessionLog starts the file of a new session in dir.
+func CreateSessionLog(dir string, s *Session) (*SessionLog, error) {
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return nil, fmt.Errorf("agent: sessions directory: %w", err)
+	}
+	meta, _ := json.Marshal(SessionMeta{Name: s.Name(), Cwd: s.Cwd(), Owner: s.Owner})
+	st, err := store.Create(filepath.Join(dir, s.ID+".jsonl"), store.Header{ID: s.ID, CreatedAt: s.Created, Meta: meta}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &SessionLog{st: st}, nil
+}
+
+// Record commits one record of kind with v as its payload.
+func (l *SessionLog) Record(kind string, v any) error {
+	rec, err := store.NewRecord(kind, v)
+	if err != nil {
+		return err
+	}
+	return l.st.Commit(rec)
+}
+
+// Path is the session file's path.
+func (l *SessionLog) Path() string { return l.st.Path() }
+
+// Close closes the file.
+func (l *SessionLog) Close() error { return l.st.Close() }
+
+// Retire moves a killed session's file into dir/killed, out of the way of
+// restoring, but not destroyed.
+func (l *SessionLog) Retire() error {
+	l.st.Close()
+	dir := filepath.Join(filepath.Dir(l.st.Path()), "killed")
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return err
+	}
+	return os.Rename(l.st.Path(), filepath.Join(dir, filepath.Base(l.st.Path())))
+}
+
+// Journal returns the journal of one agent of the session.
+func (l *SessionLog) Journal(agentID string) Journal { return &agentJournal{l: l, agent: agentID} }
+
+type agentJournal struct {
+	l     *SessionLog
+	agent string
+}
+
+type agentRecord struct {
+	Agent   string           `json:"agent"`
+	Text    string           `json:"text,omitempty"`
+	Message *backend.Message `json:"message,omitempty"`
+}
+
+func (j *agentJournal) Entry(kind string, v any) error {
+	rec := agentRecord{Agent: j.agent}
+	switch kind {
+	case "prompt":
+		rec.Text, _ = v.(string)
+		return j.l.Record(kindAgentPrompt, rec)
+	case "dequeue":
+		return j.l.Record(kindAgentDequeue, rec)
+	case "message":
+		m, ok := v.(backend.Message)
+		if !ok {
+			return fmt.Errorf("agent: journal: message entry of type %T", v)
+		}
+		rec.Message = &m
+		return j.l.Record(kindAgentMessage, rec)
+	}
+	return fmt.Errorf("agent: journal: unknown entry kind %q", kind)
+}
+
+func (j *agentJournal) Intent(id, tool string, args json.RawMessage, replaySafe bool) error {
+	extra, _ := json.Marshal(map[string]string{"agent": j.agent})
+	return j.l.st.Intent(store.Intent{ID: id, Tool: tool, Args: args, ReplaySafe: replaySafe, Extra: extra})
+}
+
+func (j *agentJournal) Settle(id string, result any) error {
+	b, err := json.Marshal(result)
+	if err != nil {
+		return err
+	}
+	return j.l.st.Settle(id, b)
+}
+
+// RestoredSession is a session read back from its file.
+type RestoredSession struct {
+	ID      string
+	Meta    SessionMeta
+	Paused  bool
+	Agents  []*RestoredAgent
+	Log     *SessionLog
+	Rerun   []store.Intent // replay-safe calls to run once more, then Settle
+	Notices []string       // what a person should know: torn lines dropped, calls interrupted
+}
+
+// RestoredAgent is an agent read back from its session file.
+type RestoredAgent struct {
+	AgentMeta
+	History     []backend.Message
+	Queue       []string // prompts queued and not started
+	Interrupted bool     // a turn was running when olliesrv stopped
+}
+
+// RestoreSessions opens every session file in dir. A file that cannot be
+// opened is reported in errs and left as it is; the others come back.
+func RestoreSessions(dir string) (sessions []*RestoredSession, errs []error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, []error{err}
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		rs, err := restoreSession(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		sessions = append(sessions, rs)
+	}
+	return sessions, errs
+}
+
+func restoreSession(path string) (*RestoredSession, error) {
+	st, recs, err := store.Open(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	rs := &RestoredSession{ID: st.Header().ID, Log: &SessionLog{st: st}}
+	if err := json.Unmarshal(st.Header().Meta, &rs.Meta); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("agent: %s: header metadata: %w", path, err)
+	}
+	for _, w := range st.Warnings() {
+		rs.Notices = append(rs.Notices, w)
+	}
+	byID := map[string]*RestoredAgent{}
+	for _, r := range recs {
+		switch r.Kind {
+		case kindSessionName:
+			var v struct{ Name string }
+			r.Decode(&v)
+			rs.Meta.Name = v.Name
+		case kindSessionPaused:
+			var v struct{ Paused bool }
+			r.Decode(&v)
+			rs.Paused = v.Paused
+		case kindAgentNew:
+			var m AgentMeta
+			if err := r.Decode(&m); err == nil {
+				a := &RestoredAgent{AgentMeta: m}
+				byID[m.ID] = a
+				rs.Agents = append(rs.Agents, a)
+			}
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage:
+			var v struct {
+				agentRecord
+				Name string `json:"name"`
+			}
+			r.Decode(&v)
+			a := byID[v.Agent]
+			if a == nil {
+				continue
+			}
+			switch r.Kind {
+			case kindAgentName:
+				a.Name = v.Name
+			case kindAgentKill:
+				delete(byID, v.Agent)
+				for i, x := range rs.Agents {
+					if x == a {
+						rs.Agents = append(rs.Agents[:i], rs.Agents[i+1:]...)
+						break
+					}
+				}
+			case kindAgentPrompt:
+				a.Queue = append(a.Queue, v.Text)
+			case kindAgentDequeue:
+				if len(a.Queue) > 0 {
+					a.Queue = a.Queue[1:]
+				}
+				a.Interrupted = true // until a final answer shows otherwise
+			case kindAgentMessage:
+				if v.Message != nil {
+					a.History = append(a.History, *v.Message)
+					if m := v.Message; m.Role == backend.RoleAssistant && len(m.ToolCalls) == 0 {
+						a.Interrupted = false
+					}
+				}
+			}
+		}
+	}
+
+	// Calls that were running: settle or hand back, once.
+	rerun, err := st.Recover()
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("agent: %s: recovering tool calls: %w", path, err)
+	}
+	rs.Rerun = rerun
+	for _, a := range rs.Agents {
+		a.History = closeOpenCalls(a.ID, a.History, rerun)
+		if a.Interrupted {
+			rs.Notices = append(rs.Notices, fmt.Sprintf("agent %s: a turn was running when olliesrv stopped; it was interrupted", a.Name))
+		}
+	}
+	return rs, nil
+}
+
+// closeOpenCalls answers every tool call of the history that has no
+// result, so the conversation stays well formed: the model is told the call
+// was interrupted and not run again. Calls about to be re-run (replay-safe)
+// are left for the caller to answer.
+func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent) []backend.Message {
+	skip := map[string]bool{}
+	for _, in := range rerun {
+		if id, ok := strings.CutPrefix(in.ID, agentID+"/"); ok {
+			skip[id] = true
+		}
+	}
+	answered := map[string]bool{}
+	var out []backend.Message
+	var open []backend.ToolCall
+	flush := func() {
+		for _, c := range open {
+			if !answered[c.ID] && !skip[c.ID] {
+				out = append(out, backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
+					Content: "error: " + store.ReasonInterrupted})
+			}
+		}
+		open = nil
+	}
+	for _, m := range h {
+		if m.Role != backend.RoleTool {
+			flush()
+		}
+		out = append(out, m)
+		switch m.Role {
+		case backend.RoleAssistant:
+			open = m.ToolCalls
+		case backend.RoleTool:
+			answered[m.ToolCallID] = true
+		}
+	}
+	flush()
+	return out
+}
+
+// ErrNoSessionLog reports an operation on a session without a file.
+var ErrNoSessionLog = errors.New("agent: session has no file")

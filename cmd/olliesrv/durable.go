@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"ollie/agent"
+	"ollie/agent/backend"
+	"ollie/toolsrv"
+)
+
+// defaultStateDir is where session files live:
+// $XDG_STATE_HOME/ollie/sessions, by default ~/.local/state/ollie/sessions.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "ollie", "sessions")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("ollie-state-%d", os.Getuid()), "sessions")
+	}
+	return filepath.Join(home, ".local", "state", "ollie", "sessions")
+}
+
+// sessionLogs holds each session's open file.
+type sessionLogs struct {
+	dir  string
+	mu   sync.Mutex
+	logs map[string]*agent.SessionLog
+}
+
+func (sl *sessionLogs) get(id string) *agent.SessionLog {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.logs[id]
+}
+
+func (sl *sessionLogs) put(id string, l *agent.SessionLog) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.logs == nil {
+		sl.logs = map[string]*agent.SessionLog{}
+	}
+	sl.logs[id] = l
+}
+
+// record commits a record to a session's file.
+func (sl *sessionLogs) record(id, kind string, v any) error {
+	l := sl.get(id)
+	if l == nil {
+		return fmt.Errorf("session %s: %w", id, agent.ErrNoSessionLog)
+	}
+	if err := l.Record(kind, v); err != nil {
+		return fmt.Errorf("session %s: cannot record %s: %w", id, kind, err)
+	}
+	return nil
+}
+
+// retire moves a killed session's file aside.
+func (sl *sessionLogs) retire(id string) {
+	sl.mu.Lock()
+	l := sl.logs[id]
+	delete(sl.logs, id)
+	sl.mu.Unlock()
+	if l != nil {
+		l.Retire()
+	}
+}
+
+func (sl *sessionLogs) closeAll() {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for id, l := range sl.logs {
+		l.Close()
+		delete(sl.logs, id)
+	}
+}
+
+// unavailable stands in for a backend a restored agent names that is not
+// configured any more: the agent comes back, and says why it cannot think.
+type unavailable struct {
+	name string
+	err  error
+}
+
+func (u unavailable) Name() string                              { return u.name }
+func (u unavailable) DefaultModel() string                      { return "" }
+func (u unavailable) Models(context.Context) ([]string, error)  { return nil, u.err }
+func (u unavailable) ContextLength(context.Context, string) int { return 0 }
+func (u unavailable) Chat(context.Context, []backend.Message, []backend.Tool, backend.Params, func(backend.Delta)) (*backend.Reply, error) {
+	return nil, u.err
+}
+
+// restore brings back every session and agent from the state directory:
+// idle agents come back idle, queued prompts run, interrupted turns say
+// so, and tool calls that were running are settled once (replay-safe ones
+// run once more).
+func (n *namespace) restore(ctx context.Context) {
+	restored, errs := agent.RestoreSessions(n.logs.dir)
+	for _, err := range errs {
+		n.log.Error("olliesrv: a session could not be restored; its file is left as it is", "err", err)
+	}
+	for _, rs := range restored {
+		s, err := n.sessions.Restore(rs.ID, time.Now(), agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner}, rs.Paused)
+		if err != nil {
+			n.log.Error("olliesrv: restoring a session", "session", rs.ID, "err", err)
+			rs.Log.Close()
+			continue
+		}
+		n.logs.put(s.ID, rs.Log)
+		for _, note := range rs.Notices {
+			n.log.Warn("olliesrv: restored session", "session", s.Name(), "note", note)
+		}
+		reruns := n.rerun(ctx, s, rs)
+		for _, ra := range rs.Agents {
+			be, err := n.backend(ra.Backend)
+			if err != nil {
+				be = unavailable{name: ra.Backend, err: err}
+			}
+			var tools agent.Tools
+			if child, err := n.tools.get(ctx, s); err == nil {
+				tools = child
+			} else {
+				n.log.Error("olliesrv: the restored session has no tools", "session", s.Name(), "err", err)
+			}
+			history := append(ra.History, reruns[ra.ID]...)
+			e := &agentEntry{session: s.ID, created: time.Now(), name: ra.Name, model: ra.Model, backend: be.Name(), cwd: ra.Cwd}
+			e.Agent = agent.New(agent.Config{ID: ra.ID, Name: ra.Name, SessionID: s.ID, Backend: be, Model: ra.Model,
+				Tools: tools, Cwd: ra.Cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(ra.Cwd),
+				Journal: rs.Log.Journal(ra.ID), History: history})
+			if ra.Interrupted {
+				e.Note("interrupted: olliesrv stopped during this turn; tool calls that were running were not run again")
+			}
+			n.agents.add(e)
+			for _, p := range ra.Queue {
+				e.Queue(p)
+			}
+		}
+	}
+}
+
+// rerun runs once more the replay-safe calls that were running when
+// olliesrv stopped, settles them, and returns their results by agent.
+func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.RestoredSession) map[string][]backend.Message {
+	out := map[string][]backend.Message{}
+	for _, in := range rs.Rerun {
+		agentID, callID, _ := strings.Cut(in.ID, "/")
+		var res *toolsrv.Result
+		child, err := n.tools.get(ctx, s)
+		if err == nil {
+			res, err = child.Call(ctx, in.Tool, in.Args)
+		}
+		if err != nil {
+			res = &toolsrv.Result{Tool: in.Tool, Failed: true, ExitCode: -1, Output: "interrupted, and running it again failed: " + err.Error()}
+		}
+		if err := rs.Log.Journal(agentID).Settle(in.ID, res); err != nil {
+			n.log.Error("olliesrv: settling a re-run call", "call", in.ID, "err", err)
+		}
+		content := res.Output
+		if res.Failed {
+			content = "error: " + content
+		}
+		out[agentID] = append(out[agentID], backend.Message{Role: backend.RoleTool, ToolCallID: callID, Name: in.Tool,
+			Content: content})
+	}
+	return out
+}
