@@ -23,6 +23,7 @@ const (
 	kindAgentPrompt   = "agent.prompt"  // a prompt was queued
 	kindAgentDequeue  = "agent.dequeue" // the oldest queued prompt started
 	kindAgentMessage  = "agent.message" // a message joined the history
+	kindAgentPlan     = "agent.plan"    // the plan was replaced
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -148,6 +149,7 @@ type RestoredAgent struct {
 	AgentMeta
 	History     []backend.Message
 	Queue       []string // prompts queued and not started
+	Plan        string
 	Interrupted bool     // a turn was running when olliesrv stopped
 }
 
@@ -201,10 +203,11 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan:
 			var v struct {
 				agentRecord
 				Name string `json:"name"`
+				Plan string `json:"plan"`
 			}
 			r.Decode(&v)
 			a := byID[v.Agent]
@@ -214,6 +217,8 @@ func restoreSession(path string) (*RestoredSession, error) {
 			switch r.Kind {
 			case kindAgentName:
 				a.Name = v.Name
+			case kindAgentPlan:
+				a.Plan = v.Plan
 			case kindAgentKill:
 				delete(byID, v.Agent)
 				for i, x := range rs.Agents {

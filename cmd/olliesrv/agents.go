@@ -38,6 +38,7 @@ type agentEntry struct {
 	model   string
 	backend string
 	cwd     string
+	plan    string
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -115,7 +116,10 @@ func (n *namespace) agentSpec() *ns.Node {
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
 			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
-			ns.ReadFile("fifo", 0600, "Prompts waiting to run, one per line.", n.agentRead(agentFifo)),
+			&ns.Node{Name: "fifo", Mode: 0600, Read: n.agentRead(agentFifo), Write: n.agentPrompt,
+				Doc: "Prompts waiting to run, one per line; a write queues one."},
+			&ns.Node{Name: "plan", Mode: 0600, Read: n.agentRead(func(e *agentEntry) string { e.mu.Lock(); defer e.mu.Unlock(); return e.plan }),
+				Write: n.agentPlan, Doc: "The agent's planning scratch space; a write replaces it (kept across restarts)."},
 			ns.StreamFile("chat", 0440, "The conversation as it happens: prompts, replies, tool calls and results.", n.agentChat(false)),
 			ns.StreamFile("chat.raw", 0440, "Everything the agent streams, with markers.", n.agentChat(true)),
 			ns.ReadFile("state", 0444, "idle, thinking, calling, paused or closed.", n.agentRead(func(e *agentEntry) string { return e.State() + "\n" })),
@@ -400,4 +404,19 @@ func (n *namespace) backend(name string) (backend.Backend, error) {
 		return nil, errors.New("no model backend is configured: set OPENAI_BASE_URL/OPENAI_API_KEY or OLLAMA_HOST, or write ~/.config/ollie/backends.json")
 	}
 	return n.backends(name)
+}
+
+func (n *namespace) agentPlan(ctx context.Context, c *ns.Call, data []byte) error {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return err
+	}
+	if err := n.logs.record(e.session, "agent.plan", map[string]string{"agent": e.ID(), "plan": string(data)}); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	e.mu.Lock()
+	e.plan = string(data)
+	e.mu.Unlock()
+	n.bus.Publish("session."+e.session+".agent."+e.ID()+".plan", fmt.Sprint(len(data)))
+	return nil
 }

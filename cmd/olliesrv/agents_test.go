@@ -116,7 +116,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 	}
 	otherID := strings.TrimSpace(readFile(t, fs, "session/s/agent/other/id"))
 	as := attach(t, d.Socket, otherID)
-	for _, f := range []string{"chat", "log", "fifo"} {
+	for _, f := range []string{"chat", "log", "fifo", "plan"} {
 		if _, err := tryRead(as, "session/s/agent/coder/"+f); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("agent other read coder's %s: %v", f, err)
 		}
@@ -214,6 +214,9 @@ func TestRestartRestores(t *testing.T) {
 	if !e.WaitTurns(ctx, 1) {
 		t.Fatal("the prompt did not finish")
 	}
+	if err := writeFile(fs, "session/kept/agent/coder/plan", "1. read\n2. fix\n"); err != nil {
+		t.Fatal(err)
+	}
 	before := readFile(t, fs, "session/kept/agent/coder/log")
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -227,6 +230,9 @@ func TestRestartRestores(t *testing.T) {
 	}
 	if got := readFile(t, fs, "session/kept/agent/coder/log"); got != before {
 		t.Errorf("restored history:\n%s\nwant:\n%s", got, before)
+	}
+	if got := readFile(t, fs, "session/kept/agent/coder/plan"); got != "1. read\n2. fix\n" {
+		t.Errorf("restored plan %q", got)
 	}
 	if got := readFile(t, fs, "session/kept/agent/coder/state"); got != "idle\n" {
 		t.Errorf("restored state %q", got)

@@ -129,7 +129,7 @@ func (n *namespace) restore(ctx context.Context) {
 				n.log.Error("olliesrv: the restored session has no tools", "session", s.Name(), "err", err)
 			}
 			history := append(ra.History, reruns[ra.ID]...)
-			e := &agentEntry{session: s.ID, created: time.Now(), name: ra.Name, model: ra.Model, backend: be.Name(), cwd: ra.Cwd}
+			e := &agentEntry{session: s.ID, created: time.Now(), name: ra.Name, model: ra.Model, backend: be.Name(), cwd: ra.Cwd, plan: ra.Plan}
 			e.Agent = agent.New(agent.Config{ID: ra.ID, Name: ra.Name, SessionID: s.ID, Backend: be, Model: ra.Model,
 				Tools: tools, Cwd: ra.Cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(ra.Cwd),
 				Journal: rs.Log.Journal(ra.ID), History: history})
