@@ -29,10 +29,17 @@ type Message struct {
 }
 
 // A ToolCall is the model's request to run a tool.
+//
+// Args is always valid JSON. When the model's arguments are not a JSON
+// object, ArgsError says why, Args holds the model's text as a JSON string
+// (so a tool expecting an object refuses it), and the call is sent back to
+// the server as "{}" in later requests, since some servers reject a
+// conversation that carries invalid arguments.
 type ToolCall struct {
-	ID   string          `json:"id"`
-	Name string          `json:"name"`
-	Args json.RawMessage `json:"args"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Args      json.RawMessage `json:"args"`
+	ArgsError string          `json:"args_error,omitempty"`
 }
 
 // A Tool is a function the model may call.
@@ -53,6 +60,10 @@ type Params struct {
 type Delta struct {
 	Text      string
 	Reasoning string
+	// Restart says the stream broke and the request is being sent again:
+	// the text delivered since the last Restart (or the start) belongs to a
+	// failed attempt, and the Reply holds only the new attempt's text.
+	Restart bool
 }
 
 // Usage counts the tokens of one request.
@@ -97,7 +108,11 @@ type APIError struct {
 	Backend string
 	Status  int // HTTP status, 0 when the request never got an answer
 	Message string
+	Err     error // the cause, if any: ErrContextOverflow, a network error, the context's error
 }
+
+// Unwrap returns the cause.
+func (e *APIError) Unwrap() error { return e.Err }
 
 func (e *APIError) Error() string {
 	if e.Status == 0 {

@@ -1,0 +1,604 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// Backend types.
+const (
+	TypeOpenAI = "openai" // any OpenAI-compatible server: OpenAI, OpenRouter, vLLM, llama.cpp
+	TypeOllama = "ollama" // Ollama: chat through its /v1 API, models and context from its own API
+)
+
+// OpenAI is a Backend for a server speaking OpenAI's Chat Completions API,
+// through github.com/openai/openai-go/v3. Ollama is one too (TypeOllama):
+// its chat goes through the same /v1 path, its model list and context
+// window come from Ollama's own API. An OpenAI is safe for concurrent use.
+type OpenAI struct {
+	// Sleep waits between retries; nil means a timer that ends early,
+	// with ctx's error, when ctx ends. Tests inject one.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock for Retry-After dates; nil means time.Now.
+	Now func() time.Time
+	// Log gets retries and warnings; nil means slog.Default().
+	Log *slog.Logger
+
+	cfg    Config
+	key    string
+	base   string // the OpenAI API base, ending in /v1 for Ollama
+	root   string // Ollama: the server root for /api/...
+	client *http.Client
+	chat   openai.ChatCompletionService
+	models openai.ModelService
+
+	mu     sync.Mutex
+	window map[string]ollamaWindow // Ollama: model → context window
+	ctxLen map[string]int          // OpenAI type: model → context length from /v1/models
+	warned map[string]bool         // model → the default-window warning was given
+}
+
+// NewOpenAI returns a backend for c, sending key (may be empty) as the
+// bearer token. c.Name, c.Type and c.URL must be set; see Config.
+func NewOpenAI(c Config, key string) (*OpenAI, error) {
+	if c.Type != TypeOpenAI && c.Type != TypeOllama {
+		return nil, fmt.Errorf("backend %s: unknown type %q (want %q or %q)", c.Name, c.Type, TypeOpenAI, TypeOllama)
+	}
+	if err := checkURL(c.URL); err != nil {
+		return nil, fmt.Errorf("backend %s: url: %v", c.Name, err)
+	}
+	b := &OpenAI{cfg: c, key: key, base: strings.TrimRight(c.URL, "/")}
+	if c.Type == TypeOllama {
+		b.root = strings.TrimSuffix(b.base, "/v1")
+		b.base = b.root + "/v1"
+	}
+	b.client = &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   64, // many agents talk to one server
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}}
+	// The services are built without openai.NewClient, which would add
+	// OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS and the like
+	// from the environment to requests for every backend.
+	opts := []option.RequestOption{
+		option.WithHTTPClient(b.client),
+		option.WithBaseURL(b.base + "/"),
+		option.WithMaxRetries(0), // Chat retries itself, so the count is exact
+	}
+	if key != "" {
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	b.chat = openai.NewChatCompletionService(opts...)
+	b.models = openai.NewModelService(opts...)
+	return b, nil
+}
+
+// Name is the backend's name.
+func (b *OpenAI) Name() string { return b.cfg.Name }
+
+// DefaultModel is the configured model, possibly empty.
+func (b *OpenAI) DefaultModel() string { return b.cfg.Model }
+
+// Config returns the backend's configuration.
+func (b *OpenAI) Config() Config { return b.cfg }
+
+func (b *OpenAI) log() *slog.Logger {
+	if b.Log != nil {
+		return b.Log
+	}
+	return slog.Default()
+}
+
+// Chat streams one completion. See Backend.Chat; the retry rules are in
+// retry.go and the README. Cancelling ctx ends the request at once with an
+// *APIError wrapping ctx's error.
+func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Params, onDelta func(Delta)) (*Reply, error) {
+	model := p.Model
+	if model == "" {
+		model = b.cfg.Model
+	}
+	if model == "" {
+		return nil, &APIError{Backend: b.cfg.Name, Message: `no model given: set "model" for this backend (backends.json, OPENAI_MODEL or OLLAMA_MODEL)`}
+	}
+	params, err := b.params(model, msgs, tools, p)
+	if err != nil {
+		return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
+	}
+
+	var warnings []string
+	var win ollamaWindow
+	if b.cfg.Type == TypeOllama {
+		win, warnings = b.ollamaCheck(ctx, model)
+	}
+
+	var reply *Reply
+	for attempt := 0; ; attempt++ {
+		r, delivered, err := b.stream(ctx, params, onDelta)
+		if err == nil {
+			reply = r
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, b.canceled(ctx)
+		}
+		wait, retry := b.retryAfter(err, attempt)
+		if !retry {
+			return nil, err.api
+		}
+		b.log().Warn("backend: retrying", "backend", b.cfg.Name, "model", model, "attempt", attempt+1, "wait", wait, "error", err.api.Error())
+		if delivered {
+			warnings = append(warnings, fmt.Sprintf("the reply from %s broke off (%s) and was requested again", model, err.api.Message))
+			if onDelta != nil {
+				onDelta(Delta{Restart: true})
+			}
+		}
+		if err := b.sleep(ctx, wait); err != nil {
+			return nil, b.canceled(ctx)
+		}
+	}
+
+	reply.Warnings = append(warnings, reply.Warnings...)
+	if len(tools) > 0 && len(reply.Message.ToolCalls) == 0 {
+		if w := textToolCall(reply.Message.Content, tools); w != "" {
+			msg := fmt.Sprintf("model %s wrote %s as plain text instead of a tool call; it was not run", model, w)
+			b.log().Warn("backend: tool call as text", "backend", b.cfg.Name, "model", model, "call", w)
+			reply.Warnings = append(reply.Warnings, msg)
+		}
+	}
+	for _, tc := range reply.Message.ToolCalls {
+		if tc.ArgsError != "" {
+			reply.Warnings = append(reply.Warnings, fmt.Sprintf("model %s called %s with arguments that cannot be used (%s): %s", model, tc.Name, tc.ArgsError, clip(argsText(tc), 200)))
+		}
+	}
+	if win.size > 0 && reply.Usage.PromptTokens >= win.size*9/10 {
+		msg := fmt.Sprintf("the prompt took %d tokens of the %d-token context window Ollama runs %s with (%s); Ollama drops the oldest messages silently when a prompt does not fit",
+			reply.Usage.PromptTokens, win.size, model, win.source)
+		b.log().Warn("backend: ollama context nearly full", "backend", b.cfg.Name, "model", model, "prompt_tokens", reply.Usage.PromptTokens, "window", win.size)
+		reply.Warnings = append(reply.Warnings, msg)
+	}
+	return reply, nil
+}
+
+func (b *OpenAI) canceled(ctx context.Context) *APIError {
+	return &APIError{Backend: b.cfg.Name, Message: "request abandoned: " + context.Cause(ctx).Error(), Err: ctx.Err()}
+}
+
+func (b *OpenAI) sleep(ctx context.Context, d time.Duration) error {
+	if b.Sleep != nil {
+		return b.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stream makes one attempt. delivered says whether onDelta got anything.
+func (b *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(Delta)) (_ *Reply, delivered bool, _ *attemptError) {
+	var rec capture
+	st := b.chat.NewStreaming(ctx, params, option.WithMiddleware(rec.middleware))
+	defer st.Close()
+	var acc accumulator
+	for st.Next() {
+		acc.add(st.Current(), onDelta)
+	}
+	if err := st.Err(); err != nil {
+		return nil, acc.delivered, b.classify(err, &rec)
+	}
+	if acc.finish == "" {
+		// A stream cut short between events ends like a finished one.
+		return nil, acc.delivered, &attemptError{
+			api:       &APIError{Backend: b.cfg.Name, Status: rec.status, Message: "the stream ended before the reply was complete", Err: io.ErrUnexpectedEOF},
+			transient: true,
+		}
+	}
+	return acc.reply(), acc.delivered, nil
+}
+
+// params maps a request to openai-go's parameters.
+func (b *OpenAI) params(model string, msgs []Message, tools []Tool, p Params) (openai.ChatCompletionNewParams, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(model),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
+	}
+	for i, m := range msgs {
+		u, err := toParam(m)
+		if err != nil {
+			return params, fmt.Errorf("message %d: %v", i, err)
+		}
+		params.Messages = append(params.Messages, u)
+	}
+	for _, t := range tools {
+		fd := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fd.Description = param.NewOpt(t.Description)
+		}
+		// Only the top level is decoded: nested schemas pass through as
+		// raw JSON, byte for byte.
+		fd.Parameters = shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
+		if len(bytes.TrimSpace(t.Parameters)) > 0 {
+			var top map[string]json.RawMessage
+			if err := json.Unmarshal(t.Parameters, &top); err != nil {
+				return params, fmt.Errorf("tool %s: parameters are not a JSON object: %v", t.Name, err)
+			}
+			fd.Parameters = make(shared.FunctionParameters, len(top))
+			for k, v := range top {
+				fd.Parameters[k] = v
+			}
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
+	}
+	if p.MaxTokens > 0 {
+		// OpenAI's own API refuses max_tokens for its reasoning models;
+		// Ollama and older servers know only max_tokens.
+		if b.official() {
+			params.MaxCompletionTokens = param.NewOpt(int64(p.MaxTokens))
+		} else {
+			params.MaxTokens = param.NewOpt(int64(p.MaxTokens))
+		}
+	}
+	if p.Temperature != nil {
+		params.Temperature = param.NewOpt(*p.Temperature)
+	}
+	return params, nil
+}
+
+// official reports whether the backend is OpenAI's own API.
+func (b *OpenAI) official() bool {
+	u, err := url.Parse(b.base)
+	return err == nil && u.Hostname() == "api.openai.com"
+}
+
+func toParam(m Message) (openai.ChatCompletionMessageParamUnion, error) {
+	switch m.Role {
+	case RoleSystem:
+		return openai.SystemMessage(m.Content), nil
+	case RoleUser:
+		return openai.UserMessage(m.Content), nil
+	case RoleTool:
+		return openai.ToolMessage(m.Content, m.ToolCallID), nil
+	case RoleAssistant:
+		var a openai.ChatCompletionAssistantMessageParam
+		// Ollama refuses an assistant message with neither content nor
+		// tool calls, so the content is sent even when empty.
+		if m.Content != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = param.NewOpt(m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			args := string(tc.Args)
+			if tc.ArgsError != "" || len(bytes.TrimSpace(tc.Args)) == 0 {
+				args = "{}"
+			}
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID:       tc.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
+	}
+	return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+}
+
+// capture keeps the status, headers and error body of the last response,
+// whatever openai-go makes of them: it cannot decode some servers' error
+// bodies (vLLM's top-level message, numeric codes, Ollama's plain string).
+type capture struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (c *capture) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	res, err := next(req)
+	if res == nil {
+		return res, err
+	}
+	c.status, c.header = res.StatusCode, res.Header
+	if res.StatusCode >= 400 {
+		c.body, _ = io.ReadAll(io.LimitReader(res.Body, 64<<10))
+		res.Body.Close()
+		res.Body = io.NopCloser(bytes.NewReader(c.body))
+	}
+	return res, err
+}
+
+// accumulator builds the reply from the chunks.
+type accumulator struct {
+	text      strings.Builder
+	calls     []*partialCall
+	finish    string
+	usage     Usage
+	delivered bool
+}
+
+type partialCall struct {
+	index    int64
+	id, name string
+	args     strings.Builder
+}
+
+func (a *accumulator) add(c openai.ChatCompletionChunk, onDelta func(Delta)) {
+	if c.JSON.Usage.Valid() {
+		a.usage = Usage{PromptTokens: int(c.Usage.PromptTokens), CompletionTokens: int(c.Usage.CompletionTokens)}
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue // one choice is asked for
+		}
+		d := ch.Delta
+		var delta Delta
+		if d.Content != "" {
+			a.text.WriteString(d.Content)
+			delta.Text = d.Content
+		}
+		delta.Reasoning = reasoningOf(d)
+		if onDelta != nil && (delta.Text != "" || delta.Reasoning != "") {
+			a.delivered = true
+			onDelta(delta)
+		}
+		for _, tc := range d.ToolCalls {
+			a.toolDelta(tc)
+		}
+		if ch.FinishReason != "" {
+			a.finish = ch.FinishReason
+		}
+	}
+}
+
+// toolDelta adds a tool-call fragment. Servers differ: OpenAI sends the id
+// and name once, then argument fragments under the same index; Ollama sends
+// each call whole; some servers leave out the index or reuse it for every
+// call, so a new id always starts a new call.
+func (a *accumulator) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+	var c *partialCall
+	if n := len(a.calls); n > 0 {
+		last := a.calls[n-1]
+		switch {
+		case tc.ID != "" && last.id != "" && tc.ID != last.id:
+			// a new call
+		case !tc.JSON.Index.Valid() || tc.Index == last.index:
+			c = last
+		default:
+			for _, p := range a.calls {
+				if p.index == tc.Index && (tc.ID == "" || p.id == "" || p.id == tc.ID) {
+					c = p
+				}
+			}
+		}
+	}
+	if c == nil {
+		c = &partialCall{index: tc.Index}
+		a.calls = append(a.calls, c)
+	}
+	if tc.ID != "" {
+		c.id = tc.ID
+	}
+	// Some servers repeat the whole name in every fragment.
+	if n := tc.Function.Name; n != "" && n != c.name {
+		c.name += n
+	}
+	c.args.WriteString(tc.Function.Arguments)
+}
+
+func (a *accumulator) reply() *Reply {
+	r := &Reply{
+		Message:      Message{Role: RoleAssistant, Content: a.text.String()},
+		FinishReason: a.finish,
+		Usage:        a.usage,
+	}
+	for _, c := range a.calls {
+		id := c.id
+		if id == "" {
+			id = newCallID()
+		}
+		args, problem := normalizeArgs(c.args.String())
+		r.Message.ToolCalls = append(r.Message.ToolCalls, ToolCall{ID: id, Name: c.name, Args: args, ArgsError: problem})
+	}
+	return r
+}
+
+// reasoningOf is the delta's reasoning text: "reasoning_content" (vLLM,
+// DeepSeek, llama.cpp) or "reasoning" (Ollama, OpenRouter).
+func reasoningOf(d openai.ChatCompletionChunkChoiceDelta) string {
+	for _, k := range [...]string{"reasoning_content", "reasoning"} {
+		// Extra fields are never Valid in openai-go: read the raw JSON.
+		f, ok := d.JSON.ExtraFields[k]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// normalizeArgs turns the model's argument text into valid JSON, with a
+// problem when it is not a JSON object.
+func normalizeArgs(raw string) (json.RawMessage, string) {
+	t := strings.TrimSpace(raw)
+	if t == "" || t == "null" {
+		return json.RawMessage("{}"), ""
+	}
+	var v any
+	if err := json.Unmarshal([]byte(t), &v); err != nil {
+		quoted, _ := json.Marshal(raw)
+		return quoted, "not valid JSON: " + err.Error()
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		return json.RawMessage(t), ""
+	case string:
+		// Some models encode the object twice.
+		inner := strings.TrimSpace(v)
+		var obj map[string]any
+		if json.Unmarshal([]byte(inner), &obj) == nil {
+			return json.RawMessage(inner), ""
+		}
+		return json.RawMessage(t), "a JSON string, not an object"
+	default:
+		return json.RawMessage(t), fmt.Sprintf("JSON %s, not an object", jsonKind(v))
+	}
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "array"
+	case float64:
+		return "number"
+	case bool:
+		return "boolean"
+	}
+	return "value"
+}
+
+// argsText is a call's arguments as the model wrote them.
+func argsText(tc ToolCall) string {
+	var s string
+	if json.Unmarshal(tc.Args, &s) == nil {
+		return s
+	}
+	return string(tc.Args)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func newCallID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
+}
+
+// Models lists the models the server offers: Ollama's from /api/tags,
+// others' from /v1/models. It is not retried.
+func (b *OpenAI) Models(ctx context.Context) ([]string, error) {
+	if b.cfg.Type == TypeOllama {
+		return b.ollamaModels(ctx)
+	}
+	var rec capture
+	page, err := b.models.List(ctx, option.WithMiddleware(rec.middleware))
+	if err != nil {
+		return nil, b.classify(err, &rec).api
+	}
+	var names []string
+	for _, m := range page.Data {
+		names = append(names, m.ID)
+	}
+	return names, nil
+}
+
+// ContextLength is the model's context window ("" means the default
+// model), or 0 if unknown. For Ollama it is the window Ollama actually
+// runs the model with, which may be far below what the model was trained
+// for (see ollama.go); for others it is the configured "context", else
+// what /v1/models says (vLLM's max_model_len, OpenRouter's
+// context_length, llama.cpp's meta.n_ctx_train).
+func (b *OpenAI) ContextLength(ctx context.Context, model string) int {
+	if model == "" {
+		model = b.cfg.Model
+	}
+	if b.cfg.Type == TypeOllama {
+		w, _ := b.ollamaWindowOf(ctx, model)
+		return w.size
+	}
+	if b.cfg.Context > 0 {
+		return b.cfg.Context
+	}
+	b.mu.Lock()
+	n, ok := b.ctxLen[model]
+	b.mu.Unlock()
+	if ok {
+		return n
+	}
+	page, err := b.models.List(ctx)
+	if err != nil {
+		b.log().Debug("backend: no context length", "backend", b.cfg.Name, "model", model, "error", err)
+		return 0
+	}
+	for _, m := range page.Data {
+		if m.ID == model {
+			n = contextFromModel(m)
+			break
+		}
+	}
+	b.mu.Lock()
+	if b.ctxLen == nil {
+		b.ctxLen = map[string]int{}
+	}
+	b.ctxLen[model] = n
+	b.mu.Unlock()
+	return n
+}
+
+// contextFromModel reads the extra fields servers add to /v1/models.
+func contextFromModel(m openai.Model) int {
+	var v struct {
+		ContextLength int `json:"context_length"` // OpenRouter, LM Studio
+		MaxModelLen   int `json:"max_model_len"`  // vLLM
+		Meta          struct {
+			NCtxTrain int `json:"n_ctx_train"` // llama.cpp
+		} `json:"meta"`
+	}
+	if json.Unmarshal([]byte(m.RawJSON()), &v) != nil {
+		return 0
+	}
+	switch {
+	case v.MaxModelLen > 0:
+		return v.MaxModelLen
+	case v.ContextLength > 0:
+		return v.ContextLength
+	}
+	return v.Meta.NCtxTrain
+}
+
+func checkURL(s string) error {
+	if s == "" {
+		return errors.New("missing")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q: want an http:// or https:// URL", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host", s)
+	}
+	return nil
+}
