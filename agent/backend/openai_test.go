@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -668,4 +669,86 @@ func TestOllamaNearlyFullWindowWarns(t *testing.T) {
 	if r.Usage.PromptTokens != 8000 || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "8000 tokens of the 8192-token") {
 		t.Fatalf("usage %+v warnings %q", r.Usage, r.Warnings)
 	}
+}
+
+// chunk is one streamed chunk with the given choice delta and finish.
+func chunk(delta, finish string) string {
+	f := "null"
+	if finish != "" {
+		f = `"` + finish + `"`
+	}
+	return `{"id":"chatcmpl-q","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + f + `}]}`
+}
+
+func TestServerQuirks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+		want   []backend.ToolCall
+	}{
+		{
+			name: "Ollama: each call whole, in one chunk",
+			events: []string{
+				chunk(`{"role":"assistant","content":"","tool_calls":[{"id":"call_a","index":0,"type":"function","function":{"name":"shell","arguments":"{\"cmd\":\"ls\"}"}}]}`, ""),
+				chunk(`{"role":"assistant","content":"","tool_calls":[{"id":"call_b","index":1,"type":"function","function":{"name":"file_read","arguments":"{\"path\":\"/x\"}"}}]}`, ""),
+				chunk(`{"role":"assistant","content":""}`, "tool_calls"), "[DONE]",
+			},
+			want: []backend.ToolCall{{ID: "call_a", Name: "shell", Args: []byte(`{"cmd":"ls"}`)}, {ID: "call_b", Name: "file_read", Args: []byte(`{"path":"/x"}`)}},
+		},
+		{
+			name: "no index, a new id starts a new call",
+			events: []string{
+				chunk(`{"tool_calls":[{"id":"c1","type":"function","function":{"name":"shell","arguments":"{\"cmd\":"}}]}`, ""),
+				chunk(`{"tool_calls":[{"function":{"arguments":"\"a\"}"}}]}`, ""),
+				chunk(`{"tool_calls":[{"id":"c2","type":"function","function":{"name":"shell","arguments":"{\"cmd\":\"b\"}"}}]}`, ""),
+				chunk(`{}`, "tool_calls"), "[DONE]",
+			},
+			want: []backend.ToolCall{{ID: "c1", Name: "shell", Args: []byte(`{"cmd":"a"}`)}, {ID: "c2", Name: "shell", Args: []byte(`{"cmd":"b"}`)}},
+		},
+		{
+			name: "the name repeated in every fragment, finish stop with tool calls",
+			events: []string{
+				chunk(`{"tool_calls":[{"index":0,"id":"c1","function":{"name":"shell","arguments":"{\"cmd\""}}]}`, ""),
+				chunk(`{"tool_calls":[{"index":0,"function":{"name":"shell","arguments":":\"ls\"}"}}]}`, "stop"), "[DONE]",
+			},
+			want: []backend.ToolCall{{ID: "c1", Name: "shell", Args: []byte(`{"cmd":"ls"}`)}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fakellm.Start(t)
+			b, _ := connect(t, s, backend.TypeOpenAI)
+			s.Push(fakellm.Response{Events: tc.events})
+			r, _, err := chat(t, b, []backend.Tool{shell, read})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(r.Message.ToolCalls, tc.want) {
+				t.Fatalf("calls %s", mustJSON(r.Message.ToolCalls))
+			}
+		})
+	}
+}
+
+func TestBrokenStreams(t *testing.T) {
+	s := fakellm.Start(t)
+	b, _ := connect(t, s, backend.TypeOpenAI)
+	// No finish reason before the stream ends: retried, then reported.
+	cut := fakellm.Response{Events: []string{chunk(`{"content":"Hel"}`, "")}}
+	s.Push(cut, cut, cut, cut)
+	_, _, err := chat(t, b, nil)
+	var ae *backend.APIError
+	if !errors.As(err, &ae) || !strings.Contains(ae.Message, "ended before the reply was complete") || s.Served() != 4 {
+		t.Fatalf("error %v after %d requests", err, s.Served())
+	}
+	// A chunk that is not JSON: reported, not retried.
+	s.Push(fakellm.Response{Events: []string{"<html>oops</html>"}})
+	_, _, err = chat(t, b, nil)
+	if !errors.As(err, &ae) || !strings.Contains(ae.Message, "not a chat completion chunk") || s.Served() != 5 {
+		t.Fatalf("error %v after %d requests", err, s.Served())
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }

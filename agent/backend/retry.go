@@ -89,6 +89,11 @@ func (b *OpenAI) classify(err error, rec *capture) *attemptError {
 		e.api.Status = 0
 		e.api.Message = err.Error()
 		e.api.Err = err
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &syn) || errors.As(err, &typ) {
+			e.api.Message = "the server streamed a chunk that is not a chat completion chunk: " + err.Error()
+		}
 		e.transient = transientNet(err)
 	}
 	return e

@@ -58,7 +58,7 @@ type Request struct {
 }
 
 // Start starts a server on 127.0.0.1 with one model, "fake-model", and an
-// empty script; tb's cleanup closes it.
+// empty script; tb's cleanup closes it. With a nil tb the caller closes it.
 func Start(tb testing.TB) *Server {
 	s := &Server{
 		done:   make(chan struct{}),

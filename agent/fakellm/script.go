@@ -39,6 +39,11 @@ type Response struct {
 	// Hang sends the chunks, then waits until the client goes away or the
 	// server closes, without finishing.
 	Hang bool
+
+	// Events, if not empty, is the whole stream instead: each one is sent
+	// as "data: <event>\n\n", verbatim, and nothing else ("[DONE]"
+	// included). It reproduces a server's quirks.
+	Events []string
 }
 
 // A Call is one tool call in a Response.

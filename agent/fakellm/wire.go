@@ -164,6 +164,12 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	if len(resp.Events) > 0 {
+		for _, ev := range resp.Events {
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+		}
+		return
+	}
 	send := func(c chunk) bool {
 		if resp.Delay > 0 {
 			select {
