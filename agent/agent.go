@@ -50,6 +50,7 @@ type Config struct {
 	MaxSteps  int                      // model requests per prompt (default 50)
 	Publish   func(topic, data string) // state and chat events (may be nil)
 	Journal   Journal                  // may be nil
+	Hooks     *Hooks                   // nil runs none
 	Now       func() time.Time         // time.Now when nil
 	History   []backend.Message        // restored history
 }

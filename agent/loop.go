@@ -53,7 +53,25 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 	a.raw("<prompt>\n")
 	a.say(prompt + "\n")
 	a.raw("</prompt>\n")
+	if a.cfg.Hooks.Has(HookPreTurn) {
+		d, err := a.cfg.Hooks.PreTurn(ctx, prompt)
+		if !d.Allow {
+			a.fail("not run: " + hookReason(d, err))
+			return
+		}
+		if d.Inject != "" {
+			prompt += "\n\n" + d.Inject
+		}
+	}
 	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: prompt})
+	final := ""
+	steps := 0
+	defer func() {
+		a.mu.Lock()
+		lastErr := a.lastErr
+		a.mu.Unlock()
+		a.cfg.Hooks.PostTurn(context.WithoutCancel(ctx), TurnInfo{Prompt: prompt, Reply: final, Error: lastErr, Steps: steps})
+	}()
 
 	var decls []toolsrv.FunctionDecl
 	if a.cfg.Tools != nil {
@@ -76,6 +94,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			return
 		}
 		a.setState(StateThinking)
+		steps++
 		a.raw("<assistant>\n")
 		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model}, func(d backend.Delta) {
 			if d.Text != "" {
@@ -97,6 +116,10 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			continue
 		}
 		if err != nil {
+			if handled, note, _ := a.cfg.Hooks.TurnError(ctx, TurnErrorInfo{Error: err.Error(), Attempt: 1, Model: a.cfg.Model, Backend: a.cfg.Backend.Name()}); handled {
+				a.fail("model error, handled by the turnError hook: " + err.Error() + note)
+				return
+			}
 			a.fail("model error: " + err.Error())
 			return
 		}
@@ -113,6 +136,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			if !strings.HasSuffix(reply.Message.Content, "\n") {
 				a.say("\n")
 			}
+			final = reply.Message.Content
 			return
 		}
 
@@ -249,6 +273,13 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("the arguments are not valid JSON: %s", c.Args)}
 	}
+	hc := HookCall{ID: c.ID, Tool: c.Name, Args: c.Args}
+	if a.cfg.Hooks.Has(HookPreTool) {
+		if d, err := a.cfg.Hooks.PreTool(ctx, hc); !d.Allow {
+			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+				Output: "not run: " + hookReason(d, err)}
+		}
+	}
 	id := a.cfg.ID + "/" + c.ID
 	if a.cfg.Journal != nil {
 		if err := a.cfg.Journal.Intent(id, c.Name, c.Args, d.ReplaySafe); err != nil {
@@ -262,7 +293,29 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 	if a.cfg.Journal != nil {
 		a.cfg.Journal.Settle(id, res)
 	}
+	if a.cfg.Hooks.Has(HookPostTool) {
+		text, err := a.cfg.Hooks.PostTool(ctx, hc, resultText(res), res.Failed)
+		if err != nil {
+			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: res.ExitCode,
+				Output: "the result was withheld: the postTool hook failed: " + err.Error()}
+		}
+		res = &toolsrv.Result{Tool: res.Tool, Output: text, ExitCode: res.ExitCode, Sandbox: res.Sandbox}
+		if strings.HasPrefix(text, "error: ") {
+			res.Failed, res.Output = true, strings.TrimPrefix(text, "error: ")
+		}
+	}
 	return res
+}
+
+// hookReason says why a hook refused, for the model and the chat.
+func hookReason(d HookDecision, err error) string {
+	switch {
+	case d.Reason != "":
+		return d.Reason
+	case err != nil:
+		return err.Error()
+	}
+	return "no reason given"
 }
 
 func compactJSON(b json.RawMessage) string {

@@ -368,3 +368,32 @@ func readAll(a *Agent) (string, error) {
 	n, err := a.Chat.ReadAt(context.Background(), buf, 0)
 	return string(buf[:n]), err
 }
+
+func TestHooksInLoop(t *testing.T) {
+	dir := t.TempDir()
+	be := &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+		calls(call("1", "shell", `{"cmd": "rm -rf /"}`), call("2", "read", `{}`)), text("ok"),
+	}}
+	tools := &fakeTools{decls: decls}
+	hooks := &Hooks{Dir: dir, Commands: map[string]string{
+		HookPreTool:  `grep -q '"tool":"shell"' && { echo "shell is not allowed here" >&2; exit 2; }; exit 0`,
+		HookPostTool: `echo "(checked)"`,
+		HookPreTurn:  `echo "remember: be careful"`,
+	}}
+	a := New(Config{ID: "a", Backend: be, Tools: tools, Hooks: hooks, Cwd: dir})
+	defer a.Close()
+	runPrompt(t, a, "go")
+	if len(tools.order) != 1 || !strings.HasPrefix(tools.order[0], "read") {
+		t.Fatalf("ran %v; the preTool hook should have stopped shell", tools.order)
+	}
+	h := a.History()
+	if !strings.Contains(h[0].Content, "remember: be careful") {
+		t.Errorf("preTurn did not inject: %q", h[0].Content)
+	}
+	if !strings.Contains(h[2].Content, "not run: tool call blocked by the preTool hook: shell is not allowed here") {
+		t.Errorf("shell result %q", h[2].Content)
+	}
+	if h[3].Content != "ran read\n(checked)" && h[3].Content != "ran read\n(checked)\n" {
+		t.Errorf("read result %q", h[3].Content)
+	}
+}
