@@ -40,6 +40,7 @@ type AgentMeta struct {
 	Cwd     string `json:"cwd"`
 	Backend string `json:"backend,omitempty"`
 	Model   string `json:"model,omitempty"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // A SessionLog is a session's durable file: everything that determines
@@ -150,7 +151,7 @@ type RestoredAgent struct {
 	History     []backend.Message
 	Queue       []string // prompts queued and not started
 	Plan        string
-	Interrupted bool     // a turn was running when olliesrv stopped
+	Interrupted bool // a turn was running when olliesrv stopped
 }
 
 // RestoreSessions opens every session file in dir. A file that cannot be

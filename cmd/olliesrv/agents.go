@@ -39,6 +39,8 @@ type agentEntry struct {
 	backend string
 	cwd     string
 	plan    string
+	profile string
+	system  string // the resolved system prompt
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -67,13 +69,18 @@ func (as *agents) lookup(session, nameOrID string) *agentEntry {
 	return nil
 }
 
-func (as *agents) add(e *agentEntry) {
+// add registers an agent; it reports false once shutting down.
+func (as *agents) add(e *agentEntry) bool {
 	as.mu.Lock()
 	defer as.mu.Unlock()
+	if as.closed {
+		return false
+	}
 	if as.byID == nil {
 		as.byID = map[string]*agentEntry{}
 	}
 	as.byID[e.ID()] = e
+	return true
 }
 
 func (as *agents) remove(id string) *agentEntry {
@@ -112,7 +119,7 @@ func (as *agents) closeAll() {
 func (n *namespace) agentSpec() *ns.Node {
 	each := &ns.Each{List: n.listAgents, Lookup: n.lookupAgent}
 	return ns.Dir("agent", 0555, "Agents in the session.",
-		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [backend=B] [model=M]'; read its name.", n.newAgent),
+		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M]'; read its name.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
 			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
@@ -200,7 +207,7 @@ func agentStats(e *agentEntry) string {
 
 var agentName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 
-var agentKeys = []string{"name", "cwd", "backend", "model"}
+var agentKeys = []string{"name", "cwd", "profile", "backend", "model"}
 
 func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	s, err := n.session(c)
@@ -232,33 +239,20 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("agent/new: cwd %q is not a directory on this host", cwd)
 	}
-	be, err := n.backend(opt["backend"])
-	if err != nil {
-		return nil, fmt.Errorf("agent/new: %w", err)
-	}
-	tools, err := n.tools.get(ctx, s)
-	if err != nil {
-		return nil, fmt.Errorf("agent/new: the session's tools: %w", err)
-	}
 	id := agent.NewID()
-	meta := agent.AgentMeta{ID: id, Name: name, Cwd: cwd, Backend: opt["backend"], Model: opt["model"]}
-	if err := n.logs.record(s.ID, "agent.new", meta); err != nil {
+	meta := agent.AgentMeta{ID: id, Name: name, Cwd: cwd, Backend: opt["backend"], Model: opt["model"], Profile: opt["profile"]}
+	e, err := n.startAgent(ctx, s, meta, nil)
+	if err != nil {
 		return nil, fmt.Errorf("agent/new: %w", err)
 	}
-	e := &agentEntry{session: s.ID, created: time.Now(), name: name, model: opt["model"], backend: be.Name(), cwd: cwd}
-	e.Agent = agent.New(agent.Config{ID: id, Name: name, SessionID: s.ID, Backend: be, Model: opt["model"],
-		Tools: tools, Cwd: cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(cwd), Journal: n.logs.get(s.ID).Journal(id)})
-	n.agents.mu.Lock()
-	if n.agents.closed {
-		n.agents.mu.Unlock()
+	if err := n.logs.record(s.ID, "agent.new", e.meta()); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("agent/new: %w", err)
+	}
+	if !n.agents.add(e) {
 		e.Close()
 		return nil, errors.New("agent/new: olliesrv is shutting down")
 	}
-	if n.agents.byID == nil {
-		n.agents.byID = map[string]*agentEntry{}
-	}
-	n.agents.byID[id] = e
-	n.agents.mu.Unlock()
 	n.bus.Publish("session."+s.ID+".agent."+id+".new", name)
 	return []byte(name + "\n"), nil
 }
@@ -272,9 +266,76 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func defaultSystemPrompt(cwd string) string {
-	return "You are an agent working on a host through tools. Your working directory is " + cwd +
-		". Use the tools to inspect before you change anything, keep changes small, and say plainly what you did."
+// meta is what the session file keeps of the agent.
+func (e *agentEntry) meta() agent.AgentMeta {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return agent.AgentMeta{ID: e.ID(), Name: e.name, Cwd: e.cwd, Backend: e.backend, Model: e.model, Profile: e.profile}
+}
+
+// startAgent builds an agent from its profile: the system prompt is
+// resolved from the profile's commands, its hooks are armed, and the
+// agentSpawn hook may refuse it. A restored agent passes its history.
+func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.AgentMeta, restored *agent.RestoredAgent) (*agentEntry, error) {
+	if m.Profile == "" {
+		m.Profile = "default"
+	}
+	prof, err := agent.LoadProfile(m.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if m.Backend == "" {
+		m.Backend = prof.Backend
+	}
+	if m.Model == "" {
+		m.Model = prof.Model
+	}
+	be, err := n.backend(m.Backend)
+	if err != nil {
+		if restored == nil {
+			return nil, err
+		}
+		be = unavailable{name: m.Backend, err: err}
+	}
+	env := agent.PromptEnv{Cwd: m.Cwd, Session: s.ID, Agent: m.ID}
+	system, err := agent.ResolvePrompt(ctx, prof, env)
+	if err != nil {
+		if restored == nil {
+			return nil, err
+		}
+		system = "You are an agent working on a host through tools."
+		n.log.Error("olliesrv: a restored agent's prompt did not resolve", "agent", m.Name, "err", err)
+	}
+	hooks := agent.NewHooks(prof, env)
+	if restored == nil {
+		d, err := hooks.AgentSpawn(ctx, agent.SpawnInfo{Model: m.Model, Backend: be.Name(), Tools: prof.Tools})
+		if !d.Allow {
+			reason := d.Reason
+			if reason == "" && err != nil {
+				reason = err.Error()
+			}
+			return nil, fmt.Errorf("the agentSpawn hook refused: %s", reason)
+		}
+	}
+	var tools agent.Tools
+	if child, err := n.tools.get(ctx, s); err == nil {
+		tools = child
+	} else if restored == nil {
+		return nil, fmt.Errorf("the session's tools: %w", err)
+	}
+	cfg := agent.Config{ID: m.ID, Name: m.Name, SessionID: s.ID, Backend: be, Model: m.Model, System: system,
+		Tools: tools, Cwd: m.Cwd, MaxSteps: prof.MaxSteps, Publish: n.bus.Publish, Hooks: hooks}
+	if l := n.logs.get(s.ID); l != nil {
+		cfg.Journal = l.Journal(m.ID)
+	}
+	e := &agentEntry{session: s.ID, created: time.Now(), name: m.Name, model: m.Model, backend: be.Name(),
+		cwd: m.Cwd, profile: m.Profile, system: system}
+	if restored != nil {
+		cfg.History = restored.History
+		e.plan = restored.Plan
+	}
+	e.Agent = agent.New(cfg)
+	return e, nil
 }
 
 func (n *namespace) agentIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
@@ -345,7 +406,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "model", "backend", "name", "cwd", "tools", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "agent", "model", "backend", "name", "cwd", "tools", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -393,7 +454,9 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		return child.ReadFile(ctx, "tools")
 	case "systemprompt":
-		return []byte(defaultSystemPrompt(e.cwd) + "\n"), nil
+		return []byte(e.system), nil
+	case "agent":
+		return []byte(e.profile + "\n"), nil
 	}
 	return nil, unknownCommand(c.Path(), verb, agentCommands)
 }

@@ -63,9 +63,18 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
 	}
-	name, err := rdwr(fs, "session/s/agent/new", "name=coder")
+	name, err := rdwr(fs, "session/s/agent/new", "name=coder profile=coding")
 	if err != nil || name != "coder\n" {
 		t.Fatalf("agent/new = %q %v", name, err)
+	}
+	if sp, err := rdwr(fs, "session/s/agent/coder/ctl", "systemprompt"); err != nil || !strings.Contains(sp, "/tmp") || len(sp) < 200 {
+		t.Errorf("systemprompt = %q %v", sp, err)
+	}
+	if _, err := rdwr(fs, "session/s/agent/new", "name=x profile=nosuch"); err == nil || !strings.Contains(err.Error(), "coding") {
+		t.Errorf("unknown profile: %v", err)
+	}
+	if ag := readFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
+		t.Errorf("agents = %q", ag)
 	}
 	id := strings.TrimSpace(readFile(t, fs, "session/s/agent/coder/id"))
 	if got := readFile(t, fs, "session/s/agent/coder/state"); got != "idle\n" {
@@ -77,21 +86,33 @@ func TestAgentThroughNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer chat.Close()
+	// statewait, read while idle, returns at the next change.
+	waited := make(chan string, 1)
+	go func() {
+		s, _ := tryRead(fs, "session/s/agent/coder/statewait")
+		waited <- s
+	}()
+	time.Sleep(100 * time.Millisecond) // let the wait begin; if it has not, it sees a later change
 	if err := writeFile(fs, "session/s/agent/coder/prompt", "hello"); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case s := <-waited:
+		if s != "thinking\n" && s != "calling\n" && s != "idle\n" {
+			t.Errorf("statewait = %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("statewait did not return after a prompt")
 	}
 	lines := readLines(t, chat, 5)
 	want := []string{"hello", "", `→ echo {"text":"hello"}`, `← echo: echo got {"text":"hello"}`, `the tool said: echo got {"text":"hello"}`}
 	if strings.Join(lines[:5], "\n") != strings.Join(want, "\n") {
 		t.Fatalf("chat = %q, want %q", lines, want)
 	}
-	// statewait blocks until the state changes; the turn is over when idle.
-	deadline := time.Now().Add(10 * time.Second)
-	for readFile(t, fs, "session/s/agent/coder/state") != "idle\n" {
-		if time.Now().After(deadline) {
-			t.Fatal("agent never went idle")
-		}
-		readFile(t, fs, "session/s/agent/coder/statewait")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !d.ns.agents.lookup(strings.TrimSpace(readFile(t, fs, "session/s/id")), "coder").WaitTurns(ctx, 1) {
+		t.Fatal("the turn did not end")
 	}
 	if idx := readFile(t, fs, "session/s/agent/idx"); !strings.Contains(idx, id+"\tcoder\t-\t0\tidle") {
 		t.Errorf("agent idx = %q", idx)

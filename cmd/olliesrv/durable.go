@@ -118,25 +118,19 @@ func (n *namespace) restore(ctx context.Context) {
 		}
 		reruns := n.rerun(ctx, s, rs)
 		for _, ra := range rs.Agents {
-			be, err := n.backend(ra.Backend)
+			ra.History = append(ra.History, reruns[ra.ID]...)
+			e, err := n.startAgent(ctx, s, ra.AgentMeta, ra)
 			if err != nil {
-				be = unavailable{name: ra.Backend, err: err}
+				n.log.Error("olliesrv: an agent could not be restored", "session", s.Name(), "agent", ra.Name, "err", err)
+				continue
 			}
-			var tools agent.Tools
-			if child, err := n.tools.get(ctx, s); err == nil {
-				tools = child
-			} else {
-				n.log.Error("olliesrv: the restored session has no tools", "session", s.Name(), "err", err)
-			}
-			history := append(ra.History, reruns[ra.ID]...)
-			e := &agentEntry{session: s.ID, created: time.Now(), name: ra.Name, model: ra.Model, backend: be.Name(), cwd: ra.Cwd, plan: ra.Plan}
-			e.Agent = agent.New(agent.Config{ID: ra.ID, Name: ra.Name, SessionID: s.ID, Backend: be, Model: ra.Model,
-				Tools: tools, Cwd: ra.Cwd, Publish: n.bus.Publish, System: defaultSystemPrompt(ra.Cwd),
-				Journal: rs.Log.Journal(ra.ID), History: history})
 			if ra.Interrupted {
 				e.Note("interrupted: olliesrv stopped during this turn; tool calls that were running were not run again")
 			}
-			n.agents.add(e)
+			if !n.agents.add(e) {
+				e.Close()
+				continue
+			}
 			for _, p := range ra.Queue {
 				e.Queue(p)
 			}

@@ -35,6 +35,7 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
 		ns.RdWrFile("generate", 0666, `One-shot generation: write a prompt (or {"prompt", "system", "model", "backend"} as JSON); read the reply.`, n.generate),
@@ -289,6 +290,19 @@ func (n *namespace) toolErrors(ctx context.Context, c *ns.Call) ([]byte, error) 
 	reg := toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{})
 	for _, err := range append(reg.Errors(), reg.Warnings()...) {
 		fmt.Fprintf(&b, "%v\n", err)
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) agentProfiles(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, name := range agent.ProfileNames() {
+		p, err := agent.LoadProfile(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(broken: %v)\n", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", name, p.Description)
 	}
 	return []byte(b.String()), nil
 }
