@@ -97,6 +97,9 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		steps++
 		a.raw("<assistant>\n")
 		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model}, func(d backend.Delta) {
+			if d.Restart {
+				a.say("\n[the model's stream broke off; asking again]\n")
+			}
 			if d.Text != "" {
 				a.say(d.Text)
 			}
@@ -269,9 +272,13 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("there is no tool %q in this session", c.Name)}
 	}
-	if !json.Valid(c.Args) {
+	if c.ArgsError != "" || !json.Valid(c.Args) {
+		why := c.ArgsError
+		if why == "" {
+			why = "not valid JSON"
+		}
 		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
-			Output: fmt.Sprintf("the arguments are not valid JSON: %s", c.Args)}
+			Output: fmt.Sprintf("not run: the arguments are malformed (%s): %s", why, c.Args)}
 	}
 	hc := HookCall{ID: c.ID, Tool: c.Name, Args: c.Args}
 	if a.cfg.Hooks.Has(HookPreTool) {

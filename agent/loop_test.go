@@ -285,7 +285,7 @@ func TestSafetyLimits(t *testing.T) {
 		defer a.Close()
 		runPrompt(t, a, "go")
 		h := a.History()
-		if !strings.Contains(h[2].Content, `no tool "nosuch"`) || !strings.Contains(h[3].Content, "not valid JSON") {
+		if !strings.Contains(h[2].Content, `no tool "nosuch"`) || !strings.Contains(h[3].Content, "malformed (not valid JSON)") {
 			t.Errorf("tool messages: %q / %q", h[2].Content, h[3].Content)
 		}
 	})

@@ -42,6 +42,15 @@ func serveMain(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg := daemonConfig{Dir: ns.NamespaceDir(), TCP: *tcp, Log: log}
+	reg, err := backend.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	for _, w := range reg.Warnings() {
+		log.Warn("olliesrv: backends", "warning", w)
+	}
+	cfg.Registry = reg
 	if *trace {
 		cfg.Trace = stderr
 	}
@@ -69,8 +78,9 @@ func serveMain(args []string, stderr io.Writer) int {
 
 type daemonConfig struct {
 	// Backends finds a model backend by name ("" for the default); nil
-	// means none is configured.
+	// means Registry's, or none when Registry is nil too.
 	Backends func(name string) (backend.Backend, error)
+	Registry *backend.Registry // the configured backends, for the backends and models files
 
 	Dir      string // the namespace directory; the socket is Dir/ollie
 	StateDir string // where session files live ("" means defaultStateDir)
@@ -145,12 +155,21 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir()
 	}
+	if cfg.Backends == nil && cfg.Registry != nil {
+		reg := cfg.Registry
+		cfg.Backends = func(name string) (backend.Backend, error) {
+			if name == "" {
+				return reg.Default(), nil
+			}
+			return reg.Get(name)
+		}
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0700); err != nil {
 		d.closeListeners()
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{},
-		agents: &agents{}, backends: cfg.Backends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
+		agents: &agents{}, backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()

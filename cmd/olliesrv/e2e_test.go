@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/agent/fakellm"
 )
 
 var (
@@ -63,7 +66,10 @@ func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *bytes.Buf
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if fi, err := os.Stat(filepath.Join(dir, "ollie")); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		// Dial rather than stat: a stale socket left by a killed server
+		// exists before the new one listens.
+		if c, err := net.Dial("unix", filepath.Join(dir, "ollie")); err == nil {
+			c.Close()
 			return cmd, &log
 		}
 		if time.Now().After(deadline) {
@@ -238,5 +244,94 @@ func TestSandboxedToolIsNotAdmin(t *testing.T) {
 	out, _ = cmd.CombinedOutput()
 	if !strings.Contains(string(out), "ctl: permission denied") || strings.Contains(string(out), "invalidate") {
 		t.Fatalf("a sandboxed tool used the namespace as the admin:\n%s", out)
+	}
+}
+
+// TestCrashDuringTool kills olliesrv with SIGKILL while an agent's tool is
+// running, starts it again on the same state, and checks that nothing was
+// lost or repeated: the session and agent are back, the call was settled
+// once as interrupted and not run again, and the agent goes on working
+// with the real openai-go client against the scripted model server.
+func TestCrashDuringTool(t *testing.T) {
+	llm := fakellm.Start(t)
+	work := t.TempDir()
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "slow.meta"), []byte(`{"description": "Slow.", "timeout": 600}`), 0644)
+	os.WriteFile(filepath.Join(tools, "slow"), []byte("#!/bin/sh\necho run >> "+work+"/runs\nsleep 300\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	state := t.TempDir()
+	env := []string{"OLLIE_TOOLS_PATH=" + tools, "OLLIE_DATA=" + data, "XDG_STATE_HOME=" + state,
+		"OPENAI_BASE_URL=" + llm.URL + "/v1", "OPENAI_API_KEY=test-key", "OPENAI_MODEL=fake-model"}
+	dir := shortTempDir(t)
+	srv, log := startBinary(t, dir, env...)
+
+	llm.Push(fakellm.ToolCall("slow", `{}`))
+	for _, step := range [][]string{
+		{"name=crash cwd=" + work, "rdwr", "session/new"},
+		{"name=a backend=openai", "rdwr", "session/crash/agent/new"},
+		{"wait for it", "write", "session/crash/agent/a/prompt"},
+	} {
+		if out, code := runBinary(t, dir, step[0], step[1:]...); code != 0 {
+			t.Fatalf("%v: %d %q\n%s", step, code, out, log.String())
+		}
+	}
+	runs := func() int {
+		b, _ := os.ReadFile(filepath.Join(work, "runs"))
+		return strings.Count(string(b), "run\n")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for runs() == 0 {
+		if time.Now().After(deadline) {
+			out, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/log")
+			t.Fatalf("the tool never started; log:\n%s\nolliesrv:\n%s", out, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.Process.Kill() // SIGKILL: no chance to clean up
+	srv.Wait()
+
+	srv2, log2 := startBinary(t, dir, env...)
+	defer srv2.Process.Kill()
+	out, code := runBinary(t, dir, "", "read", "session/crash/agent/a/log")
+	if code != 0 || !strings.Contains(out, "not run again") {
+		t.Fatalf("restored log (%d):\n%s\nolliesrv:\n%s", code, out, log2.String())
+	}
+	chat, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/state")
+	if chat != "idle\n" {
+		t.Errorf("restored state %q", chat)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := runs(); n != 1 {
+		t.Errorf("the tool ran %d times; a call interrupted by a crash must not run again", n)
+	}
+	files, _ := filepath.Glob(filepath.Join(state, "ollie", "sessions", "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("session files: %v", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	if n := strings.Count(string(b), `"kind":"tool.settle"`); n != 1 {
+		t.Errorf("%d settlements of the interrupted call, want exactly 1:\n%s", n, b)
+	}
+
+	// The agent goes on: the model sees a well-formed conversation.
+	llm.Push(fakellm.Text("still here"))
+	if out, code := runBinary(t, dir, "and now?", "write", "session/crash/agent/a/prompt"); code != 0 {
+		t.Fatalf("prompt after restart: %d %q", code, out)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		out, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/log")
+		if strings.Contains(out, "still here") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer after restart; log:\n%s\nolliesrv:\n%s", out, log2.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	reqs := llm.ChatRequests()
+	last := reqs[len(reqs)-1]
+	if len(last.Messages) < 4 {
+		t.Errorf("the model got %d messages after the restart", len(last.Messages))
 	}
 }

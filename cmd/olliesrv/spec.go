@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ type namespace struct {
 	tools    *toolServers
 	agents   *agents
 	backends func(name string) (backend.Backend, error) // nil: none configured
+	registry *backend.Registry                          // may be nil
 	bus      *ns.Bus
 	sessions *agent.Sessions
 	host     string
@@ -35,6 +37,8 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
+		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
@@ -303,6 +307,47 @@ func (n *namespace) agentProfiles(ctx context.Context, c *ns.Call) ([]byte, erro
 			continue
 		}
 		fmt.Fprintf(&b, "%s\t%s\n", name, p.Description)
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error) {
+	if n.registry == nil {
+		return nil, nil
+	}
+	names := n.registry.Names()
+	sort.SliceStable(names, func(i, j int) bool { return names[i] == n.registry.DefaultName() && names[j] != names[i] })
+	var b strings.Builder
+	for _, name := range names {
+		cfg, _ := n.registry.Config(name)
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", name, cfg.Type, cfg.URL, cfg.Model)
+	}
+	return []byte(b.String()), nil
+}
+
+// modelList asks every backend for its models; one that does not answer
+// is listed with the reason rather than failing the whole read.
+func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
+	if n.registry == nil {
+		return nil, nil
+	}
+	var b strings.Builder
+	for _, name := range n.registry.Names() {
+		be, err := n.registry.Get(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		models, err := be.Models(mctx)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
+			continue
+		}
+		for _, m := range models {
+			fmt.Fprintf(&b, "%s\t%s\n", name, m)
+		}
 	}
 	return []byte(b.String()), nil
 }
