@@ -305,3 +305,63 @@ func (a *Agent) run() {
 		a.mu.Unlock()
 	}
 }
+
+// ErrBusy refuses a change of the history while a turn runs.
+var ErrBusy = errors.New("agent: busy: stop the running turn first")
+
+// rewrite replaces the history when the agent is idle, and records it.
+func (a *Agent) rewrite(f func([]backend.Message) []backend.Message) error {
+	a.mu.Lock()
+	if a.cancel != nil {
+		a.mu.Unlock()
+		return ErrBusy
+	}
+	h := f(append([]backend.Message(nil), a.history...))
+	a.history = h
+	a.mu.Unlock()
+	if a.cfg.Journal != nil {
+		return a.cfg.Journal.Entry("history", h)
+	}
+	return nil
+}
+
+// Clear empties the conversation.
+func (a *Agent) Clear() error {
+	return a.rewrite(func([]backend.Message) []backend.Message { return nil })
+}
+
+// Compact keeps the most recent messages and notes what was removed; it
+// returns how many messages were removed.
+func (a *Agent) Compact() (int, error) {
+	removed := 0
+	err := a.rewrite(func(h []backend.Message) []backend.Message {
+		out := compactHistory(h)
+		removed = len(h) - len(out)
+		if removed > 0 {
+			removed++ // the note replaces them
+		}
+		return out
+	})
+	return max(removed, 0), err
+}
+
+// Inject adds text to the context as a user message, without running a
+// turn.
+func (a *Agent) Inject(text string) error {
+	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: text})
+	return nil
+}
+
+// Model returns the model requests use ("" for the backend's default).
+func (a *Agent) Model() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Model
+}
+
+// SetModel switches the model for the next requests.
+func (a *Agent) SetModel(m string) {
+	a.mu.Lock()
+	a.cfg.Model = m
+	a.mu.Unlock()
+}

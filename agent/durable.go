@@ -24,6 +24,8 @@ const (
 	kindAgentDequeue  = "agent.dequeue" // the oldest queued prompt started
 	kindAgentMessage  = "agent.message" // a message joined the history
 	kindAgentPlan     = "agent.plan"    // the plan was replaced
+	kindAgentHistory  = "agent.history" // the history was replaced (clear, compact)
+	kindAgentModel    = "agent.model"   // the model was switched
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -97,9 +99,10 @@ type agentJournal struct {
 }
 
 type agentRecord struct {
-	Agent   string           `json:"agent"`
-	Text    string           `json:"text,omitempty"`
-	Message *backend.Message `json:"message,omitempty"`
+	Agent    string            `json:"agent"`
+	Text     string            `json:"text,omitempty"`
+	Message  *backend.Message  `json:"message,omitempty"`
+	Messages []backend.Message `json:"messages,omitempty"`
 }
 
 func (j *agentJournal) Entry(kind string, v any) error {
@@ -110,6 +113,13 @@ func (j *agentJournal) Entry(kind string, v any) error {
 		return j.l.Record(kindAgentPrompt, rec)
 	case "dequeue":
 		return j.l.Record(kindAgentDequeue, rec)
+	case "history":
+		h, ok := v.([]backend.Message)
+		if !ok {
+			return fmt.Errorf("agent: journal: history entry of type %T", v)
+		}
+		rec.Messages = h
+		return j.l.Record(kindAgentHistory, rec)
 	case "message":
 		m, ok := v.(backend.Message)
 		if !ok {
@@ -204,11 +214,12 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel:
 			var v struct {
 				agentRecord
-				Name string `json:"name"`
-				Plan string `json:"plan"`
+				Name  string `json:"name"`
+				Plan  string `json:"plan"`
+				Model string `json:"model"`
 			}
 			r.Decode(&v)
 			a := byID[v.Agent]
@@ -220,6 +231,10 @@ func restoreSession(path string) (*RestoredSession, error) {
 				a.Name = v.Name
 			case kindAgentPlan:
 				a.Plan = v.Plan
+			case kindAgentModel:
+				a.Model = v.Model
+			case kindAgentHistory:
+				a.History = append([]backend.Message(nil), v.Messages...)
 			case kindAgentKill:
 				delete(byID, v.Agent)
 				for i, x := range rs.Agents {

@@ -115,7 +115,9 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		if errors.Is(err, backend.ErrContextOverflow) && !compacted {
 			compacted = true
 			a.say("\n[the conversation no longer fits the model's context: compacting and retrying]\n")
+			a.cfg.Hooks.PreCompact(ctx, CompactInfo{Reason: "overflow"})
 			a.compact()
+			a.cfg.Hooks.PostCompact(ctx, CompactInfo{Reason: "overflow"})
 			continue
 		}
 		if err != nil {
@@ -203,21 +205,30 @@ func (a *Agent) messages() []backend.Message {
 	return append(msgs, a.history...)
 }
 
-// compact keeps the most recent messages, starting at a user message so
-// that no tool result loses its call, and notes what was dropped.
+// compact shortens the history to fit the context window, and records it.
 func (a *Agent) compact() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	cut := len(a.history) - keepOnCompact
-	for cut > 0 && a.history[cut].Role != backend.RoleUser {
+	a.history = compactHistory(a.history)
+	h := append([]backend.Message(nil), a.history...)
+	a.mu.Unlock()
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Entry("history", h)
+	}
+}
+
+// compactHistory keeps the most recent messages, starting at a user message
+// so that no tool result loses its call, and notes what was dropped.
+func compactHistory(h []backend.Message) []backend.Message {
+	cut := len(h) - keepOnCompact
+	for cut > 0 && h[cut].Role != backend.RoleUser {
 		cut--
 	}
 	if cut <= 0 {
-		return
+		return h
 	}
 	note := backend.Message{Role: backend.RoleUser,
 		Content: fmt.Sprintf("[%d earlier messages were removed to fit the context window]", cut)}
-	a.history = append([]backend.Message{note}, a.history[cut:]...)
+	return append([]backend.Message{note}, h[cut:]...)
 }
 
 func resultText(r *toolsrv.Result) string {

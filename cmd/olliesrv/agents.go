@@ -406,17 +406,49 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "agent", "model", "backend", "name", "cwd", "tools", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
 	if err != nil {
 		return nil, err
 	}
-	verb, _ := command(req)
+	verb, arg := command(req)
 	switch verb {
 	case "help":
 		return []byte(strings.Join(agentCommands, "\n") + "\n"), nil
+	case "compact":
+		n, err := e.Compact()
+		if err != nil {
+			return nil, err
+		}
+		return []byte(fmt.Sprintf("removed %d messages\n", n)), nil
+	case "clear":
+		if err := e.Clear(); err != nil {
+			return nil, err
+		}
+		return []byte("ok\n"), nil
+	case "inject":
+		if arg == "" {
+			return nil, fmt.Errorf("%s: inject needs the text to add", c.Path())
+		}
+		e.Inject(arg)
+		return []byte("ok\n"), nil
+	case "tool_load", "tool_unload":
+		if arg == "" {
+			return nil, fmt.Errorf("%s: %s needs a tool name", c.Path(), verb)
+		}
+		s, err := n.session(c)
+		if err != nil {
+			return nil, err
+		}
+		child, err := n.tools.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		// The session's agents share one toolsrv, so this changes the tool
+		// set of every agent of the session.
+		return child.RdWr(ctx, "ctl", []byte(strings.TrimPrefix(verb, "tool_")+" "+arg))
 	case "stop":
 		if !e.Interrupt(agent.ErrStopped) {
 			return []byte("idle\n"), nil
@@ -431,12 +463,19 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		n.bus.Publish("session."+e.session+".agent."+e.ID()+".kill", e.Name())
 		return []byte("ok\n"), nil
 	case "model":
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.model == "" {
-			return []byte("(the backend's default)\n"), nil
+		if arg != "" {
+			e.SetModel(arg)
+			e.mu.Lock()
+			e.model = arg
+			e.mu.Unlock()
+			if err := n.logs.record(e.session, "agent.model", map[string]string{"agent": e.ID(), "model": arg}); err != nil {
+				return nil, err
+			}
 		}
-		return []byte(e.model + "\n"), nil
+		if m := e.Model(); m != "" {
+			return []byte(m + "\n"), nil
+		}
+		return []byte("(the backend's default)\n"), nil
 	case "backend":
 		return []byte(e.backend + "\n"), nil
 	case "name":

@@ -235,6 +235,12 @@ func TestRestartRestores(t *testing.T) {
 	if !e.WaitTurns(ctx, 1) {
 		t.Fatal("the prompt did not finish")
 	}
+	if got, err := rdwr(fs, "session/kept/agent/coder/ctl", "model other-model"); err != nil || got != "other-model\n" {
+		t.Fatalf("model switch: %q %v", got, err)
+	}
+	if _, err := rdwr(fs, "session/kept/agent/coder/ctl", "inject remember the tests"); err != nil {
+		t.Fatal(err)
+	}
 	if err := writeFile(fs, "session/kept/agent/coder/plan", "1. read\n2. fix\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +257,18 @@ func TestRestartRestores(t *testing.T) {
 	}
 	if got := readFile(t, fs, "session/kept/agent/coder/log"); got != before {
 		t.Errorf("restored history:\n%s\nwant:\n%s", got, before)
+	}
+	if got, _ := rdwr(fs, "session/kept/agent/coder/ctl", "model"); got != "other-model\n" {
+		t.Errorf("restored model %q", got)
+	}
+	if !strings.Contains(before, "remember the tests") {
+		t.Errorf("inject did not reach the log: %q", before)
+	}
+	if got, err := rdwr(fs, "session/kept/agent/coder/ctl", "clear"); err != nil || got != "ok\n" {
+		t.Fatalf("clear: %q %v", got, err)
+	}
+	if got := readFile(t, fs, "session/kept/agent/coder/log"); got != "" {
+		t.Errorf("log after clear = %q", got)
 	}
 	if got := readFile(t, fs, "session/kept/agent/coder/plan"); got != "1. read\n2. fix\n" {
 		t.Errorf("restored plan %q", got)
