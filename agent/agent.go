@@ -28,6 +28,14 @@ type Tools interface {
 	Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error)
 }
 
+// BackgroundTools also runs calls in the background (background: true):
+// toolsrv.Child is one. Their output reaches the model as it comes.
+type BackgroundTools interface {
+	Tools
+	Start(ctx context.Context, tool string, args json.RawMessage) (string, error)
+	Poll(ctx context.Context, id string, off int64) (*toolsrv.ProcPoll, error)
+}
+
 // A Journal records what an agent does so that a session survives a crash:
 // every entry before it takes effect, every tool call as an intent before
 // it runs and a settlement after. Nil records nothing.
@@ -74,6 +82,7 @@ type Agent struct {
 	turns   int
 	lastErr string
 	closed  bool
+	procs   []*bgProc // background calls whose output is still coming
 	wake    chan struct{}
 	done    chan struct{}
 }

@@ -64,6 +64,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		}
 	}
 	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: prompt})
+	a.injectProcs(ctx)
 	final := ""
 	steps := 0
 	defer func() {
@@ -181,6 +182,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			a.fail("interrupted: " + context.Cause(ctx).Error())
 			return
 		}
+		a.injectProcs(ctx)
 		switch {
 		case failures >= abortAfterErrors:
 			a.fail(fmt.Sprintf("stopped: %d tool calls in a row failed", failures))
@@ -304,7 +306,19 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: "not run: cannot record the call: " + err.Error()}
 		}
 	}
-	res, err := a.cfg.Tools.Call(ctx, c.Name, c.Args)
+	var res *toolsrv.Result
+	var err error
+	if bt, ok := a.cfg.Tools.(BackgroundTools); ok && wantsBackground(c.Args) {
+		var id string
+		if id, err = bt.Start(ctx, c.Name, c.Args); err == nil {
+			a.mu.Lock()
+			a.procs = append(a.procs, &bgProc{id: id, tool: c.Name})
+			a.mu.Unlock()
+			res = &toolsrv.Result{Tool: c.Name, Output: fmt.Sprintf("started in the background as process %s; its output will be shown to you as <system-proc-interrupt> blocks as it comes", id)}
+		}
+	} else {
+		res, err = a.cfg.Tools.Call(ctx, c.Name, c.Args)
+	}
 	if err != nil {
 		res = &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: err.Error()}
 	}
@@ -359,4 +373,68 @@ func summary(r *toolsrv.Result) string {
 		return fmt.Sprintf("%s (%d lines)", first, strings.Count(rest, "\n")+2)
 	}
 	return first
+}
+
+// bgProc is a background call whose output the model has not all seen.
+type bgProc struct {
+	id   string
+	tool string
+	off  int64
+}
+
+func wantsBackground(args json.RawMessage) bool {
+	var v struct {
+		Background bool `json:"background"`
+	}
+	json.Unmarshal(args, &v)
+	return v.Background
+}
+
+// injectProcs shows the model what background calls printed since it last
+// looked, and how they ended, as one user message.
+func (a *Agent) injectProcs(ctx context.Context) {
+	bt, ok := a.cfg.Tools.(BackgroundTools)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	procs := append([]*bgProc(nil), a.procs...)
+	a.mu.Unlock()
+	var b strings.Builder
+	var ended []*bgProc
+	for _, p := range procs {
+		poll, err := bt.Poll(ctx, p.id, p.off)
+		if err != nil {
+			fmt.Fprintf(&b, "<system-proc-interrupt id=%q tool=%q status=%q>\n</system-proc-interrupt>\n", p.id, p.tool, "gone: "+err.Error())
+			ended = append(ended, p)
+			continue
+		}
+		p.off = poll.Next
+		if poll.Data == "" && !poll.Ended {
+			continue
+		}
+		fmt.Fprintf(&b, "<system-proc-interrupt id=%q tool=%q status=%q>\n%s</system-proc-interrupt>\n", p.id, p.tool, poll.Status, poll.Data)
+		if poll.Ended {
+			ended = append(ended, p)
+		}
+	}
+	if len(ended) > 0 {
+		a.mu.Lock()
+		keep := a.procs[:0]
+		for _, p := range a.procs {
+			done := false
+			for _, e := range ended {
+				done = done || e == p
+			}
+			if !done {
+				keep = append(keep, p)
+			}
+		}
+		a.procs = keep
+		a.mu.Unlock()
+	}
+	if b.Len() > 0 {
+		a.appendMsg(backend.Message{Role: backend.RoleUser, Content: b.String()})
+		a.raw(b.String())
+	}
 }

@@ -105,3 +105,19 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 	}
 }
+
+// Since returns, without blocking, the retained bytes from offset off on,
+// the offset after them, and whether the stream has ended. An offset older
+// than what is retained starts at the oldest retained byte.
+func (s *Stream) Since(off int64) (data []byte, next int64, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := s.base + int64(len(s.buf))
+	if off < s.base {
+		off = s.base
+	}
+	if off > end {
+		off = end
+	}
+	return append([]byte(nil), s.buf[off-s.base:]...), end, s.closed
+}

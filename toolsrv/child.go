@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -252,6 +253,33 @@ func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*R
 		return nil, fmt.Errorf("toolsrv: bad result: %w", err)
 	}
 	return &res, nil
+}
+
+// Start starts a call in the background and returns its process id.
+func (c *Child) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
+	req, err := json.Marshal(CallRequest{Tool: tool, Args: args})
+	if err != nil {
+		return "", err
+	}
+	b, err := c.RdWr(ctx, "proc/new.bg", req)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Poll returns a background process's output from offset off, without
+// waiting.
+func (c *Child) Poll(ctx context.Context, id string, off int64) (*ProcPoll, error) {
+	b, err := c.RdWr(ctx, "proc/"+id+"/poll", []byte(strconv.FormatInt(off, 10)))
+	if err != nil {
+		return nil, err
+	}
+	var p ProcPoll
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("toolsrv: bad poll reply: %w", err)
+	}
+	return &p, nil
 }
 
 // Decls returns the loaded tools as the model is shown them.

@@ -61,6 +61,7 @@ func (s *Server) Tree() (*ns.Tree, error) {
 				ns.ReadFile("status", 0400, "running, or how it ended.", s.procStatus),
 				ns.ReadFile("tool", 0400, "The tool it runs.", s.procTool),
 				ns.RdWrFile("ctl", 0600, "term, kill or dismiss.", s.procCtl),
+				ns.RdWrFile("poll", 0600, `Write an offset; read {"status", "next", "data"}: the output from that offset, without waiting.`, s.procPoll),
 			),
 		),
 	)
@@ -244,4 +245,27 @@ func (s *Server) procCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, e
 		return nil, err
 	}
 	return []byte("ok\n"), nil
+}
+
+// ProcPoll is what proc/{id}/poll answers.
+type ProcPoll struct {
+	Status string `json:"status"` // running, or how it ended
+	Next   int64  `json:"next"`   // the offset to poll from next
+	Data   string `json:"data"`   // output from the offset asked
+	Ended  bool   `json:"ended"`  // the process exited and all its output is in
+}
+
+func (s *Server) procPoll(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	p, err := s.proc(c)
+	if err != nil {
+		return nil, err
+	}
+	off, err := strconv.ParseInt(strings.TrimSpace(string(req)), 10, 64)
+	if err != nil || off < 0 {
+		return nil, fmt.Errorf("proc/%s/poll: write a byte offset, not %q", p.ID, req)
+	}
+	status := p.Status() // before reading, so an exit is never reported ahead of its output
+	data, next, closed := p.Out.Since(off)
+	p.Seen(s.Procs.now())
+	return json.Marshal(ProcPoll{Status: status, Next: next, Data: string(data), Ended: closed && status != "running"})
 }

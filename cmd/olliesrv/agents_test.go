@@ -290,3 +290,78 @@ func ids(t *testing.T, dir, sub string) string {
 	}
 	return ents[0].Name()
 }
+
+// steps is a Backend that plays its replies in order.
+type steps struct {
+	mu      sync.Mutex
+	replies []backend.Message
+	seen    [][]backend.Message
+}
+
+func (b *steps) Name() string                              { return "steps" }
+func (b *steps) DefaultModel() string                      { return "m" }
+func (b *steps) Models(context.Context) ([]string, error)  { return nil, nil }
+func (b *steps) ContextLength(context.Context, string) int { return 0 }
+func (b *steps) Chat(ctx context.Context, msgs []backend.Message, tools []backend.Tool, p backend.Params, on func(backend.Delta)) (*backend.Reply, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seen = append(b.seen, msgs)
+	if len(b.replies) == 0 {
+		return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: "done"}}, nil
+	}
+	m := b.replies[0]
+	b.replies = b.replies[1:]
+	return &backend.Reply{Message: m}, nil
+}
+
+// TestBackgroundCall runs a call with background set: the model gets a
+// process id at once, and the process's output later, as a
+// system-proc-interrupt block.
+func TestBackgroundCall(t *testing.T) {
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "build.meta"), []byte(`{"description": "Build."}`), 0644)
+	os.WriteFile(filepath.Join(tools, "build"), []byte("#!/bin/sh\necho compiling\necho 'error: missing semicolon'\nexit 2\n"), 0755)
+	os.WriteFile(filepath.Join(tools, "wait.meta"), []byte(`{"description": "Wait a little.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "wait"), []byte("#!/bin/sh\nsleep 0.5\necho waited\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+	be := &steps{replies: []backend.Message{
+		{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "b1", Name: "build", Args: json.RawMessage(`{"background": true}`)}}},
+		{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "w1", Name: "wait", Args: json.RawMessage(`{}`)}}},
+	}}
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: func(name string) (backend.Backend, error) { return be, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	fs := attach(t, d.Socket, "")
+	rdwr(fs, "session/new", "name=s cwd=/tmp")
+	rdwr(fs, "session/s/agent/new", "name=a")
+	if err := writeFile(fs, "session/s/agent/a/prompt", "build it"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sid := strings.TrimSpace(readFile(t, fs, "session/s/id"))
+	if !d.ns.agents.lookup(sid, "a").WaitTurns(ctx, 1) {
+		t.Fatal("the turn did not end")
+	}
+	h := d.ns.agents.lookup(sid, "a").History()
+	var started, interrupt string
+	for _, m := range h {
+		if m.Role == backend.RoleTool && m.ToolCallID == "b1" {
+			started = m.Content
+		}
+		if m.Role == backend.RoleUser && strings.Contains(m.Content, "<system-proc-interrupt") {
+			interrupt = m.Content
+		}
+	}
+	if !strings.Contains(started, "started in the background as process 1") {
+		t.Errorf("the background call answered %q", started)
+	}
+	if !strings.Contains(interrupt, `tool="build" status="exit status 2"`) || !strings.Contains(interrupt, "error: missing semicolon") {
+		t.Errorf("no process output reached the model; history: %+v", h)
+	}
+}
