@@ -83,6 +83,8 @@ type Agent struct {
 	lastErr string
 	closed  bool
 	procs   []*bgProc // background calls whose output is still coming
+	plan    string
+	task    TaskState
 	wake    chan struct{}
 	done    chan struct{}
 }
@@ -373,4 +375,36 @@ func (a *Agent) SetModel(m string) {
 	a.mu.Lock()
 	a.cfg.Model = m
 	a.mu.Unlock()
+}
+
+// Plan returns the agent's plan.
+func (a *Agent) Plan() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.plan
+}
+
+// SetPlan replaces the agent's plan (the plan file).
+func (a *Agent) SetPlan(p string) {
+	a.mu.Lock()
+	a.plan = p
+	a.mu.Unlock()
+}
+
+// TaskState is the structured overlay shown to the model at the top of
+// every request: what it is doing, so a long conversation (or one cut by
+// compaction) keeps its thread.
+type TaskState struct {
+	Objective    string `json:"objective"`
+	PlanStep     string `json:"plan_step,omitempty"`
+	Constraints  string `json:"constraints,omitempty"`
+	LastAction   string `json:"last_action,omitempty"`
+	NextDecision string `json:"next_decision,omitempty"`
+}
+
+// Task returns the agent's task state.
+func (a *Agent) Task() TaskState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.task
 }

@@ -17,6 +17,8 @@ const (
 	nudgeAfterErrors = 5 // consecutive failed tool calls before a nudge
 	abortAfterErrors = 10
 	maxRepeats       = 3 // identical consecutive tool-call rounds before stopping
+	replanAfter      = 8 // rounds of tool calls without a plan before the replan nudge
+	stallAfter       = 5 // rounds with the same last action before the stall nudge
 	keepOnCompact    = 8 // messages kept verbatim when the context overflows
 )
 
@@ -64,6 +66,9 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		}
 	}
 	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: prompt})
+	a.mu.Lock()
+	a.task = TaskState{Objective: firstLine(prompt, 300)}
+	a.mu.Unlock()
 	a.injectProcs(ctx)
 	final := ""
 	steps := 0
@@ -89,6 +94,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 
 	failures, nudged, repeats, compacted := 0, false, 0, false
 	lastRound := ""
+	rounds, replanned, stalled, sameAction := 0, false, false, 0
 	for step := 0; ; step++ {
 		if step == a.cfg.MaxSteps {
 			a.fail(fmt.Sprintf("stopped: %d model requests for one prompt is the limit (max steps)", a.cfg.MaxSteps))
@@ -167,6 +173,18 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			return
 		}
 
+		rounds++
+		action := calls[len(calls)-1].Name + " " + compactJSON(calls[len(calls)-1].Args)
+		a.mu.Lock()
+		if a.task.LastAction == action {
+			sameAction++
+		} else {
+			sameAction = 1
+		}
+		a.task.LastAction = action
+		a.task.PlanStep = firstLine(a.plan, 200)
+		a.mu.Unlock()
+
 		a.setState(StateCalling)
 		results := a.dispatch(ctx, decls, calls)
 		for i, c := range calls {
@@ -183,6 +201,18 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			return
 		}
 		a.injectProcs(ctx)
+		if rounds >= replanAfter && !replanned && strings.TrimSpace(a.Plan()) == "" {
+			replanned = true
+			nudge := fmt.Sprintf("You have made %d rounds of tool calls without a plan. Before calling more tools, write a short numbered plan (what is done, what is next, how you will know you are finished) and follow it.", rounds)
+			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
+			a.say("\n[replan: " + nudge + "]\n")
+		}
+		if sameAction >= stallAfter && !stalled {
+			stalled = true
+			nudge := fmt.Sprintf("Your last %d rounds ended with the same action (%s) and nothing changed. You are stalled: step back, state what you have learned, and choose a different next step.", sameAction, action)
+			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
+			a.say("\n[stall: " + nudge + "]\n")
+		}
 		switch {
 		case failures >= abortAfterErrors:
 			a.fail(fmt.Sprintf("stopped: %d tool calls in a row failed", failures))
@@ -196,15 +226,30 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 	}
 }
 
-// messages is what the model is sent: the system prompt, then the history.
+// messages is what the model is sent: the system prompt with the task
+// state overlay, then the history.
 func (a *Agent) messages() []backend.Message {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	msgs := make([]backend.Message, 0, len(a.history)+1)
-	if a.cfg.System != "" {
-		msgs = append(msgs, backend.Message{Role: backend.RoleSystem, Content: a.cfg.System})
+	system := a.cfg.System
+	if a.task.Objective != "" {
+		ts, _ := json.Marshal(a.task)
+		system += "\n\n<task-state>" + string(ts) + "</task-state>"
+	}
+	if system != "" {
+		msgs = append(msgs, backend.Message{Role: backend.RoleSystem, Content: system})
 	}
 	return append(msgs, a.history...)
+}
+
+// firstLine returns s's first line, at most n bytes.
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
 }
 
 // compact shortens the history to fit the context window, and records it.

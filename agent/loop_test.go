@@ -341,7 +341,7 @@ func TestInterruptAndErrors(t *testing.T) {
 		if !strings.Contains(out, "compacting and retrying") || !strings.HasSuffix(out, "fits now\n") {
 			t.Errorf("chat = %q", out)
 		}
-		if n := len(be.requests[1]); n > 10 {
+		if n := len(be.requests[1]); n > 11 { // system, note, 8 kept, the prompt
 			t.Errorf("the retry sent %d messages", n)
 		}
 		if !strings.Contains(a.History()[0].Content, "earlier messages were removed") {
@@ -395,5 +395,41 @@ func TestHooksInLoop(t *testing.T) {
 	}
 	if h[3].Content != "ran read\n(checked)" && h[3].Content != "ran read\n(checked)\n" {
 		t.Errorf("read result %q", h[3].Content)
+	}
+}
+
+func TestReplanAndStall(t *testing.T) {
+	n := 0
+	be := &script{repeat: true, replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+		func(ctx context.Context, m []backend.Message) (*backend.Reply, error) {
+			n++
+			if n > 9 {
+				return text("enough")(ctx, m)
+			}
+			// The same read with a changing first call: not a repeat, but
+			// the last action stays the same.
+			return calls(call(fmt.Sprint(n), "write", fmt.Sprintf(`{"path": "/x/%d"}`, n)), call("r"+fmt.Sprint(n), "read", `{"same": true}`))(ctx, m)
+		},
+	}}
+	a := New(Config{ID: "a", Backend: be, Tools: &fakeTools{decls: decls}, Cwd: "/x", System: "sys"})
+	defer a.Close()
+	out := runPrompt(t, a, "fix everything\nin detail")
+	if !strings.Contains(out, "[stall: Your last 5 rounds ended with the same action (read {\"same\":true})") {
+		t.Errorf("no stall nudge: %q", out)
+	}
+	if !strings.Contains(out, "[replan: You have made 8 rounds of tool calls without a plan.") {
+		t.Errorf("no replan nudge: %q", out)
+	}
+	last := be.requests[len(be.requests)-1][0]
+	if last.Role != backend.RoleSystem || !strings.Contains(last.Content, `<task-state>{"objective":"fix everything","last_action":"read {\"same\":true}"}</task-state>`) {
+		t.Errorf("system message = %q", last.Content)
+	}
+	// With a plan, no replan nudge.
+	n = 0
+	a2 := New(Config{ID: "b", Backend: be, Tools: &fakeTools{decls: decls}, Cwd: "/x"})
+	defer a2.Close()
+	a2.SetPlan("1. look\n2. fix")
+	if out := runPrompt(t, a2, "again"); strings.Contains(out, "[replan:") {
+		t.Errorf("replan nudge despite a plan: %q", out)
 	}
 }

@@ -38,7 +38,6 @@ type agentEntry struct {
 	model   string
 	backend string
 	cwd     string
-	plan    string
 	profile string
 	system  string // the resolved system prompt
 }
@@ -125,7 +124,7 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
 			&ns.Node{Name: "fifo", Mode: 0600, Read: n.agentRead(agentFifo), Write: n.agentPrompt,
 				Doc: "Prompts waiting to run, one per line; a write queues one."},
-			&ns.Node{Name: "plan", Mode: 0600, Read: n.agentRead(func(e *agentEntry) string { e.mu.Lock(); defer e.mu.Unlock(); return e.plan }),
+			&ns.Node{Name: "plan", Mode: 0600, Read: n.agentRead(func(e *agentEntry) string { return e.Plan() }),
 				Write: n.agentPlan, Doc: "The agent's planning scratch space; a write replaces it (kept across restarts)."},
 			ns.StreamFile("chat", 0440, "The conversation as it happens: prompts, replies, tool calls and results.", n.agentChat(false)),
 			ns.StreamFile("chat.raw", 0440, "Everything the agent streams, with markers.", n.agentChat(true)),
@@ -332,9 +331,11 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		cwd: m.Cwd, profile: m.Profile, system: system}
 	if restored != nil {
 		cfg.History = restored.History
-		e.plan = restored.Plan
 	}
 	e.Agent = agent.New(cfg)
+	if restored != nil {
+		e.SetPlan(restored.Plan)
+	}
 	return e, nil
 }
 
@@ -516,9 +517,7 @@ func (n *namespace) agentPlan(ctx context.Context, c *ns.Call, data []byte) erro
 	if err := n.logs.record(e.session, "agent.plan", map[string]string{"agent": e.ID(), "plan": string(data)}); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
-	e.mu.Lock()
-	e.plan = string(data)
-	e.mu.Unlock()
+	e.SetPlan(string(data))
 	n.bus.Publish("session."+e.session+".agent."+e.ID()+".plan", fmt.Sprint(len(data)))
 	return nil
 }
