@@ -17,6 +17,7 @@ import (
 const (
 	kindSessionName   = "session.name"
 	kindSessionPaused = "session.paused"
+	kindSessionGoal   = "session.goal"
 	kindAgentNew      = "agent.new"
 	kindAgentName     = "agent.name"
 	kindAgentKill     = "agent.kill"
@@ -146,13 +147,15 @@ func (j *agentJournal) Settle(id string, result any) error {
 
 // RestoredSession is a session read back from its file.
 type RestoredSession struct {
-	ID      string
-	Meta    SessionMeta
-	Paused  bool
-	Agents  []*RestoredAgent
-	Log     *SessionLog
-	Rerun   []store.Intent // replay-safe calls to run once more, then Settle
-	Notices []string       // what a person should know: torn lines dropped, calls interrupted
+	ID         string
+	Meta       SessionMeta
+	Paused     bool
+	Goal       string
+	GoalStatus string
+	Agents     []*RestoredAgent
+	Log        *SessionLog
+	Rerun      []store.Intent // replay-safe calls to run once more, then Settle
+	Notices    []string       // what a person should know: torn lines dropped, calls interrupted
 }
 
 // RestoredAgent is an agent read back from its session file.
@@ -207,6 +210,18 @@ func restoreSession(path string) (*RestoredSession, error) {
 			var v struct{ Paused bool }
 			r.Decode(&v)
 			rs.Paused = v.Paused
+		case kindSessionGoal:
+			var v struct {
+				Goal   *string `json:"goal"`
+				Status string  `json:"status"`
+			}
+			r.Decode(&v)
+			if v.Goal != nil {
+				rs.Goal = *v.Goal
+			}
+			if v.Status != "" {
+				rs.GoalStatus = v.Status
+			}
 		case kindAgentNew:
 			var m AgentMeta
 			if err := r.Decode(&m); err == nil {

@@ -31,11 +31,27 @@ func (a *Agent) say(s string) {
 func (a *Agent) raw(s string) { a.ChatRaw.Write([]byte(s)) }
 
 func (a *Agent) appendMsg(m backend.Message) {
+	// Arguments that are not JSON are kept as a JSON string, so that the
+	// message can be recorded, and the call is refused with the reason.
+	for i, c := range m.ToolCalls {
+		if !json.Valid(c.Args) {
+			if i == 0 {
+				m.ToolCalls = append([]backend.ToolCall(nil), m.ToolCalls...)
+			}
+			raw, _ := json.Marshal(string(c.Args))
+			m.ToolCalls[i].Args = raw
+			if m.ToolCalls[i].ArgsError == "" {
+				m.ToolCalls[i].ArgsError = "not valid JSON"
+			}
+		}
+	}
 	a.mu.Lock()
 	a.history = append(a.history, m)
 	a.mu.Unlock()
 	if a.cfg.Journal != nil {
-		a.cfg.Journal.Entry("message", m)
+		if err := a.cfg.Journal.Entry("message", m); err != nil {
+			a.say("\n[warning: this message could not be recorded, so a restart would lose it: " + err.Error() + "]\n")
+		}
 	}
 }
 
@@ -143,7 +159,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			a.say("\n[warning: " + w + "]\n")
 		}
 		a.appendMsg(reply.Message)
-		calls := reply.Message.ToolCalls
+		calls := a.lastCalls()
 		if len(calls) == 0 {
 			if !strings.HasSuffix(reply.Message.Content, "\n") {
 				a.say("\n")
@@ -224,6 +240,13 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			a.say("\n[nudge: " + nudge + "]\n")
 		}
 	}
+}
+
+// lastCalls returns the tool calls of the last message, as recorded.
+func (a *Agent) lastCalls() []backend.ToolCall {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.history[len(a.history)-1].ToolCalls
 }
 
 // messages is what the model is sent: the system prompt with the task

@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -35,6 +36,63 @@ type Session struct {
 	name   string
 	cwd    string
 	paused bool
+
+	goal       string
+	goalStatus string
+	goalChange chan struct{} // closed and replaced when the goal status changes
+}
+
+// Goal statuses.
+var GoalStatuses = []string{"none", "running", "complete", "blocked", "error"}
+
+// Goal returns the session's goal and its status.
+func (s *Session) Goal() (goal, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.goalStatus == "" {
+		return s.goal, "none"
+	}
+	return s.goal, s.goalStatus
+}
+
+// SetGoal replaces the goal and, when status is not "", its status.
+func (s *Session) SetGoal(goal *string, status string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if goal != nil {
+		s.goal = *goal
+	}
+	if status != "" && status != s.goalStatus {
+		s.goalStatus = status
+		if s.goalChange != nil {
+			close(s.goalChange)
+		}
+		s.goalChange = make(chan struct{})
+	}
+}
+
+// WaitGoal blocks until the goal status differs from current, or ctx ends.
+func (s *Session) WaitGoal(ctx context.Context, current string) (string, error) {
+	for {
+		s.mu.Lock()
+		st := s.goalStatus
+		if st == "" {
+			st = "none"
+		}
+		if s.goalChange == nil {
+			s.goalChange = make(chan struct{})
+		}
+		ch := s.goalChange
+		s.mu.Unlock()
+		if st != current {
+			return st, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	}
 }
 
 // Name returns the session's current display name.

@@ -244,6 +244,33 @@ func TestRestartRestores(t *testing.T) {
 	if err := writeFile(fs, "session/kept/agent/coder/plan", "1. read\n2. fix\n"); err != nil {
 		t.Fatal(err)
 	}
+	// The goal: status, wait, and handing it to the first agent.
+	if err := writeFile(fs, "session/kept/goalstatus", "finished"); err == nil || !strings.Contains(err.Error(), "valid: none, running") {
+		t.Errorf("bad goal status: %v", err)
+	}
+	if err := writeFile(fs, "session/kept/goal", "ship it"); err != nil {
+		t.Fatal(err)
+	}
+	if st := readFile(t, fs, "session/kept/goalstatus"); st != "running\n" {
+		t.Errorf("goalstatus = %q", st)
+	}
+	if !e.WaitTurns(ctx, 2) {
+		t.Fatal("the goal did not reach the agent")
+	}
+	waited := make(chan string, 1)
+	go func() { s, _ := tryRead(fs, "session/kept/goalwait"); waited <- s }()
+	time.Sleep(100 * time.Millisecond) // let the wait begin; if not, the select below fails rather than hangs
+	if err := writeFile(fs, "session/kept/goalstatus", "complete"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-waited:
+		if s != "complete\n" {
+			t.Errorf("goalwait = %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("goalwait did not return")
+	}
 	before := readFile(t, fs, "session/kept/agent/coder/log")
 	if err := d.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -257,6 +284,9 @@ func TestRestartRestores(t *testing.T) {
 	}
 	if got := readFile(t, fs, "session/kept/agent/coder/log"); got != before {
 		t.Errorf("restored history:\n%s\nwant:\n%s", got, before)
+	}
+	if g, st := readFile(t, fs, "session/kept/goal"), readFile(t, fs, "session/kept/goalstatus"); g != "ship it" || st != "complete\n" {
+		t.Errorf("restored goal %q, status %q", g, st)
 	}
 	if got, _ := rdwr(fs, "session/kept/agent/coder/ctl", "model"); got != "other-model\n" {
 		t.Errorf("restored model %q", got)

@@ -113,6 +113,9 @@ func (n *namespace) restore(ctx context.Context) {
 			continue
 		}
 		n.logs.put(s.ID, rs.Log)
+		if rs.Goal != "" || rs.GoalStatus != "" {
+			s.SetGoal(&rs.Goal, rs.GoalStatus)
+		}
 		for _, note := range rs.Notices {
 			n.log.Warn("olliesrv: restored session", "session", s.Name(), "note", note)
 		}

@@ -56,6 +56,11 @@ func (n *namespace) spec() *ns.Node {
 					Doc: "Mutable display name: write to rename."},
 				ns.ReadFile("env", 0444, "Session environment and runtime variables.", n.sessionRead(n.sessionEnv)),
 				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
+				&ns.Node{Name: "goal", Mode: 0664, Read: n.sessionRead(func(s *agent.Session) string { g, _ := s.Goal(); return g }),
+					Write: n.setGoal, Doc: "The session's goal: writing it sets the status to running and gives it to the session's first agent."},
+				&ns.Node{Name: "goalstatus", Mode: 0664, Read: n.sessionRead(func(s *agent.Session) string { _, st := s.Goal(); return st + "\n" }),
+					Write: n.setGoalStatus, Doc: "Goal status: " + strings.Join(agent.GoalStatuses, ", ") + "."},
+				ns.WaitFile("goalwait", 0444, "Blocks until the goal status changes, then reads the new status.", n.goalWait),
 				ns.RdWrFile("ctl", 0660, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
 				ns.ReadFile("tools", 0444, "Tools loaded in the session's toolsrv: name<TAB>description.", n.sessionTools),
 				n.agentSpec(),
@@ -236,7 +241,7 @@ func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) 
 	return n.logs.record(s.ID, "session.name", map[string]string{"name": name})
 }
 
-var sessionCommands = []string{"help", "kill", "pause", "resume"}
+var sessionCommands = []string{"help", "kill", "pause", "resume", "save", "invalidate"}
 
 func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	s, err := n.session(c)
@@ -252,6 +257,18 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		n.agents.killSession(s.ID)
 		n.tools.stop(s.ID)
 		n.logs.retire(s.ID)
+	case "save":
+		// Every change is written before it takes effect; say so.
+		return []byte("saved: sessions are written before every change\n"), nil
+	case "invalidate":
+		child, err := n.tools.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := child.RdWr(ctx, "ctl", []byte("reload")); err != nil {
+			return nil, err
+		}
+		return []byte("ok: tools reloaded\n"), nil
 	case "pause", "resume":
 		paused := cmd == "pause"
 		if err = n.logs.record(s.ID, "session.paused", map[string]bool{"paused": paused}); err == nil {
@@ -350,4 +367,59 @@ func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
 		}
 	}
 	return []byte(b.String()), nil
+}
+
+func (n *namespace) setGoal(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	goal := strings.TrimSpace(string(data))
+	if goal == "" {
+		return fmt.Errorf("%s: empty goal", c.Path())
+	}
+	status := "running"
+	agents := n.agents.of(s.ID)
+	if len(agents) == 0 {
+		status = "blocked"
+	}
+	if err := n.logs.record(s.ID, "session.goal", map[string]string{"goal": goal, "status": status}); err != nil {
+		return err
+	}
+	s.SetGoal(&goal, status)
+	n.bus.Publish("session."+s.ID+".goalstatus", status)
+	if len(agents) == 0 {
+		return fmt.Errorf("%s: the goal is recorded but blocked: the session has no agent to work on it (create one with agent/new)", c.Path())
+	}
+	return agents[0].Submit(ctx, "The session's goal:\n"+goal+"\n\nWork towards it. When it is met, write complete to session/"+s.Name()+"/goalstatus (or blocked, with the reason in your answer).")
+}
+
+func (n *namespace) setGoalStatus(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	status := strings.TrimSpace(string(data))
+	if !contains(agent.GoalStatuses, status) {
+		return fmt.Errorf("%s: unknown status %q (valid: %s)", c.Path(), status, strings.Join(agent.GoalStatuses, ", "))
+	}
+	if err := n.logs.record(s.ID, "session.goal", map[string]string{"status": status}); err != nil {
+		return err
+	}
+	s.SetGoal(nil, status)
+	n.bus.Publish("session."+s.ID+".goalstatus", status)
+	return nil
+}
+
+func (n *namespace) goalWait(ctx context.Context, c *ns.Call) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	_, current := s.Goal()
+	st, err := s.WaitGoal(ctx, current)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(st + "\n"), nil
 }
