@@ -88,6 +88,18 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 	a.injectProcs(ctx)
 	final := ""
 	steps := 0
+	fill := "" // set when a request used more than half the context window
+	defer func() {
+		// Compact at the end of the turn, so no tool result is cut from
+		// its call mid-turn.
+		if fill == "" {
+			return
+		}
+		a.cfg.Hooks.PreCompact(context.WithoutCancel(ctx), CompactInfo{Reason: "overflow"})
+		a.compact()
+		a.cfg.Hooks.PostCompact(context.WithoutCancel(ctx), CompactInfo{Reason: "overflow"})
+		a.say("[compacted: the last request used " + fill + " of context, more than half]\n")
+	}()
 	defer func() {
 		a.mu.Lock()
 		lastErr := a.lastErr
@@ -155,6 +167,9 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		a.usage.PromptTokens += reply.Usage.PromptTokens
 		a.usage.CompletionTokens += reply.Usage.CompletionTokens
 		a.mu.Unlock()
+		if limit := a.cfg.Backend.ContextLength(ctx, a.Model()); limit > 0 && reply.Usage.PromptTokens > limit/2 {
+			fill = fmt.Sprintf("%d of %d tokens", reply.Usage.PromptTokens, limit)
+		}
 		for _, w := range reply.Warnings {
 			a.say("\n[warning: " + w + "]\n")
 		}
@@ -205,7 +220,13 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		results := a.dispatch(ctx, decls, calls)
 		for i, c := range calls {
 			res := results[i]
-			a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: resultText(res)})
+			text := resultText(res)
+			if d, ok := declOf(decls, c.Name); ok && d.Tier == toolsrv.TierCold {
+				// Cold results are collapsed at once: the model saw that
+				// the call happened, the chat keeps the whole output.
+				text = fmt.Sprintf("%s (%d bytes of output, collapsed: this tool's results are cold)", firstLine(text, 200), len(text))
+			}
+			a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: text})
 			if res.Failed {
 				failures++
 			} else {
@@ -288,6 +309,11 @@ func (a *Agent) compact() {
 
 // compactHistory keeps the most recent messages, starting at a user message
 // so that no tool result loses its call, and notes what was dropped.
+//
+// Three zones, from the seed: the hot zone (the last messages) stays
+// verbatim; the warm zone (up to warmIndex messages before it) becomes a
+// one-line-each decision index; everything older is cold and leaves only
+// its count, the task state carrying its thread.
 func compactHistory(h []backend.Message) []backend.Message {
 	cut := len(h) - keepOnCompact
 	for cut > 0 && h[cut].Role != backend.RoleUser {
@@ -296,9 +322,36 @@ func compactHistory(h []backend.Message) []backend.Message {
 	if cut <= 0 {
 		return h
 	}
-	note := backend.Message{Role: backend.RoleUser,
-		Content: fmt.Sprintf("[%d earlier messages were removed to fit the context window]", cut)}
+	warmFrom := max(0, cut-warmIndex)
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%d earlier messages were removed to fit the context window", cut)
+	if warmFrom > 0 {
+		fmt.Fprintf(&b, "; the %d oldest are summarised by the task state", warmFrom)
+	}
+	b.WriteString("]\nDecision index of the messages just before the ones kept:\n")
+	for _, m := range h[warmFrom:cut] {
+		fmt.Fprintf(&b, "- %s\n", indexLine(m))
+	}
+	note := backend.Message{Role: backend.RoleUser, Content: b.String()}
 	return append([]backend.Message{note}, h[cut:]...)
+}
+
+// warmIndex is how many messages the decision index summarises.
+const warmIndex = 10
+
+// indexLine summarises a message for the decision index.
+func indexLine(m backend.Message) string {
+	switch {
+	case len(m.ToolCalls) > 0:
+		var names []string
+		for _, c := range m.ToolCalls {
+			names = append(names, c.Name+" "+compactJSON(c.Args))
+		}
+		return "assistant called " + firstLine(strings.Join(names, "; "), 160)
+	case m.Role == backend.RoleTool:
+		return m.Name + " returned " + firstLine(m.Content, 120)
+	}
+	return m.Role + ": " + firstLine(m.Content, 160)
 }
 
 func resultText(r *toolsrv.Result) string {
@@ -310,6 +363,15 @@ func resultText(r *toolsrv.Result) string {
 		return "error: " + text
 	}
 	return text
+}
+
+func declOf(decls []toolsrv.FunctionDecl, name string) (toolsrv.FunctionDecl, bool) {
+	for _, d := range decls {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return toolsrv.FunctionDecl{}, false
 }
 
 // dispatch runs one round of calls, in parallel where their scopes allow:

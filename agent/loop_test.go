@@ -433,3 +433,44 @@ func TestReplanAndStall(t *testing.T) {
 		t.Errorf("replan nudge despite a plan: %q", out)
 	}
 }
+
+// halfFull reports a context window that the replies fill past half.
+type halfFull struct{ script }
+
+func (h *halfFull) ContextLength(ctx context.Context, model string) int { return 16 }
+
+func TestCompactionAndTiers(t *testing.T) {
+	var history []backend.Message
+	for i := range 20 {
+		history = append(history, backend.Message{Role: backend.RoleUser, Content: fmt.Sprint("old question ", i)},
+			backend.Message{Role: backend.RoleAssistant, Content: fmt.Sprint("old answer ", i)})
+	}
+	be := &halfFull{script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
+		calls(call("1", "logs", `{}`)), text("done"), // text reports 10 prompt tokens: past half of 16
+	}}}
+	cold := append(append([]toolsrv.FunctionDecl(nil), decls...), toolsrv.FunctionDecl{Name: "logs", Scope: "read", Tier: toolsrv.TierCold})
+	tools := &fakeTools{decls: cold}
+	a := New(Config{ID: "a", Backend: be, Tools: tools, History: history})
+	defer a.Close()
+	out := runPrompt(t, a, "new question")
+	if !strings.Contains(out, "[compacted: the last request used 10 of 16 tokens of context, more than half]") {
+		t.Errorf("chat = %q", out)
+	}
+	h := a.History()
+	if !strings.Contains(h[0].Content, "earlier messages were removed") || !strings.Contains(h[0].Content, "Decision index") ||
+		!strings.Contains(h[0].Content, "- assistant: old answer") {
+		t.Errorf("compaction note = %q", h[0].Content)
+	}
+	if len(h) > 1+keepOnCompact+1 {
+		t.Errorf("%d messages after compaction", len(h))
+	}
+	var logs string
+	for _, m := range h {
+		if m.Name == "logs" {
+			logs = m.Content
+		}
+	}
+	if !strings.Contains(logs, "collapsed: this tool's results are cold") {
+		t.Errorf("cold result kept verbatim: %q", logs)
+	}
+}
