@@ -118,7 +118,7 @@ func (as *agents) closeAll() {
 func (n *namespace) agentSpec() *ns.Node {
 	each := &ns.Each{List: n.listAgents, Lookup: n.lookupAgent}
 	return ns.Dir("agent", 0555, "Agents in the session.",
-		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M]'; read its name.", n.newAgent),
+		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]'; read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
 			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
@@ -213,8 +213,19 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	if err != nil {
 		return nil, err
 	}
+	// prompt= takes the rest of the request, spaces and all: the agent runs
+	// it as a sub-agent and the reply is its final answer.
+	line := string(req)
+	prompt, hasPrompt := "", false
+	if i := strings.Index(line, "prompt="); i >= 0 && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+		prompt, hasPrompt = strings.TrimSpace(line[i+len("prompt="):]), true
+		line = line[:i]
+		if prompt == "" {
+			return nil, errors.New("agent/new: prompt= is empty")
+		}
+	}
 	opt := map[string]string{}
-	for _, f := range strings.Fields(string(req)) {
+	for _, f := range strings.Fields(line) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || !contains(agentKeys, k) {
 			return nil, fmt.Errorf("agent/new: %q is not one of %s as key=value", f, strings.Join(agentKeys, ", "))
@@ -253,7 +264,37 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return nil, errors.New("agent/new: olliesrv is shutting down")
 	}
 	n.bus.Publish("session."+s.ID+".agent."+id+".new", name)
-	return []byte(name + "\n"), nil
+	if !hasPrompt {
+		return []byte(name + "\n"), nil
+	}
+	return n.runSubAgent(ctx, e, prompt)
+}
+
+// runSubAgent runs one prompt on a new agent and answers with its final
+// reply; the agent is then removed. A flush of the request stops it.
+func (n *namespace) runSubAgent(ctx context.Context, e *agentEntry, prompt string) ([]byte, error) {
+	defer func() {
+		n.logs.record(e.session, "agent.kill", map[string]string{"agent": e.ID()})
+		n.agents.remove(e.ID())
+		e.Close()
+		n.bus.Publish("session."+e.session+".agent."+e.ID()+".kill", e.Name())
+	}()
+	if err := e.Submit(ctx, prompt); err != nil {
+		return nil, fmt.Errorf("agent/new: %w", err)
+	}
+	if !e.WaitTurns(ctx, 1) {
+		e.Interrupt(errors.New("the sub-agent's caller went away"))
+		return nil, ctx.Err()
+	}
+	h := e.History()
+	if len(h) == 0 || h[len(h)-1].Role != "assistant" || len(h[len(h)-1].ToolCalls) > 0 {
+		return nil, fmt.Errorf("agent/new: the sub-agent %s ended without an answer: %s", e.Name(), e.Stats().LastError)
+	}
+	out := h[len(h)-1].Content
+	if !strings.HasSuffix(out, "\n") {
+		out += "\n"
+	}
+	return []byte(out), nil
 }
 
 func contains(list []string, s string) bool {

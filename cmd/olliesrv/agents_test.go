@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+	"9fans.net/go/plan9/client"
 
 	"ollie/agent/backend"
 )
@@ -59,6 +60,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Shutdown(context.Background())
+	n := d.ns
 	fs := attach(t, d.Socket, "")
 	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
@@ -151,6 +153,15 @@ func TestAgentThroughNamespace(t *testing.T) {
 	self := attach(t, d.Socket, id)
 	if err := writeFile(self, "session/s/agent/coder/prompt", "again"); err != nil {
 		t.Errorf("an agent cannot prompt itself: %v", err)
+	}
+
+	// A sub-agent: agent/new with prompt= answers with the final reply and
+	// leaves no agent behind.
+	if got, err := rdwr(fs, "session/s/agent/new", "name=sub prompt=look at this now"); err != nil || got != `the tool said: echo got {"text":"look at this now"}`+"\n" {
+		t.Errorf("sub-agent = %q %v", got, err)
+	}
+	if n.agents.lookup(sid0(t, fs), "sub") != nil {
+		t.Error("the sub-agent is still there")
 	}
 
 	// Killing the session closes its agents.
@@ -394,4 +405,8 @@ func TestBackgroundCall(t *testing.T) {
 	if !strings.Contains(interrupt, `tool="build" status="exit status 2"`) || !strings.Contains(interrupt, "error: missing semicolon") {
 		t.Errorf("no process output reached the model; history: %+v", h)
 	}
+}
+
+func sid0(t *testing.T, fs *client.Fsys) string {
+	return strings.TrimSpace(readFile(t, fs, "session/s/id"))
 }
