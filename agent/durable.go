@@ -27,6 +27,7 @@ const (
 	kindAgentPlan     = "agent.plan"    // the plan was replaced
 	kindAgentHistory  = "agent.history" // the history was replaced (clear, compact)
 	kindAgentModel    = "agent.model"   // the model was switched
+	kindAgentPeer     = "agent.peer"    // a peer link was added or removed
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -164,7 +165,8 @@ type RestoredAgent struct {
 	History     []backend.Message
 	Queue       []string // prompts queued and not started
 	Plan        string
-	Interrupted bool // a turn was running when olliesrv stopped
+	Peers       map[string]bool // agent IDs linked as peers
+	Interrupted bool            // a turn was running when olliesrv stopped
 }
 
 // RestoreSessions opens every session file in dir. A file that cannot be
@@ -229,12 +231,14 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer:
 			var v struct {
 				agentRecord
 				Name  string `json:"name"`
 				Plan  string `json:"plan"`
 				Model string `json:"model"`
+				Peer  string `json:"peer"`
+				Add   bool   `json:"add"`
 			}
 			r.Decode(&v)
 			a := byID[v.Agent]
@@ -248,6 +252,19 @@ func restoreSession(path string) (*RestoredSession, error) {
 				a.Plan = v.Plan
 			case kindAgentModel:
 				a.Model = v.Model
+			case kindAgentPeer:
+				if other := byID[v.Peer]; other != nil {
+					for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {
+						if p[0].Peers == nil {
+							p[0].Peers = map[string]bool{}
+						}
+						if v.Add {
+							p[0].Peers[p[1].ID] = true
+						} else {
+							delete(p[0].Peers, p[1].ID)
+						}
+					}
+				}
 			case kindAgentHistory:
 				a.History = append([]backend.Message(nil), v.Messages...)
 			case kindAgentKill:

@@ -122,8 +122,22 @@ func WaitFile(name string, mode plan9.Perm, doc string, fn func(context.Context,
 	return &Node{Name: name, Mode: mode, Doc: doc, Wait: fn}
 }
 
-// IsDir reports whether n declares a directory.
-func (n *Node) IsDir() bool { return n.dir || n.Children != nil || n.Each != nil }
+// IsDir reports whether n declares a directory. A node with Each and a
+// file handler is a dynamic file: one file per entry.
+func (n *Node) IsDir() bool {
+	return n.dir || n.Children != nil || (n.Each != nil && !n.hasHandlers())
+}
+
+func (n *Node) hasHandlers() bool {
+	return n.Read != nil || n.Write != nil || n.RdWr != nil || n.Stream != nil || n.Wait != nil || n.Subscribe != nil
+}
+
+// DynamicFile declares one file per entry of live state: "{param}" names
+// the key handlers read with Call.Key(param). f gives the handlers.
+func DynamicFile(param string, mode plan9.Perm, doc string, each *Each, f *Node) *Node {
+	f.Name, f.Mode, f.Doc, f.Each = "{"+param+"}", mode, doc, each
+	return f
+}
 
 // Path is n's slash-separated path from the root, with "{param}" for
 // dynamic levels.
@@ -215,6 +229,9 @@ func (t *Tree) index(n, parent *Node) error {
 		}
 	}
 	if n.Each != nil {
+		if n.Children != nil && n.hasHandlers() {
+			return fmt.Errorf("%w: %s: a dynamic file has no children", ErrBadTree, where)
+		}
 		if n.Each.List == nil || n.Each.Lookup == nil {
 			return fmt.Errorf("%w: %s: Each needs List and Lookup", ErrBadTree, where)
 		}

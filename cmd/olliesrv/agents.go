@@ -39,7 +39,8 @@ type agentEntry struct {
 	backend string
 	cwd     string
 	profile string
-	system  string // the resolved system prompt
+	peers   map[string]bool // agent IDs this agent may message
+	system  string          // the resolved system prompt
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -134,6 +135,10 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON.", n.agentRead(agentStats)),
 			ns.RdWrFile("ctl", 0600, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
+			ns.Dir("peer", 0555, "Peer links (see peeradd).",
+				ns.DynamicFile("pname", 0200, "Send a message to a linked peer agent: it arrives as a prompt.",
+					&ns.Each{List: n.listPeers, Lookup: n.lookupPeer}, &ns.Node{Write: n.peerMessage}),
+			),
 			&ns.Node{Name: "name", Mode: 0644, Read: n.agentRead(func(e *agentEntry) string { return e.Name() + "\n" }),
 				Write: n.renameAgent, Doc: "Mutable display name: write to rename."},
 		),
@@ -372,6 +377,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		cwd: m.Cwd, profile: m.Profile, system: system}
 	if restored != nil {
 		cfg.History = restored.History
+		e.peers = restored.Peers
 	}
 	e.Agent = agent.New(cfg)
 	if restored != nil {
@@ -448,7 +454,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -459,6 +465,23 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	switch verb {
 	case "help":
 		return []byte(strings.Join(agentCommands, "\n") + "\n"), nil
+	case "peeradd", "peerdel":
+		other := n.agents.lookup(e.session, arg)
+		if other == nil || other == e {
+			return nil, fmt.Errorf("%s: %s: no other agent %q in this session", c.Path(), verb, arg)
+		}
+		add := verb == "peeradd"
+		if err := n.logs.record(e.session, "agent.peer", map[string]any{"agent": e.ID(), "peer": other.ID(), "add": add}); err != nil {
+			return nil, err
+		}
+		linkPeers(e, other, add)
+		return []byte("ok\n"), nil
+	case "peers":
+		var b strings.Builder
+		for _, p := range n.peersOf(e) {
+			b.WriteString(p.Name() + "\n")
+		}
+		return []byte(b.String()), nil
 	case "compact":
 		n, err := e.Compact()
 		if err != nil {
@@ -561,4 +584,84 @@ func (n *namespace) agentPlan(ctx context.Context, c *ns.Call, data []byte) erro
 	e.SetPlan(string(data))
 	n.bus.Publish("session."+e.session+".agent."+e.ID()+".plan", fmt.Sprint(len(data)))
 	return nil
+}
+
+// linkPeers adds or removes the link both ways.
+func linkPeers(a, b *agentEntry, add bool) {
+	for _, p := range [][2]*agentEntry{{a, b}, {b, a}} {
+		p[0].mu.Lock()
+		if p[0].peers == nil {
+			p[0].peers = map[string]bool{}
+		}
+		if add {
+			p[0].peers[p[1].ID()] = true
+		} else {
+			delete(p[0].peers, p[1].ID())
+		}
+		p[0].mu.Unlock()
+	}
+}
+
+func (n *namespace) peersOf(e *agentEntry) []*agentEntry {
+	var out []*agentEntry
+	for _, o := range n.agents.of(e.session) {
+		e.mu.Lock()
+		linked := e.peers[o.ID()]
+		e.mu.Unlock()
+		if linked {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (n *namespace) listPeers(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	var ents []ns.Entry
+	for _, p := range n.peersOf(e) {
+		ents = append(ents, ns.Entry{Name: p.Name(), Key: p.ID()})
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupPeer(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return ns.Entry{}, false
+	}
+	for _, p := range n.peersOf(e) {
+		if p.Name() == name || p.ID() == name {
+			return ns.Entry{Name: p.Name(), Key: p.ID()}, true
+		}
+	}
+	return ns.Entry{}, false
+}
+
+// peerMessage delivers a message from the agent to a linked peer, as a
+// prompt that says who it is from.
+func (n *namespace) peerMessage(ctx context.Context, c *ns.Call, data []byte) error {
+	from, err := n.agentOf(c)
+	if err != nil {
+		return err
+	}
+	n.agents.mu.Lock()
+	to := n.agents.byID[c.Key("pname")]
+	n.agents.mu.Unlock()
+	if to == nil {
+		return fmt.Errorf("%s: the peer no longer exists", c.Path())
+	}
+	from.mu.Lock()
+	linked := from.peers[to.ID()]
+	from.mu.Unlock()
+	if !linked {
+		return fmt.Errorf("%s: %s is no longer a peer of %s", c.Path(), to.Name(), from.Name())
+	}
+	msg := strings.TrimSpace(string(data))
+	if msg == "" {
+		return fmt.Errorf("%s: empty message", c.Path())
+	}
+	return to.Submit(ctx, fmt.Sprintf("Message from your peer %s:\n%s", from.Name(), msg))
 }

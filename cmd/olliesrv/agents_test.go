@@ -155,6 +155,33 @@ func TestAgentThroughNamespace(t *testing.T) {
 		t.Errorf("an agent cannot prompt itself: %v", err)
 	}
 
+	// Peers: only linked agents can be messaged, and only by the sender.
+	if err := writeFile(self, "session/s/agent/coder/peer/other", "psst"); err == nil {
+		t.Error("messaged an agent that is not a peer")
+	}
+	if got, err := rdwr(fs, "session/s/agent/coder/ctl", "peeradd other"); err != nil || got != "ok\n" {
+		t.Fatalf("peeradd: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/other/ctl", "peers"); got != "coder\n" {
+		t.Errorf("the link is not both ways: %q", got)
+	}
+	if err := writeFile(as, "session/s/agent/coder/peer/other", "impersonating"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("another agent wrote coder's peer file: %v", err)
+	}
+	otherAgent := n.agents.lookup(sid0(t, fs), "other")
+	turns := otherAgent.Stats().Turns
+	if err := writeFile(self, "session/s/agent/coder/peer/other", "psst"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if !otherAgent.WaitTurns(wctx, turns+1) {
+		t.Fatal("the peer message did not run")
+	}
+	if h := otherAgent.History(); !strings.Contains(h[0].Content, "Message from your peer coder:\npsst") {
+		t.Errorf("peer message arrived as %q", h[0].Content)
+	}
+
 	// A sub-agent: agent/new with prompt= answers with the final reply and
 	// leaves no agent behind.
 	if got, err := rdwr(fs, "session/s/agent/new", "name=sub prompt=look at this now"); err != nil || got != `the tool said: echo got {"text":"look at this now"}`+"\n" {
