@@ -282,6 +282,34 @@ func (c *Child) Poll(ctx context.Context, id string, off int64) (*ProcPoll, erro
 	return &p, nil
 }
 
+// Procs lists the background processes: id<TAB>tool<TAB>status.
+func (c *Child) Procs(ctx context.Context) ([]byte, error) {
+	fsys, done, err := c.attach(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	dir, err := fsys.Open("proc", plan9.OREAD)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	ents, err := dir.Dirreadall()
+	dir.Close()
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		if e.Name == "new.bg" {
+			continue
+		}
+		tool, _ := c.ReadFile(ctx, "proc/"+e.Name+"/tool")
+		status, _ := c.ReadFile(ctx, "proc/"+e.Name+"/status")
+		fmt.Fprintf(&b, "%s\t%s\t%s\n", e.Name, strings.TrimSpace(string(tool)), strings.TrimSpace(string(status)))
+	}
+	return []byte(b.String()), nil
+}
+
 // Decls returns the loaded tools as the model is shown them.
 func (c *Child) Decls(ctx context.Context) ([]FunctionDecl, error) {
 	b, err := c.ReadFile(ctx, "schema")

@@ -454,7 +454,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -476,6 +476,30 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		linkPeers(e, other, add)
 		return []byte("ok\n"), nil
+	case "proc":
+		s, err := n.session(c)
+		if err != nil {
+			return nil, err
+		}
+		child, err := n.tools.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		sub, pid, _ := strings.Cut(arg, " ")
+		pid = strings.TrimSpace(pid)
+		switch sub {
+		case "", "top":
+			return child.Procs(ctx)
+		case "out":
+			p, err := child.Poll(ctx, pid, 0)
+			if err != nil {
+				return nil, err
+			}
+			return []byte(p.Data), nil
+		case "term", "kill", "dismiss":
+			return child.RdWr(ctx, "proc/"+pid+"/ctl", []byte(sub))
+		}
+		return nil, fmt.Errorf("%s: proc: unknown command %q (valid: proc, proc top, proc out PID, proc term PID, proc kill PID, proc dismiss PID)", c.Path(), sub)
 	case "peers":
 		var b strings.Builder
 		for _, p := range n.peersOf(e) {

@@ -426,6 +426,15 @@ func TestBackgroundCall(t *testing.T) {
 			interrupt = m.Content
 		}
 	}
+	if procs, err := rdwr(fs, "session/s/agent/a/ctl", "proc"); err != nil || procs != "1\tbuild\texit status 2\n" {
+		t.Errorf("proc = %q %v", procs, err)
+	}
+	if out, err := rdwr(fs, "session/s/agent/a/ctl", "proc out 1"); err != nil || !strings.HasPrefix(out, "compiling\nerror: missing semicolon\n") {
+		t.Errorf("proc out = %q %v", out, err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/a/ctl", "proc dismiss 1"); err != nil || got != "ok\n" {
+		t.Errorf("proc dismiss = %q %v", got, err)
+	}
 	if !strings.Contains(started, "started in the background as process 1") {
 		t.Errorf("the background call answered %q", started)
 	}
