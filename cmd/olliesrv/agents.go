@@ -135,6 +135,8 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON.", n.agentRead(agentStats)),
 			ns.RdWrFile("ctl", 0600, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
+			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,
+				Doc: "Agent configuration as JSON; write 'model=NAME' lines to change what may change."},
 			ns.Dir("peer", 0555, "Peer links (see peeradd).",
 				ns.DynamicFile("pname", 0200, "Send a message to a linked peer agent: it arrives as a prompt.",
 					&ns.Each{List: n.listPeers, Lookup: n.lookupPeer}, &ns.Node{Write: n.peerMessage}),
@@ -454,7 +456,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -568,7 +570,22 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	case "backend":
 		return []byte(e.backend + "\n"), nil
 	case "name":
+		if arg != "" {
+			if err := n.renameAgent(ctx, c, []byte(arg)); err != nil {
+				return nil, err
+			}
+		}
 		return []byte(e.Name() + "\n"), nil
+	case "models":
+		be, err := n.backend(e.backend)
+		if err != nil {
+			return nil, err
+		}
+		models, err := be.Models(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(strings.Join(models, "\n") + "\n"), nil
 	case "cwd":
 		return []byte(e.cwd + "\n"), nil
 	case "tools":
@@ -688,4 +705,35 @@ func (n *namespace) peerMessage(ctx context.Context, c *ns.Call, data []byte) er
 		return fmt.Errorf("%s: empty message", c.Path())
 	}
 	return to.Submit(ctx, fmt.Sprintf("Message from your peer %s:\n%s", from.Name(), msg))
+}
+
+func agentCfg(e *agentEntry) string {
+	e.mu.Lock()
+	cfg := map[string]string{"profile": e.profile, "backend": e.backend, "cwd": e.cwd}
+	e.mu.Unlock()
+	cfg["model"] = e.Model()
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	return string(b) + "\n"
+}
+
+// agentSetCfg takes key=value lines; only what can change while the agent
+// lives may be set.
+func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) error {
+	if _, err := n.agentOf(c); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		switch {
+		case !ok:
+			return fmt.Errorf("%s: %q is not key=value", c.Path(), line)
+		case k == "model":
+			if _, err := n.agentCtl(ctx, c, []byte("model "+v)); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: %q cannot change while the agent lives (settable: model); create a new agent for another profile, backend or cwd", c.Path(), k)
+		}
+	}
+	return nil
 }

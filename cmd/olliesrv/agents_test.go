@@ -276,6 +276,12 @@ func TestRestartRestores(t *testing.T) {
 	if got, err := rdwr(fs, "session/kept/agent/coder/ctl", "model other-model"); err != nil || got != "other-model\n" {
 		t.Fatalf("model switch: %q %v", got, err)
 	}
+	if err := writeFile(fs, "session/kept/agent/coder/cfg", "cwd=/"); err == nil || !strings.Contains(err.Error(), "settable: model") {
+		t.Errorf("cfg cwd: %v", err)
+	}
+	if cfg := readFile(t, fs, "session/kept/agent/coder/cfg"); !strings.Contains(cfg, `"model": "other-model"`) || !strings.Contains(cfg, `"profile": "default"`) {
+		t.Errorf("cfg = %q", cfg)
+	}
 	if _, err := rdwr(fs, "session/kept/agent/coder/ctl", "inject remember the tests"); err != nil {
 		t.Fatal(err)
 	}
