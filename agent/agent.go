@@ -72,21 +72,22 @@ type Agent struct {
 	Chat    *ns.Stream // what a person reads: text, tool calls, results, errors
 	ChatRaw *ns.Stream // everything, with markers
 
-	mu      sync.Mutex
-	state   string
-	changed chan struct{}
-	history []backend.Message
-	queue   []string
-	cancel  context.CancelCauseFunc // of the running turn, nil when idle
-	usage   backend.Usage
-	turns   int
-	lastErr string
-	closed  bool
-	procs   []*bgProc // background calls whose output is still coming
-	plan    string
-	task    TaskState
-	wake    chan struct{}
-	done    chan struct{}
+	mu       sync.Mutex
+	state    string
+	changed  chan struct{}
+	history  []backend.Message
+	queue    []string
+	cancel   context.CancelCauseFunc // of the running turn, nil when idle
+	usage    backend.Usage
+	turns    int
+	lastErr  string
+	closed   bool
+	procs    []*bgProc // background calls whose output is still coming
+	stateVer uint64
+	plan     string
+	task     TaskState
+	wake     chan struct{}
+	done     chan struct{}
 }
 
 // ErrClosed is the cause of a turn ended by Close.
@@ -139,9 +140,36 @@ func (a *Agent) setState(s string) {
 		return
 	}
 	a.state = s
+	a.stateVer++
 	a.notify()
 	a.mu.Unlock()
 	a.publish("state", s)
+}
+
+// StateVersion counts the agent's state changes.
+func (a *Agent) StateVersion() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stateVer
+}
+
+// WaitState blocks until the state has changed since version v (a turn
+// that came and went counts), and returns the state then; or until ctx
+// ends.
+func (a *Agent) WaitState(ctx context.Context, v uint64) (string, bool) {
+	for {
+		a.mu.Lock()
+		s, ver, ch := a.state, a.stateVer, a.changed
+		a.mu.Unlock()
+		if ver != v {
+			return s, true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return s, false
+		}
+	}
 }
 
 // WaitTurns blocks until n prompts have run to their end, or ctx ends.
@@ -407,4 +435,12 @@ func (a *Agent) Task() TaskState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.task
+}
+
+// AppendResults adds tool results to the history, recorded, as a restart
+// does when it has re-run calls a crash interrupted.
+func (a *Agent) AppendResults(msgs ...backend.Message) {
+	for _, m := range msgs {
+		a.appendMsg(m)
+	}
 }

@@ -202,7 +202,9 @@ func restoreSession(path string) (*RestoredSession, error) {
 		rs.Notices = append(rs.Notices, w)
 	}
 	byID := map[string]*RestoredAgent{}
+	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}}
 	for _, r := range recs {
+		calls.add(r)
 		switch r.Kind {
 		case kindSessionName:
 			var v struct{ Name string }
@@ -301,7 +303,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 	}
 	rs.Rerun = rerun
 	for _, a := range rs.Agents {
-		a.History = closeOpenCalls(a.ID, a.History, rerun)
+		a.History = closeOpenCalls(a.ID, a.History, rerun, calls)
 		if a.Interrupted {
 			rs.Notices = append(rs.Notices, fmt.Sprintf("agent %s: a turn was running when olliesrv stopped; it was interrupted", a.Name))
 		}
@@ -313,7 +315,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 // result, so the conversation stays well formed: the model is told the call
 // was interrupted and not run again. Calls about to be re-run (replay-safe)
 // are left for the caller to answer.
-func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent) []backend.Message {
+func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent, calls *callLog) []backend.Message {
 	skip := map[string]bool{}
 	for _, in := range rerun {
 		if id, ok := strings.CutPrefix(in.ID, agentID+"/"); ok {
@@ -327,7 +329,7 @@ func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent) [
 		for _, c := range open {
 			if !answered[c.ID] && !skip[c.ID] {
 				out = append(out, backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
-					Content: "error: " + store.ReasonInterrupted})
+					Content: calls.answer(agentID + "/" + c.ID)})
 			}
 		}
 		open = nil
@@ -346,6 +348,59 @@ func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent) [
 	}
 	flush()
 	return out
+}
+
+// callLog is what a session file says of tool calls: which started, and
+// how those that were settled ended.
+type callLog struct {
+	intents map[string]bool
+	settled map[string]json.RawMessage
+}
+
+func (l *callLog) add(r store.Record) {
+	switch r.Kind {
+	case store.KindIntent:
+		var in store.Intent
+		if r.Decode(&in) == nil {
+			l.intents[in.ID] = true
+		}
+	case store.KindSettle:
+		var st store.Settlement
+		if r.Decode(&st) == nil {
+			l.settled[st.ID] = st.Result
+		}
+	}
+}
+
+// answer is the tool message for a call the history left unanswered: its
+// settled result when there is one (olliesrv stopped between the
+// settlement and the message), else why it has none.
+func (l *callLog) answer(id string) string {
+	if res, ok := l.settled[id]; ok {
+		var r struct {
+			Output  string
+			Failed  bool
+			Content json.RawMessage
+			Status  string `json:"status"`
+			Reason  string `json:"reason"`
+		}
+		if json.Unmarshal(res, &r) == nil {
+			switch {
+			case r.Status == store.StatusInterrupted:
+				return "error: " + r.Reason
+			case len(r.Content) > 0 && string(r.Content) != "null":
+				return string(r.Content)
+			case r.Failed:
+				return "error: " + r.Output
+			default:
+				return r.Output
+			}
+		}
+	}
+	if l.intents[id] {
+		return "error: " + store.ReasonInterrupted
+	}
+	return "error: olliesrv stopped before this call started; it was not run"
 }
 
 // ErrNoSessionLog reports an operation on a session without a file.

@@ -427,7 +427,9 @@ func (n *namespace) agentStatewait(ctx context.Context, c *ns.Call) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	s, ok := e.WaitChange(ctx, e.State())
+	// By version, not by value: a turn that comes and goes before this
+	// reader looks still counts as a change.
+	s, ok := e.WaitState(ctx, e.StateVersion())
 	if !ok {
 		return nil, ctx.Err()
 	}

@@ -502,8 +502,8 @@ func TestCrashResume(t *testing.T) {
 		r.checkRestored()
 		r.chatSays("[interrupted: olliesrv stopped during this turn")
 		h := r.history()
-		if len(h) != 3 || h[1].Role != "assistant" || len(h[1].ToolCalls) != 1 || h[2].Role != "tool" || !strings.Contains(h[2].Content, "not run again") {
-			t.Errorf("restored history %+v, want the prompt, the call and its interrupted result", h)
+		if len(h) != 3 || h[1].Role != "assistant" || len(h[1].ToolCalls) != 1 || h[2].Role != "tool" || !strings.Contains(h[2].Content, "stopped before this call started; it was not run") {
+			t.Errorf("restored history %+v, want the prompt, the call and a result saying it never started", h)
 		}
 		if cs := r.calls(); len(cs) != 0 {
 			t.Errorf("tool calls in the session file: %v", cs)
@@ -597,13 +597,6 @@ func TestCrashResume(t *testing.T) {
 		r.onlyCall()
 		r.checkRuns(2)
 		if !strings.Contains(h[2].Content, "real result of run 2") {
-			// Known bug: cmd/olliesrv/durable.go rerun settles the call but
-			// does not journal the tool message, so the next restore's
-			// closeOpenCalls (agent/durable.go) answers the call as
-			// interrupted. OLLIE_CRASH_STRICT=1 makes this a failure.
-			if strings.Contains(h[2].Content, "not run again") && os.Getenv("OLLIE_CRASH_STRICT") == "" {
-				t.Skipf("known bug: after a second restart the re-run call's result reads %q, not the settled result", h[2].Content)
-			}
 			t.Errorf("after a second restart the re-run call's result reads %q, want the settled result", h[2].Content)
 		}
 	})

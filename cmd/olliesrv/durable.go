@@ -119,25 +119,40 @@ func (n *namespace) restore(ctx context.Context) {
 		for _, note := range rs.Notices {
 			n.log.Warn("olliesrv: restored session", "session", s.Name(), "note", note)
 		}
-		reruns := n.rerun(ctx, s, rs)
+		var started []*agentEntry
+		queues := map[string][]string{}
 		for _, ra := range rs.Agents {
-			ra.History = append(ra.History, reruns[ra.ID]...)
 			e, err := n.startAgent(ctx, s, ra.AgentMeta, ra)
 			if err != nil {
 				n.log.Error("olliesrv: an agent could not be restored", "session", s.Name(), "agent", ra.Name, "err", err)
 				continue
 			}
 			if ra.Interrupted {
-				e.Note("interrupted: olliesrv stopped during this turn; tool calls that were running were not run again")
+				note := "interrupted: olliesrv stopped during this turn; tool calls that were running were not run again"
+				if len(rs.Rerun) > 0 {
+					note = "interrupted: olliesrv stopped during this turn; replay-safe tool calls are run once more, others were not run again"
+				}
+				e.Note(note)
 			}
 			if !n.agents.add(e) {
 				e.Close()
 				continue
 			}
-			for _, p := range ra.Queue {
-				e.Queue(p)
-			}
+			started = append(started, e)
+			queues[ra.ID] = ra.Queue
 		}
+		// Replay-safe calls run once more in the background, so a slow one
+		// never keeps the namespace from starting; the agents' queued
+		// prompts wait for their results.
+		go func() {
+			results := n.rerun(ctx, s, rs)
+			for _, e := range started {
+				e.AppendResults(results[e.ID()]...)
+				for _, p := range queues[e.ID()] {
+					e.Queue(p)
+				}
+			}
+		}()
 	}
 }
 
