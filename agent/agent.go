@@ -444,3 +444,6 @@ func (a *Agent) AppendResults(msgs ...backend.Message) {
 		a.appendMsg(m)
 	}
 }
+
+// Tools returns how the agent reaches its tools (nil for none).
+func (a *Agent) Tools() Tools { return a.cfg.Tools }

@@ -15,6 +15,7 @@ import (
 	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/ns"
+	"ollie/toolsrv"
 )
 
 // agentGroup is the 9P group of every agent's files. No agent is a member
@@ -367,6 +368,9 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	var tools agent.Tools
 	if child, err := n.tools.get(ctx, s); err == nil {
 		tools = child
+		if prof.Tools != nil {
+			tools = &profileTools{Child: child, allowed: prof.Tools}
+		}
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
@@ -591,15 +595,19 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	case "cwd":
 		return []byte(e.cwd + "\n"), nil
 	case "tools":
-		s, err := n.session(c)
+		tools := e.Tools()
+		if tools == nil {
+			return nil, fmt.Errorf("%s: the agent has no tools", c.Path())
+		}
+		decls, err := tools.Decls(ctx)
 		if err != nil {
 			return nil, err
 		}
-		child, err := n.tools.get(ctx, s)
-		if err != nil {
-			return nil, err
+		var b strings.Builder
+		for _, d := range decls {
+			fmt.Fprintf(&b, "%s\t%s\n", d.Name, d.Description)
 		}
-		return child.ReadFile(ctx, "tools")
+		return []byte(b.String()), nil
 	case "systemprompt":
 		return []byte(e.system), nil
 	case "agent":
@@ -738,4 +746,40 @@ func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) er
 		}
 	}
 	return nil
+}
+
+// profileTools narrows a session's tools to the ones an agent's profile
+// lists: the model is shown only those, and a call of another is refused.
+type profileTools struct {
+	*toolsrv.Child
+	allowed []string
+}
+
+func (p *profileTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) {
+	all, err := p.Child.Decls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []toolsrv.FunctionDecl
+	for _, d := range all {
+		if contains(p.allowed, d.Name) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (p *profileTools) Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error) {
+	if !contains(p.allowed, tool) {
+		return &toolsrv.Result{Tool: tool, Failed: true, ExitCode: -1,
+			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(p.allowed, ", "))}, nil
+	}
+	return p.Child.Call(ctx, tool, args)
+}
+
+func (p *profileTools) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
+	if !contains(p.allowed, tool) {
+		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
+	}
+	return p.Child.Start(ctx, tool, args)
 }

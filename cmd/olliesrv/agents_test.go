@@ -65,7 +65,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
 	}
-	name, err := rdwr(fs, "session/s/agent/new", "name=coder profile=coding")
+	name, err := rdwr(fs, "session/s/agent/new", "name=coder profile=default")
 	if err != nil || name != "coder\n" {
 		t.Fatalf("agent/new = %q %v", name, err)
 	}
@@ -75,6 +75,17 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if _, err := rdwr(fs, "session/s/agent/new", "name=x profile=nosuch"); err == nil || !strings.Contains(err.Error(), "coding") {
 		t.Errorf("unknown profile: %v", err)
 	}
+	// A profile's tool list narrows what its agent sees.
+	if _, err := rdwr(fs, "session/s/agent/new", "name=narrow profile=coding"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/narrow/ctl", "tools"); err != nil || strings.Contains(got, "echo") {
+		t.Errorf("the coding profile's agent sees %q %v", got, err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/coder/ctl", "tools"); err != nil || got != "echo\tEcho.\n" {
+		t.Errorf("the default profile's agent sees %q %v", got, err)
+	}
+	rdwr(fs, "session/s/agent/narrow/ctl", "kill")
 	if ag := readFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
 		t.Errorf("agents = %q", ag)
 	}
