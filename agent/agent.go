@@ -82,7 +82,8 @@ type Agent struct {
 	turns    int
 	lastErr  string
 	closed   bool
-	procs    []*bgProc // background calls whose output is still coming
+	procs    []*bgProc  // background calls whose output is still coming
+	started  []ProcInfo // every background call this agent started
 	stateVer uint64
 	plan     string
 	task     TaskState
@@ -447,3 +448,16 @@ func (a *Agent) AppendResults(msgs ...backend.Message) {
 
 // Tools returns how the agent reaches its tools (nil for none).
 func (a *Agent) Tools() Tools { return a.cfg.Tools }
+
+// ProcInfo names a background process an agent started.
+type ProcInfo struct {
+	ID   string
+	Tool string
+}
+
+// Procs returns the background processes the agent started, oldest first.
+func (a *Agent) Procs() []ProcInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]ProcInfo(nil), a.started...)
+}

@@ -443,6 +443,7 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 		if id, err = bt.Start(ctx, c.Name, c.Args); err == nil {
 			a.mu.Lock()
 			a.procs = append(a.procs, &bgProc{id: id, tool: c.Name})
+			a.started = append(a.started, ProcInfo{ID: id, Tool: c.Name})
 			a.mu.Unlock()
 			res = &toolsrv.Result{Tool: c.Name, Output: fmt.Sprintf("started in the background as process %s; its output will be shown to you as <system-proc-interrupt> blocks as it comes", id)}
 		}

@@ -282,6 +282,23 @@ func (c *Child) Poll(ctx context.Context, id string, off int64) (*ProcPoll, erro
 	return &p, nil
 }
 
+// Follow copies a streaming file of the child's namespace to w until it
+// ends or ctx does.
+func (c *Child) Follow(ctx context.Context, path string, w io.Writer) error {
+	fsys, done, err := c.attach(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	f, err := fsys.Open(path, plan9.OREAD)
+	if err != nil {
+		return ctxErr(ctx, err)
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return ctxErr(ctx, err)
+}
+
 // Procs lists the background processes: id<TAB>tool<TAB>status.
 func (c *Child) Procs(ctx context.Context) ([]byte, error) {
 	fsys, done, err := c.attach(ctx)

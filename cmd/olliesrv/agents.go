@@ -40,8 +40,9 @@ type agentEntry struct {
 	backend string
 	cwd     string
 	profile string
-	peers   map[string]bool // agent IDs this agent may message
-	system  string          // the resolved system prompt
+	peers   map[string]bool       // agent IDs this agent may message
+	outs    map[string]*ns.Stream // background process output, copied from toolsrv
+	system  string                // the resolved system prompt
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -138,6 +139,13 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
 			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,
 				Doc: "Agent configuration as JSON; write 'model=NAME' lines to change what may change."},
+			ns.Dir("proc", 0555, "Background processes this agent started.",
+				ns.Dynamic("pid", 0555, "One background process, by its id.", &ns.Each{List: n.listProcs, Lookup: n.lookupProc},
+					ns.StreamFile("out", 0440, "Its output as it comes; ends when it exits.", n.procOut),
+					ns.ReadFile("status", 0444, "running, or how it ended.", n.procStatus),
+					ns.ReadFile("tool", 0444, "The tool it runs.", n.procTool),
+				),
+			),
 			ns.Dir("peer", 0555, "Peer links (see peeradd).",
 				ns.DynamicFile("pname", 0200, "Send a message to a linked peer agent: it arrives as a prompt.",
 					&ns.Each{List: n.listPeers, Lookup: n.lookupPeer}, &ns.Node{Write: n.peerMessage}),
@@ -782,4 +790,85 @@ func (p *profileTools) Start(ctx context.Context, tool string, args json.RawMess
 		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
 	}
 	return p.Child.Start(ctx, tool, args)
+}
+
+func (n *namespace) listProcs(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	var ents []ns.Entry
+	for _, p := range e.Procs() {
+		ents = append(ents, ns.Entry{Name: p.ID, Key: p.ID})
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupProc(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return ns.Entry{}, false
+	}
+	for _, p := range e.Procs() {
+		if p.ID == name {
+			return ns.Entry{Name: p.ID, Key: p.ID}, true
+		}
+	}
+	return ns.Entry{}, false
+}
+
+// procOut serves a background process's output from a local stream that
+// one goroutine fills by following the toolsrv's stream: readers here
+// block on this stream, not on toolsrv.
+func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	id := c.Key("pid")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if st := e.outs[id]; st != nil {
+		return st, nil
+	}
+	child, err := n.tools.get(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	st := ns.NewStream(0)
+	if e.outs == nil {
+		e.outs = map[string]*ns.Stream{}
+	}
+	e.outs[id] = st
+	go func() {
+		if err := child.Follow(context.Background(), "proc/"+id+"/out", st); err != nil {
+			fmt.Fprintf(st, "\n[output lost: %v]\n", err)
+		}
+		st.Close()
+	}()
+	return st, nil
+}
+
+func (n *namespace) procFile(ctx context.Context, c *ns.Call, file string) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	child, err := n.tools.get(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return child.ReadFile(ctx, "proc/"+c.Key("pid")+"/"+file)
+}
+
+func (n *namespace) procStatus(ctx context.Context, c *ns.Call) ([]byte, error) {
+	return n.procFile(ctx, c, "status")
+}
+
+func (n *namespace) procTool(ctx context.Context, c *ns.Call) ([]byte, error) {
+	return n.procFile(ctx, c, "tool")
 }

@@ -443,6 +443,12 @@ func TestBackgroundCall(t *testing.T) {
 			interrupt = m.Content
 		}
 	}
+	if out := readFile(t, fs, "session/s/agent/a/proc/1/out"); !strings.HasPrefix(out, "compiling\nerror: missing semicolon\n") {
+		t.Errorf("proc/1/out = %q", out)
+	}
+	if st := readFile(t, fs, "session/s/agent/a/proc/1/status"); st != "exit status 2\n" {
+		t.Errorf("proc/1/status = %q", st)
+	}
 	if procs, err := rdwr(fs, "session/s/agent/a/ctl", "proc"); err != nil || procs != "1\tbuild\texit status 2\n" {
 		t.Errorf("proc = %q %v", procs, err)
 	}
