@@ -447,7 +447,11 @@ func (a *Agent) AppendResults(msgs ...backend.Message) {
 }
 
 // Tools returns how the agent reaches its tools (nil for none).
-func (a *Agent) Tools() Tools { return a.cfg.Tools }
+func (a *Agent) Tools() Tools {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Tools
+}
 
 // ProcInfo names a background process an agent started.
 type ProcInfo struct {
@@ -460,4 +464,27 @@ func (a *Agent) Procs() []ProcInfo {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]ProcInfo(nil), a.started...)
+}
+
+// Reconfigure switches the agent to another profile's system prompt,
+// hooks, tools and step limit. It is refused while a turn runs or prompts
+// wait, so a turn never sees half of two profiles.
+func (a *Agent) Reconfigure(system string, hooks *Hooks, tools Tools, maxSteps int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancel != nil || len(a.queue) > 0 {
+		return ErrBusy
+	}
+	a.cfg.System, a.cfg.Hooks, a.cfg.Tools = system, hooks, tools
+	if maxSteps > 0 {
+		a.cfg.MaxSteps = maxSteps
+	}
+	return nil
+}
+
+// System returns the resolved system prompt.
+func (a *Agent) System() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.System
 }

@@ -28,6 +28,7 @@ const (
 	kindAgentHistory  = "agent.history" // the history was replaced (clear, compact)
 	kindAgentModel    = "agent.model"   // the model was switched
 	kindAgentPeer     = "agent.peer"    // a peer link was added or removed
+	kindAgentProfile  = "agent.profile" // the profile was switched
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -233,14 +234,15 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile:
 			var v struct {
 				agentRecord
-				Name  string `json:"name"`
-				Plan  string `json:"plan"`
-				Model string `json:"model"`
-				Peer  string `json:"peer"`
-				Add   bool   `json:"add"`
+				Name    string `json:"name"`
+				Plan    string `json:"plan"`
+				Model   string `json:"model"`
+				Peer    string `json:"peer"`
+				Add     bool   `json:"add"`
+				Profile string `json:"profile"`
 			}
 			r.Decode(&v)
 			a := byID[v.Agent]
@@ -254,6 +256,8 @@ func restoreSession(path string) (*RestoredSession, error) {
 				a.Plan = v.Plan
 			case kindAgentModel:
 				a.Model = v.Model
+			case kindAgentProfile:
+				a.Profile = v.Profile
 			case kindAgentPeer:
 				if other := byID[v.Peer]; other != nil {
 					for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {

@@ -42,7 +42,6 @@ type agentEntry struct {
 	profile string
 	peers   map[string]bool       // agent IDs this agent may message
 	outs    map[string]*ns.Stream // background process output, copied from toolsrv
-	system  string                // the resolved system prompt
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -388,7 +387,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		cfg.Journal = l.Journal(m.ID)
 	}
 	e := &agentEntry{session: s.ID, created: time.Now(), name: m.Name, model: m.Model, backend: be.Name(),
-		cwd: m.Cwd, profile: m.Profile, system: system}
+		cwd: m.Cwd, profile: m.Profile}
 	if restored != nil {
 		cfg.History = restored.History
 		e.peers = restored.Peers
@@ -470,7 +469,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent [PROFILE]", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -617,8 +616,15 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		return []byte(b.String()), nil
 	case "systemprompt":
-		return []byte(e.system), nil
+		return []byte(e.System()), nil
 	case "agent":
+		if arg != "" && arg != e.profile {
+			if err := n.switchProfile(ctx, c, e, arg); err != nil {
+				return nil, err
+			}
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		return []byte(e.profile + "\n"), nil
 	}
 	return nil, unknownCommand(c.Path(), verb, agentCommands)
@@ -871,4 +877,37 @@ func (n *namespace) procStatus(ctx context.Context, c *ns.Call) ([]byte, error) 
 
 func (n *namespace) procTool(ctx context.Context, c *ns.Call) ([]byte, error) {
 	return n.procFile(ctx, c, "tool")
+}
+
+// switchProfile gives a live, idle agent another profile: its prompt is
+// resolved again, its hooks and tool list replaced, and the switch recorded.
+func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry, name string) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	prof, err := agent.LoadProfile(name)
+	if err != nil {
+		return err
+	}
+	env := agent.PromptEnv{Cwd: e.cwd, Session: s.ID, Agent: e.ID()}
+	system, err := agent.ResolvePrompt(ctx, prof, env)
+	if err != nil {
+		return err
+	}
+	child, err := n.tools.get(ctx, s)
+	if err != nil {
+		return err
+	}
+	var tools agent.Tools = child
+	if prof.Tools != nil {
+		tools = &profileTools{Child: child, allowed: prof.Tools}
+	}
+	if err := e.Reconfigure(system, agent.NewHooks(prof, env), tools, prof.MaxSteps); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	e.mu.Lock()
+	e.profile = name
+	e.mu.Unlock()
+	return n.logs.record(e.session, "agent.profile", map[string]string{"agent": e.ID(), "profile": name})
 }

@@ -85,6 +85,15 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if got, err := rdwr(fs, "session/s/agent/coder/ctl", "tools"); err != nil || got != "echo\tEcho.\n" {
 		t.Errorf("the default profile's agent sees %q %v", got, err)
 	}
+	if got, err := rdwr(fs, "session/s/agent/narrow/ctl", "agent default"); err != nil || got != "default\n" {
+		t.Fatalf("profile switch: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("after switching to default the agent sees %q", got)
+	}
+	if _, err := rdwr(fs, "session/s/agent/narrow/ctl", "agent nosuch"); err == nil || !strings.Contains(err.Error(), "available") {
+		t.Errorf("switch to an unknown profile: %v", err)
+	}
 	rdwr(fs, "session/s/agent/narrow/ctl", "kill")
 	if ag := readFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
 		t.Errorf("agents = %q", ag)
