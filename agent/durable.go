@@ -29,6 +29,7 @@ const (
 	kindAgentModel    = "agent.model"   // the model was switched
 	kindAgentPeer     = "agent.peer"    // a peer link was added or removed
 	kindAgentProfile  = "agent.profile" // the profile was switched
+	kindAgentTools    = "agent.tools"   // the agent's own tool list changed
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -167,6 +168,7 @@ type RestoredAgent struct {
 	Queue       []string // prompts queued and not started
 	Plan        string
 	Peers       map[string]bool // agent IDs linked as peers
+	Tools       []string        // the agent's own tool list, when changed from its profile's
 	Interrupted bool            // a turn was running when olliesrv stopped
 }
 
@@ -234,15 +236,16 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools:
 			var v struct {
 				agentRecord
-				Name    string `json:"name"`
-				Plan    string `json:"plan"`
-				Model   string `json:"model"`
-				Peer    string `json:"peer"`
-				Add     bool   `json:"add"`
-				Profile string `json:"profile"`
+				Name    string   `json:"name"`
+				Plan    string   `json:"plan"`
+				Model   string   `json:"model"`
+				Peer    string   `json:"peer"`
+				Add     bool     `json:"add"`
+				Profile string   `json:"profile"`
+				Tools   []string `json:"tools"`
 			}
 			r.Decode(&v)
 			a := byID[v.Agent]
@@ -257,7 +260,9 @@ func restoreSession(path string) (*RestoredSession, error) {
 			case kindAgentModel:
 				a.Model = v.Model
 			case kindAgentProfile:
-				a.Profile = v.Profile
+				a.Profile, a.Tools = v.Profile, nil
+			case kindAgentTools:
+				a.Tools = append([]string{}, v.Tools...)
 			case kindAgentPeer:
 				if other := byID[v.Peer]; other != nil {
 					for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -375,8 +376,12 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	var tools agent.Tools
 	if child, err := n.tools.get(ctx, s); err == nil {
 		tools = child
-		if prof.Tools != nil {
-			tools = &profileTools{Child: child, allowed: prof.Tools}
+		allowed := prof.Tools
+		if restored != nil && restored.Tools != nil {
+			allowed = restored.Tools
+		}
+		if allowed != nil {
+			tools = &profileTools{Child: child, allowed: allowed}
 		}
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
@@ -550,8 +555,21 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		// The session's agents share one toolsrv, so this changes the tool
-		// set of every agent of the session.
+		// An agent whose profile lists its tools changes its own list (the
+		// session's toolsrv loads what it lacks); otherwise the session's
+		// agents share one tool set and this changes it for all of them.
+		if pt, ok := e.Tools().(*profileTools); ok {
+			if verb == "tool_load" {
+				if _, err := child.RdWr(ctx, "ctl", []byte("load "+arg)); err != nil {
+					return nil, err
+				}
+			}
+			list := pt.set(arg, verb == "tool_load")
+			if err := n.logs.record(e.session, "agent.tools", map[string]any{"agent": e.ID(), "tools": list}); err != nil {
+				return nil, err
+			}
+			return []byte(strings.Join(list, "\n") + "\n"), nil
+		}
 		return child.RdWr(ctx, "ctl", []byte(strings.TrimPrefix(verb, "tool_")+" "+arg))
 	case "stop":
 		if !e.Interrupt(agent.ErrStopped) {
@@ -766,7 +784,28 @@ func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) er
 // lists: the model is shown only those, and a call of another is refused.
 type profileTools struct {
 	*toolsrv.Child
+	mu      sync.Mutex
 	allowed []string
+}
+
+// set adds or removes a tool and returns the list.
+func (p *profileTools) set(name string, add bool) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.allowed, name)
+	switch {
+	case add && i < 0:
+		p.allowed = append(slices.Clone(p.allowed), name)
+	case !add && i >= 0:
+		p.allowed = slices.Delete(slices.Clone(p.allowed), i, i+1)
+	}
+	return slices.Clone(p.allowed)
+}
+
+func (p *profileTools) has(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.allowed, name)
 }
 
 func (p *profileTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) {
@@ -776,7 +815,7 @@ func (p *profileTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error
 	}
 	var out []toolsrv.FunctionDecl
 	for _, d := range all {
-		if contains(p.allowed, d.Name) {
+		if p.has(d.Name) {
 			out = append(out, d)
 		}
 	}
@@ -784,15 +823,15 @@ func (p *profileTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error
 }
 
 func (p *profileTools) Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error) {
-	if !contains(p.allowed, tool) {
+	if !p.has(tool) {
 		return &toolsrv.Result{Tool: tool, Failed: true, ExitCode: -1,
-			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(p.allowed, ", "))}, nil
+			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(p.set("", false), ", "))}, nil
 	}
 	return p.Child.Call(ctx, tool, args)
 }
 
 func (p *profileTools) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
-	if !contains(p.allowed, tool) {
+	if !p.has(tool) {
 		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
 	}
 	return p.Child.Start(ctx, tool, args)

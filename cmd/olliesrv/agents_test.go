@@ -85,6 +85,15 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if got, err := rdwr(fs, "session/s/agent/coder/ctl", "tools"); err != nil || got != "echo\tEcho.\n" {
 		t.Errorf("the default profile's agent sees %q %v", got, err)
 	}
+	if got, err := rdwr(fs, "session/s/agent/narrow/ctl", "tool_load echo"); err != nil || !strings.HasSuffix(got, "reasoning_think\necho\n") {
+		t.Errorf("tool_load on a profile's agent: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("after tool_load the agent sees %q", got)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/narrow/ctl", "tool_unload echo"); strings.Contains(got, "echo") {
+		t.Errorf("tool_unload: %q", got)
+	}
 	if got, err := rdwr(fs, "session/s/agent/narrow/ctl", "agent default"); err != nil || got != "default\n" {
 		t.Fatalf("profile switch: %q %v", got, err)
 	}
