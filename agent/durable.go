@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"ollie/agent/backend"
 	"ollie/agent/store"
@@ -151,6 +152,7 @@ func (j *agentJournal) Settle(id string, result any) error {
 // RestoredSession is a session read back from its file.
 type RestoredSession struct {
 	ID         string
+	Created    time.Time
 	Meta       SessionMeta
 	Paused     bool
 	Goal       string
@@ -196,7 +198,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := &RestoredSession{ID: st.Header().ID, Log: &SessionLog{st: st}}
+	rs := &RestoredSession{ID: st.Header().ID, Created: st.Header().CreatedAt, Log: &SessionLog{st: st}}
 	if err := json.Unmarshal(st.Header().Meta, &rs.Meta); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("agent: %s: header metadata: %w", path, err)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"ollie/agent"
 	"ollie/agent/backend"
@@ -106,7 +105,7 @@ func (n *namespace) restore(ctx context.Context) {
 		n.log.Error("olliesrv: a session could not be restored; its file is left as it is", "err", err)
 	}
 	for _, rs := range restored {
-		s, err := n.sessions.Restore(rs.ID, time.Now(), agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner}, rs.Paused)
+		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner}, rs.Paused)
 		if err != nil {
 			n.log.Error("olliesrv: restoring a session", "session", rs.ID, "err", err)
 			rs.Log.Close()
