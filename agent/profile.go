@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+
+	"ollie/internal/paths"
 )
 
 // A Profile is an agent profile: what an agent is told, which tools it
@@ -84,27 +84,14 @@ type Profiles struct {
 // DataDir is ollie's deployed data directory: $OLLIE_DATA when set,
 // otherwise data beside the directory holding the running binary
 // (bin/olliesrv → data). Prompt commands and hooks see it as $OLLIE.
-func DataDir() string {
-	if d := os.Getenv("OLLIE_DATA"); d != "" {
-		return d
-	}
-	if exe, err := os.Executable(); err == nil {
-		return filepath.Join(filepath.Dir(exe), "..", "data")
-	}
-	return "data"
-}
+func DataDir() string { return paths.DataDir() }
 
 // DefaultProfiles searches the user's directory ($XDG_CONFIG_HOME/ollie/agents,
 // by default ~/.config/ollie/agents), then the deployed one, agents in
 // [DataDir], as toolsrv/sandbox does for sandbox profiles.
-func DefaultProfiles() Profiles {
-	var ps Profiles
-	if dir, err := os.UserConfigDir(); err == nil {
-		ps.Dirs = append(ps.Dirs, filepath.Join(dir, "ollie", "agents"))
-	}
-	ps.Dirs = append(ps.Dirs, filepath.Join(DataDir(), "agents"))
-	return ps
-}
+func DefaultProfiles() Profiles { return Profiles{Dirs: paths.Defaults("agents")} }
+
+func (ps Profiles) search() paths.Search { return paths.Search{Dirs: ps.Dirs, Ext: ".json"} }
 
 // ProfileDirs returns the directories [LoadProfile] searches, in order.
 func ProfileDirs() []string { return DefaultProfiles().Dirs }
@@ -115,23 +102,15 @@ func LoadProfile(name string) (*Profile, error) { return DefaultProfiles().Load(
 // ProfileNames lists the profiles of [DefaultProfiles].
 func ProfileNames() []string { return DefaultProfiles().Names() }
 
-var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-
 // Load reads and parses the profile called name. A name no directory holds
 // is an error wrapping [ErrUnknownProfile] that lists the available names.
 func (ps Profiles) Load(name string) (*Profile, error) {
-	if profileNameRE.MatchString(name) {
-		for _, dir := range ps.Dirs {
-			file := filepath.Join(dir, name+".json")
-			data, err := os.ReadFile(file)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("agent: profile %q: %w", name, err)
-			}
-			return ParseProfile(name, file, data)
-		}
+	file, data, err := ps.search().Find(name)
+	if err == nil {
+		return ParseProfile(name, file, data)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("agent: profile %q: %w", name, err)
 	}
 	avail := "none"
 	if names := ps.Names(); len(names) > 0 {
@@ -141,20 +120,7 @@ func (ps Profiles) Load(name string) (*Profile, error) {
 }
 
 // Names lists the profiles found in any directory, sorted, each once.
-func (ps Profiles) Names() []string {
-	var names []string
-	for _, dir := range ps.Dirs {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-		for _, f := range files {
-			n := strings.TrimSuffix(filepath.Base(f), ".json")
-			if profileNameRE.MatchString(n) && !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
-}
+func (ps Profiles) Names() []string { return ps.search().Names() }
 
 // Hook names, as profiles spell them.
 const (

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"ollie/internal/paths"
 )
 
 // Tool is a tool as resolved on this host: the chosen variant merged over the
@@ -143,21 +145,12 @@ func ToolsPath() []string {
 //
 //  1. $XDG_CONFIG_HOME/ollie/tools (~/.config/ollie/tools), so that a user's
 //     tool shadows a deployed one of the same name;
-//  2. data/tools beside the directory of the running binary, with symbolic
-//     links resolved: bin/olliesrv finds bin/../data/tools, which is the
-//     layout of both a checkout and a deployed version directory.
+//  2. $OLLIE_DATA/tools when OLLIE_DATA is set, else data/tools beside the
+//     directory of the running binary, with symbolic links resolved:
+//     bin/olliesrv finds bin/../data/tools, which is the layout of both a
+//     checkout and a deployed version directory.
 func DefaultToolsPath() []string {
-	var dirs []string
-	if cfg, err := os.UserConfigDir(); err == nil {
-		dirs = append(dirs, filepath.Join(cfg, "ollie", "tools"))
-	}
-	if exe, err := os.Executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
-		}
-		dirs = append(dirs, filepath.Join(filepath.Dir(filepath.Dir(exe)), "data", "tools"))
-	}
-	return slices.DeleteFunc(dirs, func(d string) bool {
+	return slices.DeleteFunc(paths.Defaults("tools"), func(d string) bool {
 		fi, err := os.Stat(d)
 		return err != nil || !fi.IsDir()
 	})

@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"ollie/internal/paths"
 )
 
 // A Profile is a sandbox profile as written: paths may still hold
@@ -318,36 +318,19 @@ type Profiles struct {
 // by default ~/.config/ollie/sandbox) followed by the deployed one:
 // $OLLIE_DATA/sandbox when OLLIE_DATA is set, otherwise data/sandbox beside
 // the directory holding the running binary (bin/olliesrv → data/sandbox).
-func DefaultProfiles() Profiles {
-	var ps Profiles
-	if dir, err := os.UserConfigDir(); err == nil {
-		ps.Dirs = append(ps.Dirs, filepath.Join(dir, "ollie", "sandbox"))
-	}
-	if d := os.Getenv("OLLIE_DATA"); d != "" {
-		ps.Dirs = append(ps.Dirs, filepath.Join(d, "sandbox"))
-	} else if exe, err := os.Executable(); err == nil {
-		ps.Dirs = append(ps.Dirs, filepath.Join(filepath.Dir(exe), "..", "data", "sandbox"))
-	}
-	return ps
-}
+func DefaultProfiles() Profiles { return Profiles{Dirs: paths.Defaults("sandbox")} }
 
-var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+func (ps Profiles) search() paths.Search { return paths.Search{Dirs: ps.Dirs, Ext: ".yaml"} }
 
 // Load reads and parses the profile called name. A name no directory holds
 // is an error wrapping [ErrUnknownProfile] that lists the available names.
 func (ps Profiles) Load(name string) (*Profile, error) {
-	if profileNameRE.MatchString(name) {
-		for _, dir := range ps.Dirs {
-			file := filepath.Join(dir, name+".yaml")
-			data, err := os.ReadFile(file)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("sandbox: profile %q: %w", name, err)
-			}
-			return ParseProfile(name, file, data)
-		}
+	file, data, err := ps.search().Find(name)
+	if err == nil {
+		return ParseProfile(name, file, data)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("sandbox: profile %q: %w", name, err)
 	}
 	avail := "none"
 	if names := ps.Names(); len(names) > 0 {
@@ -357,17 +340,4 @@ func (ps Profiles) Load(name string) (*Profile, error) {
 }
 
 // Names lists the profiles found in any directory, sorted, each once.
-func (ps Profiles) Names() []string {
-	var names []string
-	for _, dir := range ps.Dirs {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		for _, f := range files {
-			n := strings.TrimSuffix(filepath.Base(f), ".yaml")
-			if profileNameRE.MatchString(n) && !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
-}
+func (ps Profiles) Names() []string { return ps.search().Names() }

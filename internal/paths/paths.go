@@ -1,0 +1,92 @@
+// Package paths says where ollie's files live: the deployed data directory
+// beside the binary, the user's configuration, and named files (profiles)
+// found along an ordered list of directories.
+package paths
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// DataDir is the deployed data directory: $OLLIE_DATA when set, otherwise
+// data beside the directory holding the running binary (bin/olliesrv →
+// data), following symbolic links to the binary.
+func DataDir() string {
+	if d := os.Getenv("OLLIE_DATA"); d != "" {
+		return d
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "data"
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "data")
+}
+
+// UserDir is the user's directory for sub: $XDG_CONFIG_HOME/ollie/sub, by
+// default ~/.config/ollie/sub. It reports false when there is no home.
+func UserDir(sub string) (string, bool) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", false
+	}
+	return filepath.Join(dir, "ollie", sub), true
+}
+
+// Defaults returns the user's directory for sub followed by the deployed
+// one, the order in which a user's file overrides a deployed one.
+func Defaults(sub string) []string {
+	var dirs []string
+	if d, ok := UserDir(sub); ok {
+		dirs = append(dirs, d)
+	}
+	return append(dirs, filepath.Join(DataDir(), sub))
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// Search finds NAME+Ext files along Dirs: the first directory holding one
+// wins.
+type Search struct {
+	Dirs []string
+	Ext  string // e.g. ".yaml"
+}
+
+// Find reads the file called name. When no directory holds it, or name is
+// not a plain file name, the error wraps fs.ErrNotExist.
+func (s Search) Find(name string) (file string, data []byte, err error) {
+	if validName.MatchString(name) {
+		for _, dir := range s.Dirs {
+			file := filepath.Join(dir, name+s.Ext)
+			data, err := os.ReadFile(file)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return file, data, err
+		}
+	}
+	return "", nil, fs.ErrNotExist
+}
+
+// Names lists the names found in any directory, sorted, each once.
+func (s Search) Names() []string {
+	var names []string
+	for _, dir := range s.Dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*"+s.Ext))
+		for _, f := range files {
+			n := strings.TrimSuffix(filepath.Base(f), s.Ext)
+			if validName.MatchString(n) && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,51 @@
+package paths
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSearch(t *testing.T) {
+	user, deployed := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(deployed, "default.yaml"), []byte("deployed"), 0644)
+	os.WriteFile(filepath.Join(deployed, "ops.yaml"), []byte("ops"), 0644)
+	os.WriteFile(filepath.Join(user, "default.yaml"), []byte("mine"), 0644)
+	os.WriteFile(filepath.Join(user, "notes.txt"), []byte("x"), 0644)
+	s := Search{Dirs: []string{user, filepath.Join(user, "missing"), deployed}, Ext: ".yaml"}
+	file, data, err := s.Find("default")
+	if err != nil || string(data) != "mine" || file != filepath.Join(user, "default.yaml") {
+		t.Errorf("Find(default) = %q %q %v; the user's file should win", file, data, err)
+	}
+	if _, data, _ := s.Find("ops"); string(data) != "ops" {
+		t.Errorf("Find(ops) = %q", data)
+	}
+	for _, bad := range []string{"nosuch", "../x", "a/b", ""} {
+		if _, _, err := s.Find(bad); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Find(%q): %v", bad, err)
+		}
+	}
+	if got := strings.Join(s.Names(), ","); got != "default,ops" {
+		t.Errorf("Names = %s", got)
+	}
+}
+
+func TestDataDir(t *testing.T) {
+	t.Setenv("OLLIE_DATA", "/srv/ollie/data")
+	if d := DataDir(); d != "/srv/ollie/data" {
+		t.Errorf("DataDir with OLLIE_DATA = %s", d)
+	}
+	t.Setenv("OLLIE_DATA", "")
+	exe, _ := os.Executable()
+	exe, _ = filepath.EvalSymlinks(exe)
+	if d := DataDir(); d != filepath.Join(filepath.Dir(filepath.Dir(exe)), "data") {
+		t.Errorf("DataDir = %s", d)
+	}
+	t.Setenv("XDG_CONFIG_HOME", "/home/u/.config")
+	if ds := Defaults("agents"); len(ds) != 2 || ds[0] != "/home/u/.config/ollie/agents" || !strings.HasSuffix(ds[1], "/data/agents") {
+		t.Errorf("Defaults = %v", ds)
+	}
+}
