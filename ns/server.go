@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"9fans.net/go/plan9"
@@ -127,7 +128,7 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 				return ErrServerClosed
 			}
 			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporaryAccept) {
+			if errors.As(err, &ne) && ne.Timeout() || temporaryAccept(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
@@ -160,7 +161,13 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 	}
 }
 
-var errTemporaryAccept = errors.New("temporary accept error")
+// temporaryAccept reports an accept failure that passes: out of file
+// descriptors, or a peer gone before it was accepted. The server backs off
+// rather than stop serving.
+func temporaryAccept(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
+}
 
 func (s *Server) isClosed() bool {
 	s.mu.Lock()
