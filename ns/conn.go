@@ -90,6 +90,16 @@ func (c *conn) srv9p() *srv9p.Server {
 	}
 }
 
+// interruption is the answer to a request cut short by ctx's end: a
+// shutdown says so, anything else (a flush, a closed connection) is a
+// plain interruption.
+func interruption(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), ErrServerClosed) {
+		return errShuttingDown
+	}
+	return errInterrupted
+}
+
 // begin starts a request: it joins the request's context with the
 // connection's, and turns a handler panic into an error. It refuses once
 // the connection is draining: srv9p runs each request in a goroutine of
@@ -98,7 +108,7 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return nil, nil, errInterrupted
+		return nil, nil, interruption(c.ctx)
 	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
@@ -110,10 +120,7 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 			*errp = errors.New("ns: internal error")
 		}
 		if *errp != nil && ctx.Err() != nil {
-			*errp = errInterrupted
-			if errors.Is(context.Cause(ctx), ErrServerClosed) {
-				*errp = errShuttingDown
-			}
+			*errp = interruption(ctx)
 		}
 		if *errp != nil {
 			*errp = fitError(*errp, c.guard.msizeNow())
