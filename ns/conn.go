@@ -29,6 +29,7 @@ type conn struct {
 	mu       sync.Mutex
 	closing  bool           // set by drain: no handler starts after it
 	inflight sync.WaitGroup // handlers running
+	ended    chan struct{}  // closed when srv9p stops serving the connection
 }
 
 // fidState is what a fid refers to, kept in srv9p.Fid's Aux.

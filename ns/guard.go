@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"9fans.net/go/plan9"
 )
@@ -28,6 +29,7 @@ type guard struct {
 	// and is never held by the reader, so a reply stuck on a slow client
 	// does not stop requests (a Tflush, say) from being read.
 	mu          sync.Mutex
+	idle        chan struct{} // closed when outstanding reaches 0, if someone waits
 	wmu         sync.Mutex
 	msize       uint32 // negotiated (maxMsize until Tversion)
 	outstanding int
@@ -132,14 +134,19 @@ func (g *guard) reply(tag uint16, msg string) {
 
 // Write sends one reply from srv9p.
 func (g *guard) Write(p []byte) (int, error) {
+	g.wmu.Lock()
+	n, err := g.conn.Write(p)
+	g.wmu.Unlock()
 	g.mu.Lock()
 	if g.outstanding > 0 {
 		g.outstanding--
 	}
+	if g.outstanding == 0 && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
 	g.mu.Unlock()
-	g.wmu.Lock()
-	defer g.wmu.Unlock()
-	return g.conn.Write(p)
+	return n, err
 }
 
 func (g *guard) Close() error { return g.conn.Close() }
@@ -156,4 +163,24 @@ func (g *guard) msizeNow() uint32 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.msize
+}
+
+// waitAnswered waits until every admitted request has been answered (its
+// reply written), the connection has ended, or timeout passes.
+func (g *guard) waitAnswered(timeout time.Duration, ended <-chan struct{}) {
+	g.mu.Lock()
+	if g.outstanding == 0 {
+		g.mu.Unlock()
+		return
+	}
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	ch := g.idle
+	g.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ended:
+	case <-time.After(timeout):
+	}
 }

@@ -180,7 +180,7 @@ func (s *Server) isClosed() bool {
 // server's owner (see Server).
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, trusted bool) error {
 	s.init()
-	c := &conn{srv: s, trusted: trusted, rwc: rwc}
+	c := &conn{srv: s, trusted: trusted, rwc: rwc, ended: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancelCause(s.ctx)
 	c.guard = newGuard(rwc, s.MaxMsize, MinMsize, s.MaxRequests)
 	s.mu.Lock()
@@ -193,6 +193,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, trusted bool) error {
 	s.mu.Unlock()
 
 	c.srv9p().Serve(c.guard, c.guard)
+	close(c.ended)
 	c.cancel(errors.New("connection closed"))
 	rwc.Close()
 	c.drain()
@@ -224,6 +225,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() {
 		for _, c := range conns {
 			c.drain()
+			// srv9p writes a reply after its handler returns: let the
+			// replies of the requests just interrupted reach the client
+			// before the connection is cut.
+			c.guard.waitAnswered(time.Second, c.ended)
 			c.rwc.Close()
 		}
 		s.wg.Wait()
