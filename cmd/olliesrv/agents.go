@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/ns"
-	"ollie/toolsrv"
 )
 
 // agentGroup is the 9P group of every agent's files. No agent is a member
@@ -375,14 +373,11 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	}
 	var tools agent.Tools
 	if child, err := n.tools.get(ctx, s); err == nil {
-		tools = child
 		allowed := prof.Tools
 		if restored != nil && restored.Tools != nil {
 			allowed = restored.Tools
 		}
-		if allowed != nil {
-			tools = &profileTools{Child: child, allowed: allowed}
-		}
+		tools = n.tools.forAgent(ctx, s.ID, child, allowed)
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
@@ -555,22 +550,25 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		// An agent whose profile lists its tools changes its own list (the
-		// session's toolsrv loads what it lacks); otherwise the session's
-		// agents share one tool set and this changes it for all of them.
-		if pt, ok := e.Tools().(*profileTools); ok {
-			if verb == "tool_load" {
-				if _, err := child.RdWr(ctx, "ctl", []byte("load "+arg)); err != nil {
-					return nil, err
-				}
-			}
-			list := pt.set(arg, verb == "tool_load")
-			if err := n.logs.record(e.session, "agent.tools", map[string]any{"agent": e.ID(), "tools": list}); err != nil {
-				return nil, err
-			}
-			return []byte(strings.Join(list, "\n") + "\n"), nil
+		// Each agent changes only its own list: a tool the session lacks is
+		// loaded into its toolsrv but stays hidden from the other agents.
+		at, ok := e.Tools().(*agentTools)
+		if !ok {
+			return nil, fmt.Errorf("%s: this agent has no tools to change", c.Path())
 		}
-		return child.RdWr(ctx, "ctl", []byte(strings.TrimPrefix(verb, "tool_")+" "+arg))
+		var list []string
+		if verb == "tool_load" {
+			list, err = n.tools.load(ctx, s.ID, child, at, arg)
+		} else {
+			list, err = at.set(ctx, arg, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := n.logs.record(e.session, "agent.tools", map[string]any{"agent": e.ID(), "tools": list}); err != nil {
+			return nil, err
+		}
+		return []byte(strings.Join(list, "\n") + "\n"), nil
 	case "stop":
 		if !e.Interrupt(agent.ErrStopped) {
 			return []byte("idle\n"), nil
@@ -780,63 +778,6 @@ func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
-// profileTools narrows a session's tools to the ones an agent's profile
-// lists: the model is shown only those, and a call of another is refused.
-type profileTools struct {
-	*toolsrv.Child
-	mu      sync.Mutex
-	allowed []string
-}
-
-// set adds or removes a tool and returns the list.
-func (p *profileTools) set(name string, add bool) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	i := slices.Index(p.allowed, name)
-	switch {
-	case add && i < 0:
-		p.allowed = append(slices.Clone(p.allowed), name)
-	case !add && i >= 0:
-		p.allowed = slices.Delete(slices.Clone(p.allowed), i, i+1)
-	}
-	return slices.Clone(p.allowed)
-}
-
-func (p *profileTools) has(name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Contains(p.allowed, name)
-}
-
-func (p *profileTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) {
-	all, err := p.Child.Decls(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []toolsrv.FunctionDecl
-	for _, d := range all {
-		if p.has(d.Name) {
-			out = append(out, d)
-		}
-	}
-	return out, nil
-}
-
-func (p *profileTools) Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error) {
-	if !p.has(tool) {
-		return &toolsrv.Result{Tool: tool, Failed: true, ExitCode: -1,
-			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(p.set("", false), ", "))}, nil
-	}
-	return p.Child.Call(ctx, tool, args)
-}
-
-func (p *profileTools) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
-	if !p.has(tool) {
-		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
-	}
-	return p.Child.Start(ctx, tool, args)
-}
-
 func (n *namespace) listProcs(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
 	e, err := n.agentOf(c)
 	if err != nil {
@@ -938,10 +879,7 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	var tools agent.Tools = child
-	if prof.Tools != nil {
-		tools = &profileTools{Child: child, allowed: prof.Tools}
-	}
+	tools := n.tools.forAgent(ctx, s.ID, child, prof.Tools)
 	if err := e.Reconfigure(system, agent.NewHooks(prof, env), tools, prof.MaxSteps); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}

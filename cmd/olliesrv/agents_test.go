@@ -104,6 +104,36 @@ func TestAgentThroughNamespace(t *testing.T) {
 		t.Errorf("switch to an unknown profile: %v", err)
 	}
 	rdwr(fs, "session/s/agent/narrow/ctl", "kill")
+
+	// Agents without a list share the session's tools, and each one's
+	// tool_load and tool_unload change its own list only.
+	if _, err := rdwr(fs, "session/s/agent/new", "name=other profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/other/ctl", "tool_unload echo"); err != nil || got != "\n" {
+		t.Errorf("tool_unload on a shared agent: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/other/ctl", "tools"); got != "" {
+		t.Errorf("after tool_unload the agent sees %q", got)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("another agent's tool_unload changed coder's tools: %q", got)
+	}
+	os.WriteFile(filepath.Join(tools, "late.meta"), []byte(`{"description": "Late.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "late"), []byte("#!/bin/sh\necho late\n"), 0755)
+	if _, err := rdwr(fs, "session/s/ctl", "invalidate"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/other/ctl", "tool_load late"); err != nil || got != "late\n" {
+		t.Errorf("tool_load of a tool the session lacks: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("another agent's tool_load showed coder %q", got)
+	}
+	if _, err := rdwr(fs, "session/s/agent/other/ctl", "tool_load nosuch"); err == nil {
+		t.Error("tool_load of an unknown tool succeeded")
+	}
+	rdwr(fs, "session/s/agent/other/ctl", "kill")
 	if ag := readFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
 		t.Errorf("agents = %q", ag)
 	}

@@ -158,6 +158,7 @@ func isTerminal(r io.Reader) bool {
 type toolServers struct {
 	mu       sync.Mutex
 	children map[string]*toolsrv.Child
+	private  map[string]map[string]bool // by session: tools loaded for one agent
 	closed   bool
 }
 
@@ -186,6 +187,7 @@ func (ts *toolServers) stop(id string) {
 	ts.mu.Lock()
 	c := ts.children[id]
 	delete(ts.children, id)
+	delete(ts.private, id)
 	ts.mu.Unlock()
 	if c != nil {
 		c.Close()
