@@ -169,7 +169,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{},
-		agents: &agents{}, backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
+		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()

@@ -37,6 +37,8 @@ func main() {
 const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
        olliesrv ollie ARGS...             the ollie client and shell (also as "ollie")
        olliesrv tools [run NAME [JSON]]   list this host's tools, or run one as an agent would
+       olliesrv start | stop              start the daemon detached, or stop it
+       olliesrv install manifest|commit   the host side of ollie-remote deploy
        olliesrv version                   print the version
 `
 
@@ -52,6 +54,12 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return ollieMain(args)
 	case "tools":
 		return toolsMain(args, os.Stdin, stdout, stderr)
+	case "start":
+		return startMain(args, stdout, stderr)
+	case "stop":
+		return stopMain(args, stdout, stderr)
+	case "install":
+		return installMain(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "olliesrv", version)
 		return 0

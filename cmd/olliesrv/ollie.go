@@ -51,6 +51,8 @@ Flags:
             (default %s, from $NAMESPACE)
   -u UNAME  the user to attach as (default $OLLIE_UNAME; empty is the
             server's owner on its Unix socket)
+  -start    start olliesrv first if the default namespace has none (the
+            command ollie-remote installs on hosts passes it)
 
 Exit status:
   0    success
@@ -69,6 +71,7 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fl.SetOutput(io.Discard)
 	addr := fl.String("a", "", "")
 	uname := fl.String("u", os.Getenv("OLLIE_UNAME"), "")
+	start := fl.Bool("start", false, "")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, ollieUsage, ns.SocketPath())
@@ -78,7 +81,7 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	args = fl.Args()
 	if len(args) == 0 {
-		return runShell(*addr, *uname, stdin, stdout, stderr)
+		return runShell(*addr, *uname, *start, stdin, stdout, stderr)
 	}
 	cmd, args := args[0], args[1:]
 
@@ -118,7 +121,7 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
-	c, err := client.DialAs(*addr, *uname)
+	c, err := dialOrStart(*addr, *uname, *start)
 	if err != nil {
 		return ollieDialError(stderr, err)
 	}

@@ -56,8 +56,8 @@ func (e shellExit) Error() string { return "exit " + strconv.Itoa(int(e)) }
 
 // runShell connects and runs the shell: interactive when stdin is a
 // terminal, else a script read from stdin.
-func runShell(addr, uname string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c, err := client.DialAs(addr, uname)
+func runShell(addr, uname string, start bool, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, err := dialOrStart(addr, uname, start)
 	if err != nil {
 		return ollieDialError(stderr, err)
 	}

@@ -29,6 +29,7 @@ type namespace struct {
 	host     string
 	kill     func() // asks the daemon to shut down
 	tree     *ns.Tree
+	started  time.Time
 }
 
 // spec declares the namespace. Every file is one line; help is generated
@@ -37,6 +38,7 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents; one 'key value' a line.", n.status),
 		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
 		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
@@ -67,6 +69,16 @@ func (n *namespace) spec() *ns.Node {
 			),
 		),
 	)
+}
+
+func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
+	agents := 0
+	sessions := n.sessions.List()
+	for _, s := range sessions {
+		agents += len(n.agents.of(s.ID))
+	}
+	return fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\n",
+		version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents), nil
 }
 
 func (n *namespace) help(ctx context.Context, c *ns.Call) ([]byte, error) {
