@@ -1,0 +1,641 @@
+// Package sshlab starts real OpenSSH sshd processes on loopback addresses
+// (127.0.0.11, 127.0.0.12, …), each a "host" with its own host key, system
+// user and log, and writes an ssh config and known_hosts that reach them.
+//
+// Tests use it to talk to the same sshd users have, not to an in-process
+// imitation. It needs root (it creates users and runs sshd) and the
+// openssh-server package; without them Start fails the test rather than
+// skipping it, since a skipped SSH test in CI would hide a broken setup.
+//
+// Several labs may run at once, in one test process or in parallel test
+// processes: each sshd listens on a port of its own, so the addresses are
+// shared, and each lab keeps its client key and authorized_keys in its own
+// directory. System users are shared between labs (created if missing,
+// reused if present); Config.UserPrefix keeps labs apart whose users need
+// different passwords or sudo rules.
+package sshlab
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Root holds every lab's directory. It is not under /tmp: sshd's StrictModes
+// refuses an AuthorizedKeysFile below a group or world writable directory,
+// and /tmp is world writable.
+const Root = "/var/lib/ollie-sshlab"
+
+// Config says what hosts a lab has.
+type Config struct {
+	// Hosts is how many hosts to start, on 127.0.0.11, 127.0.0.12, …
+	// 0 means 1.
+	Hosts int
+	// UserPrefix names the hosts' users: prefix + last address byte
+	// ("olab11"). "" means "olab".
+	UserPrefix string
+	// Password, if set, is each user's real password (chpasswd), for sudo.
+	// Without it an account gets the unusable password "*", which sshd
+	// (UsePAM no) accepts for key logins where a locked "!" is refused.
+	Password string
+	// ExtraPath puts directories first on PATH for one host's sessions,
+	// by host index (0 is the first host). The directories must be
+	// readable by that host's user.
+	ExtraPath map[int][]string
+	// Sudoers writes /etc/sudoers.d/ollie-sshlab-USER letting each user
+	// run anything as root with its password, or with none if SudoNopasswd.
+	// The file is removed when the lab stops.
+	Sudoers, SudoNopasswd bool
+	// Sshd holds extra sshd_config lines for every host. They come first,
+	// so they win over the lab's own settings (sshd takes the first value).
+	Sshd []string
+}
+
+// Lab is a set of running hosts and the client files that reach them.
+type Lab struct {
+	Dir        string // the lab's directory, root-owned, 0755
+	ConfigFile string // ssh config with a Host entry per host (h11, h12, …)
+	KnownHosts string // known_hosts holding every host's key
+	ClientKey  string // the client's private key (ed25519, no passphrase)
+	ClientPub  string // the client's public key line
+	Hosts      []*Host
+
+	t   testing.TB
+	cfg Config
+}
+
+// Host is one sshd.
+type Host struct {
+	Name       string // ssh config alias, e.g. "h11"
+	Addr       string // e.g. "127.0.0.11"
+	Port       int
+	User       string // the login user, e.g. "olab11"
+	Home       string // the user's home directory
+	UID, GID   int
+	HostKey    string // private host key file
+	HostKeyPub string // public host key line ("ssh-ed25519 AAAA…")
+	Log        string // sshd log file
+	SshdConfig string // sshd_config file
+
+	lab *Lab
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	// exited is closed when cmd has been waited for.
+	exited chan struct{}
+}
+
+// Start starts cfg.Hosts hosts and stops them, and removes the lab
+// directory, when the test ends.
+func Start(t testing.TB, cfg Config) *Lab {
+	t.Helper()
+	if err := check(); err != nil {
+		t.Fatalf("sshlab: %v (run .ci/run, or apt-get install openssh-server sudo, as root)", err)
+	}
+	if cfg.Hosts <= 0 {
+		cfg.Hosts = 1
+	}
+	if cfg.Hosts > 200 {
+		t.Fatalf("sshlab: %d hosts: at most 200 (127.0.0.11..)", cfg.Hosts)
+	}
+	if cfg.UserPrefix == "" {
+		cfg.UserPrefix = "olab"
+	}
+	if err := os.MkdirAll(Root, 0o755); err != nil {
+		t.Fatalf("sshlab: %v", err)
+	}
+	// MkdirAll keeps the mode of an existing Root; StrictModes needs it tight.
+	if err := os.Chmod(Root, 0o755); err != nil {
+		t.Fatalf("sshlab: %v", err)
+	}
+	removeStale()
+	dir, err := os.MkdirTemp(Root, fmt.Sprintf("lab-%d-", os.Getpid()))
+	if err != nil {
+		t.Fatalf("sshlab: %v", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("sshlab: %v", err)
+	}
+	l := &Lab{
+		Dir:        dir,
+		ConfigFile: filepath.Join(dir, "ssh_config"),
+		KnownHosts: filepath.Join(dir, "known_hosts"),
+		ClientKey:  filepath.Join(dir, "id_ed25519"),
+		t:          t,
+		cfg:        cfg,
+	}
+	t.Cleanup(l.stop)
+	if err := l.setup(); err != nil {
+		t.Fatalf("sshlab: %v", err)
+	}
+	return l
+}
+
+func check() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (it creates users and runs sshd)")
+	}
+	for _, p := range []string{"/usr/sbin/sshd", "ssh"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return fmt.Errorf("%s not found", p)
+		}
+	}
+	return nil
+}
+
+// removeStale removes the directories of labs whose test process is gone
+// (killed before its cleanup ran).
+func removeStale() {
+	ents, _ := os.ReadDir(Root)
+	for _, e := range ents {
+		f := strings.Split(e.Name(), "-")
+		if len(f) < 3 || f[0] != "lab" {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(Root, e.Name()))
+		}
+	}
+}
+
+func (l *Lab) setup() error {
+	pub, err := writeKey(l.ClientKey, "sshlab-client")
+	if err != nil {
+		return err
+	}
+	l.ClientPub = pub
+	for _, d := range []string{"authorized_keys", "hosts"} {
+		if err := os.Mkdir(filepath.Join(l.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		return err
+	}
+	for i := 0; i < l.cfg.Hosts; i++ {
+		n := 11 + i
+		h := &Host{
+			Name: fmt.Sprintf("h%d", n),
+			Addr: fmt.Sprintf("127.0.0.%d", n),
+			User: fmt.Sprintf("%s%d", l.cfg.UserPrefix, n),
+			lab:  l,
+		}
+		hd := filepath.Join(l.Dir, "hosts", h.Name)
+		if err := os.Mkdir(hd, 0o755); err != nil {
+			return err
+		}
+		h.HostKey = filepath.Join(hd, "ssh_host_ed25519_key")
+		h.Log = filepath.Join(hd, "sshd.log")
+		h.SshdConfig = filepath.Join(hd, "sshd_config")
+		if h.HostKeyPub, err = writeKey(h.HostKey, h.Name); err != nil {
+			return err
+		}
+		l.Hosts = append(l.Hosts, h)
+	}
+	// useradd and chpasswd lock /etc/passwd and /etc/shadow, so users are
+	// made one after another; the sshds then start in parallel.
+	for _, h := range l.Hosts {
+		if err := l.user(h); err != nil {
+			return err
+		}
+	}
+	for i, h := range l.Hosts {
+		if err := l.writeSshdConfig(i, h); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(l.Hosts))
+	var wg sync.WaitGroup
+	for i, h := range l.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.start(true)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return l.writeClientFiles()
+}
+
+// writeKey writes a new ed25519 private key in OpenSSH format and returns
+// its public key line. Go makes it faster than a ssh-keygen process.
+func writeKey(path, comment string) (string, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	blk, err := ssh.MarshalPrivateKey(priv, comment)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
+		return "", err
+	}
+	spub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(spub)))
+	if err := os.WriteFile(path+".pub", []byte(line+" "+comment+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return line, nil
+}
+
+// userMu serialises user changes between labs of one process; useradd's
+// own lock covers other processes.
+var userMu sync.Mutex
+
+func (l *Lab) user(h *Host) error {
+	userMu.Lock()
+	defer userMu.Unlock()
+	if _, _, _, err := lookupUser(h.User); err != nil {
+		out, err := exec.Command("useradd", "-m", "-s", "/bin/bash", h.User).CombinedOutput()
+		// Another test process may have made it in the meantime.
+		if err != nil {
+			if _, _, _, err2 := lookupUser(h.User); err2 != nil {
+				return fmt.Errorf("useradd %s: %v: %s", h.User, err, out)
+			}
+		}
+	}
+	var err error
+	if h.Home, h.UID, h.GID, err = lookupUser(h.User); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.Home, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(h.Home, h.UID, h.GID); err != nil {
+		return err
+	}
+	if l.cfg.Password != "" {
+		cmd := exec.Command("chpasswd")
+		cmd.Stdin = strings.NewReader(h.User + ":" + l.cfg.Password + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("chpasswd %s: %v: %s", h.User, err, out)
+		}
+	} else if locked(h.User) {
+		if out, err := exec.Command("usermod", "-p", "*", h.User).CombinedOutput(); err != nil {
+			return fmt.Errorf("usermod %s: %v: %s", h.User, err, out)
+		}
+	}
+	ak := filepath.Join(l.Dir, "authorized_keys", h.User)
+	if err := os.WriteFile(ak, []byte(l.ClientPub+"\n"), 0o644); err != nil {
+		return err
+	}
+	if l.cfg.Sudoers {
+		rule := h.User + " ALL=(ALL:ALL) ALL\n"
+		if l.cfg.SudoNopasswd {
+			rule = h.User + " ALL=(ALL:ALL) NOPASSWD: ALL\n"
+		}
+		f := sudoersFile(h.User)
+		if err := os.WriteFile(f, []byte(rule), 0o440); err != nil {
+			return err
+		}
+		if out, err := exec.Command("visudo", "-cf", f).CombinedOutput(); err != nil {
+			os.Remove(f)
+			return fmt.Errorf("visudo %s: %v: %s", f, err, out)
+		}
+	}
+	return nil
+}
+
+func sudoersFile(user string) string { return "/etc/sudoers.d/ollie-sshlab-" + user }
+
+func lookupUser(name string) (home string, uid, gid int, err error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return "", 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 7 && f[0] == name {
+			uid, _ := strconv.Atoi(f[2])
+			gid, _ := strconv.Atoi(f[3])
+			return f[5], uid, gid, nil
+		}
+	}
+	return "", 0, 0, fmt.Errorf("no user %s", name)
+}
+
+// locked reports whether the user's password field starts with "!", which
+// sshd without PAM takes for a locked account and refuses even key logins.
+func locked(name string) bool {
+	b, err := os.ReadFile("/etc/shadow")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 2 && f[0] == name {
+			return strings.HasPrefix(f[1], "!")
+		}
+	}
+	return false
+}
+
+func (l *Lab) writeSshdConfig(i int, h *Host) error {
+	port, err := freePort(h.Addr)
+	if err != nil {
+		return err
+	}
+	h.Port = port
+	var b bytes.Buffer
+	for _, s := range l.cfg.Sshd {
+		fmt.Fprintln(&b, s)
+	}
+	if dirs := l.cfg.ExtraPath[i]; len(dirs) > 0 {
+		fmt.Fprintf(&b, "SetEnv PATH=%s:/usr/local/bin:/usr/bin:/bin\n", strings.Join(dirs, ":"))
+	}
+	// UsePAM no: pam_loginuid and friends fail in some containers, and
+	// sudo does its own PAM regardless of how the login happened.
+	fmt.Fprintf(&b, `ListenAddress %s:%d
+HostKey %s
+PidFile none
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+AuthorizedKeysFile %s/authorized_keys/%%u
+StrictModes yes
+AllowStreamLocalForwarding yes
+StreamLocalBindUnlink yes
+AllowTcpForwarding yes
+MaxSessions 10
+MaxStartups 100:30:200
+LogLevel VERBOSE
+PrintMotd no
+UseDNS no
+Subsystem sftp internal-sftp
+`, h.Addr, h.Port, h.HostKey, l.Dir)
+	return os.WriteFile(h.SshdConfig, b.Bytes(), 0o644)
+}
+
+func freePort(addr string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Host returns the i'th host (0 is h11).
+func (l *Lab) Host(i int) *Host { return l.Hosts[i] }
+
+// SSH returns the OpenSSH client, ssh -F ConfigFile -o BatchMode=yes args...
+func (l *Lab) SSH(args ...string) *exec.Cmd {
+	return exec.Command("ssh", append([]string{"-F", l.ConfigFile, "-o", "BatchMode=yes"}, args...)...)
+}
+
+func (l *Lab) stop() {
+	for _, h := range l.Hosts {
+		h.Stop()
+	}
+	if l.cfg.Sudoers {
+		for _, h := range l.Hosts {
+			os.Remove(sudoersFile(h.User))
+		}
+	}
+	if l.t.Failed() {
+		for _, h := range l.Hosts {
+			if b, err := os.ReadFile(h.Log); err == nil && len(b) > 0 {
+				l.t.Logf("sshlab: %s sshd log:\n%s", h.Name, tail(b, 4000))
+			}
+		}
+	}
+	os.RemoveAll(l.Dir)
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Start starts the host's sshd again after Stop, on the same port.
+func (h *Host) Start() {
+	h.lab.t.Helper()
+	if err := h.start(false); err != nil {
+		h.lab.t.Fatalf("sshlab: %s: %v", h.Name, err)
+	}
+}
+
+// start runs sshd and waits until it accepts connections. With newPort, a
+// port taken by someone else between freePort and sshd's bind is replaced
+// by another.
+func (h *Host) start(newPort bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd != nil {
+		return nil
+	}
+	var last error
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			if !newPort {
+				time.Sleep(100 * time.Millisecond)
+			} else if err := h.lab.writeSshdConfig(h.index(), h); err != nil {
+				return err
+			}
+		}
+		if last = h.run(); last == nil {
+			return nil
+		}
+	}
+	return last
+}
+
+func (h *Host) index() int {
+	for i, x := range h.lab.Hosts {
+		if x == h {
+			return i
+		}
+	}
+	return -1
+}
+
+func (h *Host) run() error {
+	logf, err := os.OpenFile(h.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("/usr/sbin/sshd", "-D", "-e", "-f", h.SshdConfig)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	// Pdeathsig: a test binary killed before its cleanup takes its sshds along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	addr := net.JoinHostPort(h.Addr, strconv.Itoa(h.Port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			h.cmd, h.exited = cmd, exited
+			return nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(h.Log)
+			return fmt.Errorf("sshd exited at start: %s", tail(b, 1000))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("sshd not accepting on %s after 10s", addr)
+		}
+	}
+}
+
+// writeClientFiles writes the ssh config and known_hosts, once the ports
+// are settled.
+func (l *Lab) writeClientFiles() error {
+	var cfg, kh bytes.Buffer
+	for _, h := range l.Hosts {
+		fmt.Fprintf(&cfg, "Host %s\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n\n",
+			h.Name, h.Addr, h.Port, h.User, l.ClientKey, l.KnownHosts)
+		fmt.Fprintf(&kh, "[%s]:%d %s\n", h.Addr, h.Port, h.HostKeyPub)
+	}
+	if err := os.WriteFile(l.ConfigFile, cfg.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(l.KnownHosts, kh.Bytes(), 0o644)
+}
+
+// Stop stops the host's sshd and every connection it serves, as a host
+// going down does.
+func (h *Host) Stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return
+	}
+	kids := descendants(h.cmd.Process.Pid)
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	for _, p := range kids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	<-h.exited
+	h.cmd = nil
+}
+
+// Restart stops and starts the host's sshd.
+func (h *Host) Restart() {
+	h.Stop()
+	h.Start()
+}
+
+// Pid returns the listening sshd's process id, 0 when stopped.
+func (h *Host) Pid() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmd == nil {
+		return 0
+	}
+	return h.cmd.Process.Pid
+}
+
+// KillConnections kills the processes serving the host's connections, so
+// that each client sees its connection closed, while sshd keeps listening.
+// It returns how many processes it killed.
+func (h *Host) KillConnections() int {
+	return h.signalConnections(syscall.SIGKILL)
+}
+
+// FreezeConnections stops (SIGSTOP) the processes serving the host's
+// connections: the TCP connections stay open but nothing answers, as when
+// a network path dies silently. Only a keepalive notices. The processes are
+// killed by ThawConnections, Stop or the end of the test.
+func (h *Host) FreezeConnections() int {
+	n := h.signalConnections(syscall.SIGSTOP)
+	h.lab.t.Cleanup(func() { h.ThawConnections() })
+	return n
+}
+
+// ThawConnections lets frozen connections go on (SIGCONT).
+func (h *Host) ThawConnections() int {
+	return h.signalConnections(syscall.SIGCONT)
+}
+
+func (h *Host) signalConnections(sig syscall.Signal) int {
+	pid := h.Pid()
+	if pid == 0 {
+		return 0
+	}
+	n := 0
+	for _, p := range descendants(pid) {
+		if syscall.Kill(p, sig) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// descendants lists the processes below pid, children first.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name in parentheses may hold spaces; fields resume
+		// after the last ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(f[1])
+		children[pp] = append(children[pp], p)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package sshlab
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLab(t *testing.T) {
+	t0 := time.Now()
+	l := Start(t, Config{Hosts: 10})
+	t.Logf("10 hosts up in %v", time.Since(t0))
+	for _, h := range []*Host{l.Host(0), l.Host(9)} {
+		out, err := l.SSH(h.Name, "id -un; echo $HOME").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ssh %s: %v: %s", h.Name, err, out)
+		}
+		if got := strings.Fields(string(out)); len(got) != 2 || got[0] != h.User || got[1] != h.Home {
+			t.Errorf("ssh %s: got %q, want %s %s", h.Name, out, h.User, h.Home)
+		}
+	}
+}
+
+func TestExtraPathAndSudo(t *testing.T) {
+	l := Start(t, Config{Hosts: 2, UserPrefix: "olabsu", Password: "pw-sshlab", Sudoers: true, ExtraPath: map[int][]string{1: {"/opt/sshlab-test"}}})
+	out, err := l.SSH(l.Host(1).Name, "echo $PATH").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "/opt/sshlab-test:") {
+		t.Errorf("PATH on h12: %q, %v", out, err)
+	}
+	out, err = l.SSH(l.Host(0).Name, "echo $PATH").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "/opt/sshlab-test") {
+		t.Errorf("PATH on h11: %q, %v", out, err)
+	}
+	cmd := l.SSH(l.Host(0).Name, "sudo -S -p '' id -u")
+	cmd.Stdin = strings.NewReader("pw-sshlab\n")
+	out, err = cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("sudo with password: %q, %v", out, err)
+	}
+	cmd = l.SSH(l.Host(0).Name, "sudo -S -p '' id -u")
+	cmd.Stdin = strings.NewReader("wrong\n")
+	if out, err = cmd.CombinedOutput(); err == nil {
+		t.Errorf("sudo with a wrong password worked: %q", out)
+	}
+}
+
+func TestKillConnections(t *testing.T) {
+	l := Start(t, Config{})
+	h := l.Host(0)
+	cmd := l.SSH(h.Name, "sleep 30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := h.KillConnections(); n == 0 {
+		t.Fatal("no connection processes found")
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("ssh exited 0 after its connection was killed")
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("ssh still running 10s after KillConnections")
+	}
+	if out, err := l.SSH(h.Name, "true").CombinedOutput(); err != nil {
+		t.Errorf("sshd not listening after KillConnections: %v: %s", err, out)
+	}
+	h.Restart()
+	if out, err := l.SSH(h.Name, "true").CombinedOutput(); err != nil {
+		t.Errorf("after Restart: %v: %s", err, out)
+	}
+}
