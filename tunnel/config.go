@@ -1,0 +1,377 @@
+package tunnel
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kevinburke/ssh_config"
+)
+
+// Options says where the ssh configuration comes from and how connections
+// behave. The zero value reads ~/.ssh/config and ~/.ssh/known_hosts and
+// refuses unknown host keys.
+type Options struct {
+	// ConfigFile is the ssh config file. "" reads ~/.ssh/config, then
+	// /etc/ssh/ssh_config, as ssh does; a file named here is the only one
+	// read, as with ssh -F.
+	ConfigFile string
+	// KnownHosts are the known_hosts files. nil uses UserKnownHostsFile
+	// from the config, else ~/.ssh/known_hosts.
+	KnownHosts []string
+	// AcceptNew adds an unknown host's key to the first known_hosts file
+	// (as StrictHostKeyChecking=accept-new does). A changed key is still
+	// refused.
+	AcceptNew bool
+	// Log receives connection events and the causes behind errors; nil
+	// discards them.
+	Log *slog.Logger
+	// MaxSessions bounds the session channels (Run, SFTP) open at once on
+	// one connection. 0 means 8, under sshd's default MaxSessions of 10.
+	MaxSessions int
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Log
+}
+
+func (o Options) maxSessions() int {
+	if o.MaxSessions <= 0 {
+		return 8
+	}
+	return o.MaxSessions
+}
+
+// Defaults applied where the ssh config says nothing. OpenSSH sends no
+// keepalives by default; a tunnel that must notice a dead path does.
+const (
+	DefaultConnectTimeout = 15 * time.Second
+	DefaultAliveInterval  = 15 * time.Second
+	DefaultAliveCountMax  = 3
+)
+
+// Target is an alias resolved through the ssh config.
+type Target struct {
+	Alias    string // as given, without user@ and :port
+	HostName string // the address dialled
+	User     string
+	Port     int
+	// IdentityFiles are the keys offered after the agent's, ~ expanded.
+	// Empty when the config names none: the defaults are used then.
+	IdentityFiles []string
+	// IdentitiesOnly limits the agent's keys to those of IdentityFiles.
+	IdentitiesOnly bool
+	// ProxyJump lists the jump hosts, first hop first; each is itself an
+	// alias resolved through the config.
+	ProxyJump      []string
+	ConnectTimeout time.Duration
+	// AliveInterval is how often keepalive@openssh.com is sent; 0 sends
+	// none. After AliveCountMax unanswered ones the connection is closed.
+	AliveInterval time.Duration
+	AliveCountMax int
+	// KnownHosts are the known_hosts files the host key is checked
+	// against; an accepted new key goes to the first.
+	KnownHosts []string
+}
+
+// Addr is the host:port dialled.
+func (t *Target) Addr() string {
+	return net.JoinHostPort(t.HostName, strconv.Itoa(t.Port))
+}
+
+// String names the target as users typed it, with the address behind it.
+func (t *Target) String() string {
+	return fmt.Sprintf("%s@%s (%s)", t.User, t.Alias, t.Addr())
+}
+
+// ConfigError is an ssh config that cannot be read or holds a bad value.
+// Retrying does not help.
+type ConfigError struct {
+	File string // "" when the problem is in the alias itself
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	if e.File == "" {
+		return "tunnel: " + e.Err.Error()
+	}
+	return fmt.Sprintf("tunnel: ssh config %s: %v", e.File, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+type configFile struct {
+	name string
+	cfg  *ssh_config.Config
+}
+
+func loadConfigs(o Options) ([]configFile, error) {
+	if o.ConfigFile != "" {
+		c, err := parseConfig(o.ConfigFile)
+		if err != nil {
+			return nil, &ConfigError{File: o.ConfigFile, Err: err}
+		}
+		return []configFile{{o.ConfigFile, c}}, nil
+	}
+	var files []configFile
+	for _, name := range []string{filepath.Join(homeDir(), ".ssh", "config"), "/etc/ssh/ssh_config"} {
+		c, err := parseConfig(name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, &ConfigError{File: name, Err: err}
+		}
+		files = append(files, configFile{name, c})
+	}
+	return files, nil
+}
+
+func parseConfig(name string) (*ssh_config.Config, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ssh_config.Decode(f)
+}
+
+// lookup answers for one alias across config files: the first value
+// found wins, as in ssh.
+type lookup struct {
+	alias string
+	files []configFile
+}
+
+func (l lookup) get(key string) (val, file string, err error) {
+	for _, f := range l.files {
+		v, err := f.cfg.Get(l.alias, key)
+		if err != nil {
+			return "", f.name, &ConfigError{File: f.name, Err: err}
+		}
+		if v != "" {
+			return v, f.name, nil
+		}
+	}
+	return "", "", nil
+}
+
+// all gathers every value of a key that accumulates (IdentityFile).
+func (l lookup) all(key string) ([]string, error) {
+	var out []string
+	for _, f := range l.files {
+		v, err := f.cfg.GetAll(l.alias, key)
+		if err != nil {
+			return nil, &ConfigError{File: f.name, Err: err}
+		}
+		out = append(out, v...)
+	}
+	return out, nil
+}
+
+func (l lookup) int(key string) (int, bool, error) {
+	v, file, err := l.get(key)
+	if err != nil || v == "" {
+		return 0, false, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false, &ConfigError{File: file, Err: fmt.Errorf("Host %s: %s %q is not a number", l.alias, key, v)}
+	}
+	return n, true, nil
+}
+
+// splitAlias takes "user@host:port" apart. A bracketed IPv6 address keeps
+// its port; a bare one has none.
+func splitAlias(s string) (userName, host string, port int, err error) {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		userName, s = s[:i], s[i+1:]
+	}
+	host = s
+	if h, p, e := net.SplitHostPort(s); e == nil {
+		n, e := strconv.Atoi(p)
+		if e != nil || n <= 0 || n > 65535 {
+			return "", "", 0, fmt.Errorf("%q: bad port %q", s, p)
+		}
+		host, port = h, n
+	}
+	if host == "" {
+		return "", "", 0, fmt.Errorf("%q: no host", s)
+	}
+	return userName, host, port, nil
+}
+
+// Resolve looks an alias up in the ssh config. The alias is a config Host
+// alias or an address, optionally as user@host:port; an explicit user or
+// port wins over the config's.
+func Resolve(alias string, o Options) (*Target, error) {
+	userName, host, port, err := splitAlias(alias)
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	files, err := loadConfigs(o)
+	if err != nil {
+		return nil, err
+	}
+	l := lookup{alias: host, files: files}
+	t := &Target{Alias: host, HostName: host, User: userName, Port: port}
+
+	if v, _, err := l.get("HostName"); err != nil {
+		return nil, err
+	} else if v != "" {
+		t.HostName = strings.ReplaceAll(v, "%h", host)
+	}
+	if t.User == "" {
+		v, _, err := l.get("User")
+		if err != nil {
+			return nil, err
+		}
+		t.User = v
+	}
+	if t.User == "" {
+		t.User = localUser()
+	}
+	if t.Port == 0 {
+		n, ok, err := l.int("Port")
+		if err != nil {
+			return nil, err
+		}
+		t.Port = 22
+		if ok && n > 0 {
+			t.Port = n
+		}
+	}
+	ex := expander{home: homeDir(), local: localUser(), remote: t.User, host: t.HostName, alias: host, port: t.Port}
+	ids, err := l.all("IdentityFile")
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if !strings.EqualFold(id, "none") {
+			t.IdentityFiles = append(t.IdentityFiles, ex.expand(id))
+		}
+	}
+	if v, _, err := l.get("IdentitiesOnly"); err != nil {
+		return nil, err
+	} else {
+		t.IdentitiesOnly = strings.EqualFold(v, "yes")
+	}
+	if v, _, err := l.get("ProxyJump"); err != nil {
+		return nil, err
+	} else if v != "" && !strings.EqualFold(v, "none") {
+		for _, hop := range strings.Split(v, ",") {
+			hop = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(hop), "ssh://"))
+			if hop != "" {
+				t.ProxyJump = append(t.ProxyJump, hop)
+			}
+		}
+	}
+	t.ConnectTimeout = DefaultConnectTimeout
+	if n, ok, err := l.int("ConnectTimeout"); err != nil {
+		return nil, err
+	} else if ok && n > 0 {
+		t.ConnectTimeout = time.Duration(n) * time.Second
+	}
+	t.AliveInterval = DefaultAliveInterval
+	if n, ok, err := l.int("ServerAliveInterval"); err != nil {
+		return nil, err
+	} else if ok {
+		t.AliveInterval = time.Duration(n) * time.Second
+	}
+	t.AliveCountMax = DefaultAliveCountMax
+	if n, ok, err := l.int("ServerAliveCountMax"); err != nil {
+		return nil, err
+	} else if ok && n > 0 {
+		t.AliveCountMax = n
+	}
+	switch {
+	case len(o.KnownHosts) > 0:
+		t.KnownHosts = append([]string(nil), o.KnownHosts...)
+	default:
+		v, _, err := l.get("UserKnownHostsFile")
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(v) {
+			if !strings.EqualFold(f, "none") {
+				t.KnownHosts = append(t.KnownHosts, ex.expand(f))
+			}
+		}
+		if len(t.KnownHosts) == 0 {
+			t.KnownHosts = []string{filepath.Join(homeDir(), ".ssh", "known_hosts")}
+		}
+	}
+	return t, nil
+}
+
+// expander does ssh_config's ~ and % tokens for file names.
+type expander struct {
+	home, local, remote, host, alias string
+	port                             int
+}
+
+func (e expander) expand(s string) string {
+	if s == "~" {
+		s = e.home
+	} else if strings.HasPrefix(s, "~/") {
+		s = filepath.Join(e.home, s[2:])
+	}
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		i++
+		switch s[i] {
+		case '%':
+			b.WriteByte('%')
+		case 'd':
+			b.WriteString(e.home)
+		case 'u':
+			b.WriteString(e.local)
+		case 'r':
+			b.WriteString(e.remote)
+		case 'h':
+			b.WriteString(e.host)
+		case 'n':
+			b.WriteString(e.alias)
+		case 'p':
+			b.WriteString(strconv.Itoa(e.port))
+		default:
+			b.WriteByte('%')
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+func homeDir() string {
+	if h, err := os.UserHomeDir(); err == nil {
+		return h
+	}
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return "/"
+}
+
+func localUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
