@@ -639,3 +639,13 @@ func descendants(pid int) []int {
 	}
 	return out
 }
+
+// Pids lists the host's sshd processes: the listener, then the processes
+// serving its connections and their sessions. Empty when stopped.
+func (h *Host) Pids() []int {
+	pid := h.Pid()
+	if pid == 0 {
+		return nil
+	}
+	return append([]int{pid}, descendants(pid)...)
+}

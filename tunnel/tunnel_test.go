@@ -1,0 +1,674 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"ollie/internal/sshlab"
+	"ollie/tunnel"
+)
+
+func TestMain(m *testing.M) {
+	// The lab's keys are the only ones these tests should offer.
+	os.Unsetenv("SSH_AUTH_SOCK")
+	os.Exit(m.Run())
+}
+
+func opts(t testing.TB, l *sshlab.Lab) tunnel.Options {
+	return tunnel.Options{ConfigFile: l.ConfigFile, Log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func dial(t testing.TB, alias string, o tunnel.Options) *tunnel.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := tunnel.Dial(ctx, alias, o)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", alias, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func run(t testing.TB, c *tunnel.Client, cmd string) string {
+	t.Helper()
+	out, err := c.Run(context.Background(), cmd, nil)
+	if err != nil {
+		t.Fatalf("Run %q: %v", cmd, err)
+	}
+	return string(out)
+}
+
+// writeConfig writes an ssh config of extra lines followed by the lab's:
+// ssh takes the first value of a key, so the extra lines win.
+func writeConfig(t testing.TB, l *sshlab.Lab, extra string) string {
+	b, err := os.ReadFile(l.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "ssh_config")
+	if err := os.WriteFile(f, []byte(extra+"\n"+string(b)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func fingerprint(t testing.TB, pubLine string) string {
+	k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(pubLine))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ssh.FingerprintSHA256(k)
+}
+
+func TestUnknownHostAndAcceptNew(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	kh := filepath.Join(t.TempDir(), "newdir", "known_hosts")
+	o := opts(t, l)
+	o.KnownHosts = []string{kh}
+
+	_, err := tunnel.Dial(context.Background(), h.Name, o)
+	var ue *tunnel.UnknownHostError
+	if !errors.As(err, &ue) {
+		t.Fatalf("Dial to an unknown host: %v, want an UnknownHostError", err)
+	}
+	msg := err.Error()
+	t.Log(msg)
+	for _, want := range []string{fingerprint(t, h.HostKeyPub), "ssh-ed25519", "--accept-new", kh, fmt.Sprintf("[%s]:%d", h.Addr, h.Port)} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(kh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refusing wrote known_hosts: %v", err)
+	}
+	if !tunnel.Permanent(err) {
+		t.Error("an unknown host is not Permanent")
+	}
+
+	o.AcceptNew = true
+	c := dial(t, h.Name, o)
+	run(t, c, "true")
+	c.Close()
+	st, err := os.Stat(kh)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("known_hosts after AcceptNew: %v %v, want mode 0600", st, err)
+	}
+	if st, _ := os.Stat(filepath.Dir(kh)); st.Mode().Perm() != 0o700 {
+		t.Errorf("known_hosts dir mode %v, want 0700", st.Mode().Perm())
+	}
+	b, _ := os.ReadFile(kh)
+	if want := fmt.Sprintf("[%s]:%d %s\n", h.Addr, h.Port, h.HostKeyPub); string(b) != want {
+		t.Errorf("known_hosts = %q, want %q", b, want)
+	}
+
+	o.AcceptNew = false
+	run(t, dial(t, h.Name, o), "true")
+	if b2, _ := os.ReadFile(kh); !bytes.Equal(b, b2) {
+		t.Errorf("second dial changed known_hosts: %q", b2)
+	}
+}
+
+func otherKey(t testing.TB) ssh.PublicKey {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestChangedHostKey(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	addr := net.JoinHostPort(h.Addr, strconv.Itoa(h.Port))
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(kh, []byte("# a comment\n"+knownhosts.Line([]string{addr}, otherKey(t))+"\n"), 0o600)
+	o := opts(t, l)
+	o.KnownHosts = []string{kh}
+	o.AcceptNew = true // a changed key is refused all the same
+
+	_, err := tunnel.Dial(context.Background(), h.Name, o)
+	var ce *tunnel.ChangedHostKeyError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Dial with a changed key: %v, want a ChangedHostKeyError", err)
+	}
+	t.Log(err)
+	if ce.File != kh || ce.Line != 2 {
+		t.Errorf("error names %s line %d, want %s line 2", ce.File, ce.Line, kh)
+	}
+	for _, want := range []string{"CHANGED", kh, "line 2", "ssh-keygen -R", fingerprint(t, h.HostKeyPub)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q", want)
+		}
+	}
+	if b, _ := os.ReadFile(kh); strings.Count(string(b), "\n") != 2 {
+		t.Errorf("known_hosts was changed: %q", b)
+	}
+}
+
+func TestHashedKnownHosts(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(h.HostKeyPub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := knownhosts.Normalize(net.JoinHostPort(h.Addr, strconv.Itoa(h.Port)))
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	line := knownhosts.HashHostname(addr) + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+	os.WriteFile(kh, []byte(line+"\n"), 0o600)
+	o := opts(t, l)
+	o.KnownHosts = []string{kh}
+	run(t, dial(t, h.Name, o), "true")
+}
+
+func TestRun(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	c := dial(t, h.Name, opts(t, l))
+	if got := run(t, c, "id -un; echo $HOME"); got != h.User+"\n"+h.Home+"\n" {
+		t.Errorf("id/HOME: %q", got)
+	}
+	out, err := c.Run(context.Background(), "echo partial; echo oops >&2; exit 3", nil)
+	var ee *tunnel.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("exit 3: %v, want an ExitError", err)
+	}
+	if ee.Status != 3 || string(ee.Stderr) != "oops\n" || string(out) != "partial\n" {
+		t.Errorf("ExitError %+v, stdout %q", ee, out)
+	}
+	if !strings.Contains(err.Error(), "exit status 3: oops") {
+		t.Errorf("message %q", err)
+	}
+	out, err = c.Run(context.Background(), "tr a-z A-Z", strings.NewReader("hello\n"))
+	if err != nil || string(out) != "HELLO\n" {
+		t.Errorf("stdin: %q, %v", out, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err = c.Run(ctx, "sleep 30", nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled Run: %v", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("cancelled Run returned after %v", d)
+	}
+	run(t, c, "true") // the connection outlives a cancelled command
+}
+
+func TestSFTP(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	c := dial(t, h.Name, opts(t, l))
+	sc, err := c.SFTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc2, _ := c.SFTP(); sc2 != sc {
+		t.Error("SFTP opened a second client")
+	}
+	p := h.Home + "/sftp-test.txt"
+	f, err := sc.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("ollie "), 50000)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := run(t, c, "sha256sum < sftp-test.txt; stat -c %U sftp-test.txt; rm sftp-test.txt"); !strings.HasSuffix(got, h.User+"\n") {
+		t.Errorf("file written over SFTP: %q", got)
+	}
+	run(t, c, "printf 'from run' > run.txt")
+	f, err = sc.Open(h.Home + "/run.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	f.Close()
+	if string(b) != "from run" {
+		t.Errorf("read over SFTP: %q", b)
+	}
+}
+
+func TestDialUnix(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	// sshd connects as the login user: the socket must be theirs to open.
+	sock := filepath.Join(l.Dir, "echo.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(sock, 0o666)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(conn, conn); conn.Close() }()
+		}
+	}()
+	c := dial(t, h.Name, opts(t, l))
+	conn, err := c.DialUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintln(conn, "ping")
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || line != "ping\n" {
+		t.Errorf("echo through the socket: %q, %v", line, err)
+	}
+	if _, err := c.DialUnix(filepath.Join(l.Dir, "nonexistent.sock")); err == nil {
+		t.Error("DialUnix to a missing socket worked")
+	}
+}
+
+// serveOnce answers every forwarded connection with a line.
+func serveLine(ln net.Listener, line string) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		fmt.Fprintln(conn, line)
+		conn.Close()
+	}
+}
+
+func readSock(t testing.TB, path string) string {
+	t.Helper()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("connect to the forwarded socket: %v", err)
+	}
+	defer conn.Close()
+	b, _ := io.ReadAll(conn)
+	return string(b)
+}
+
+func TestListenUnix(t *testing.T) {
+	for _, unlink := range []string{"yes", "no"} {
+		t.Run("StreamLocalBindUnlink="+unlink, func(t *testing.T) {
+			l := sshlab.Start(t, sshlab.Config{Sshd: []string{"StreamLocalBindUnlink " + unlink}})
+			h := l.Host(0)
+			o := opts(t, l)
+			path := h.Home + "/fwd.sock"
+			for i := 0; i < 2; i++ {
+				// A connection that ends without cancelling leaves the socket
+				// file behind, as a crashed ollie-remote would.
+				c := dial(t, h.Name, o)
+				ln, err := c.ListenUnix(path)
+				if err != nil {
+					t.Fatalf("ListenUnix #%d: %v", i+1, err)
+				}
+				go serveLine(ln, fmt.Sprint("listener ", i+1))
+				// The socket is on this machine: connect to it as the host would.
+				if got := readSock(t, path); got != fmt.Sprintf("listener %d\n", i+1) {
+					t.Errorf("through forward #%d: %q", i+1, got)
+				}
+				c.Close()
+				if _, err := os.Lstat(path); err != nil {
+					t.Logf("socket after close: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// sshdOwnsPeer reports whether the TCP connection whose client side is
+// 127.0.0.x:port belongs to one of pids (by socket inode).
+func sshdOwnsPeer(t testing.TB, clientPort int, pids []int) bool {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inode string
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		local := f[1]
+		if p, err := strconv.ParseUint(local[strings.IndexByte(local, ':')+1:], 16, 32); err == nil && int(p) == clientPort {
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		t.Fatalf("no TCP socket with local port %d", clientPort)
+	}
+	for _, pid := range pids {
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); l == "socket:["+inode+"]" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestProxyJump(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{Hosts: 3})
+	h11, h12, h13 := l.Host(0), l.Host(1), l.Host(2)
+	cfg := writeConfig(t, l, "Host h12\n  ProxyJump h11\n\nHost h13\n  ProxyJump h11,h12\n")
+	o := opts(t, l)
+	o.ConfigFile = cfg
+
+	c := dial(t, h12.Name, o)
+	if got := c.Target().ProxyJump; len(got) != 1 || got[0] != "h11" {
+		t.Errorf("Target().ProxyJump = %v", got)
+	}
+	sc := strings.Fields(run(t, c, "id -un; echo $SSH_CONNECTION"))
+	if len(sc) != 5 || sc[0] != h12.User {
+		t.Fatalf("on h12: %q", sc)
+	}
+	port, _ := strconv.Atoi(sc[2])
+	if !sshdOwnsPeer(t, port, h11.Pids()) {
+		t.Errorf("h12's client (port %d) is not h11's sshd: not jumped", port)
+	}
+
+	c13 := dial(t, h13.Name, o)
+	sc = strings.Fields(run(t, c13, "id -un; echo $SSH_CONNECTION"))
+	if len(sc) != 5 || sc[0] != h13.User {
+		t.Fatalf("on h13: %q", sc)
+	}
+	port, _ = strconv.Atoi(sc[2])
+	if !sshdOwnsPeer(t, port, h12.Pids()) {
+		t.Errorf("h13's client (port %d) is not h12's sshd", port)
+	}
+
+	// The hop's host key is checked too.
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(kh, []byte(fmt.Sprintf("[%s]:%d %s\n", h12.Addr, h12.Port, h12.HostKeyPub)), 0o600)
+	o.KnownHosts = []string{kh}
+	_, err := tunnel.Dial(context.Background(), h12.Name, o)
+	var ue *tunnel.UnknownHostError
+	if !errors.As(err, &ue) || ue.Alias != "h11" {
+		t.Errorf("jump host with an unknown key: %v, want an UnknownHostError for h11", err)
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	dir := t.TempDir()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, _ := ssh.MarshalPrivateKey(priv, "")
+	stranger := filepath.Join(dir, "stranger")
+	os.WriteFile(stranger, pem.EncodeToMemory(blk), 0o600)
+	blk, _ = ssh.MarshalPrivateKeyWithPassphrase(priv, "", []byte("secret"))
+	locked := filepath.Join(dir, "locked")
+	os.WriteFile(locked, pem.EncodeToMemory(blk), 0o600)
+	cfg := writeConfig(t, l, fmt.Sprintf("Host %s\n  IdentityFile %s\n  IdentityFile %s\n  IdentitiesOnly yes\n", h.Name, stranger, locked))
+	b, _ := os.ReadFile(cfg)
+	// Only these two keys: drop the lab's own IdentityFile lines.
+	var keep []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, l.ClientKey) {
+			keep = append(keep, line)
+		}
+	}
+	os.WriteFile(cfg, []byte(strings.Join(keep, "\n")), 0o644)
+	o := opts(t, l)
+	o.ConfigFile = cfg
+
+	_, err := tunnel.Dial(context.Background(), h.Name, o)
+	var ae *tunnel.AuthError
+	if !errors.As(err, &ae) {
+		t.Fatalf("Dial with a stranger's key: %v, want an AuthError", err)
+	}
+	t.Log(err)
+	for _, want := range []string{h.User + "@" + h.Name, stranger, "passphrase-protected", locked} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q", want)
+		}
+	}
+
+	hst := tunnel.NewHost(h.Name, o)
+	defer hst.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := hst.Client(ctx); !errors.As(err, &ae) {
+		t.Errorf("Host.Client: %v, want the AuthError", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("Host.Client retried a permanent error for %v", d)
+	}
+	if s := hst.State(); !strings.HasPrefix(s, "failed: ") {
+		t.Errorf("State after auth failure: %q", s)
+	}
+}
+
+func TestConnectTimeout(t *testing.T) {
+	// A TCP peer that never speaks SSH: only the handshake timeout ends it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	cfg := filepath.Join(t.TempDir(), "config")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("Host mute\n  HostName 127.0.0.1\n  Port %d\n  ConnectTimeout 1\n", ln.Addr().(*net.TCPAddr).Port)), 0o644)
+	t0 := time.Now()
+	_, err = tunnel.Dial(context.Background(), "mute", tunnel.Options{ConfigFile: cfg, KnownHosts: []string{filepath.Join(t.TempDir(), "kh")}})
+	d := time.Since(t0)
+	if err == nil || !strings.Contains(err.Error(), "ConnectTimeout") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("mute peer: %v", err)
+	}
+	if d > 5*time.Second {
+		t.Errorf("ConnectTimeout 1 took %v", d)
+	}
+}
+
+func TestMaxSessions(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	c := dial(t, h.Name, opts(t, l))
+	if _, err := c.SFTP(); err != nil { // holds a session channel too
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := c.Run(context.Background(), fmt.Sprintf("sleep 0.3; echo %d", i), nil)
+			if err == nil && string(out) != fmt.Sprintf("%d\n", i) {
+				err = fmt.Errorf("output %q", out)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Run #%d: %v", i, err)
+		}
+	}
+
+	// Without the bound, sshd (MaxSessions 10) refuses some: the test
+	// above is not passing by luck.
+	o := opts(t, l)
+	o.MaxSessions = 20
+	c2 := dial(t, h.Name, o)
+	refused := 0
+	var mu sync.Mutex
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c2.Run(context.Background(), "sleep 1", nil); err != nil {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if refused == 0 {
+		t.Error("sshd accepted 20 sessions at once: the lab's MaxSessions is not 10")
+	}
+}
+
+func TestKeepaliveDetectsDeadPath(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	o := opts(t, l)
+	o.ConfigFile = writeConfig(t, l, "Host h11\n  ServerAliveInterval 1\n  ServerAliveCountMax 2\n")
+	hst := tunnel.NewHost(h.Name, o)
+	defer hst.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c1, err := hst.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c1, "true")
+	if n := h.FreezeConnections(); n == 0 {
+		t.Fatal("no connection process to freeze")
+	}
+	select {
+	case <-c1.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("a frozen connection was not noticed in 15s")
+	}
+	if err := c1.Err(); err == nil || !strings.Contains(err.Error(), "keepalive") {
+		t.Errorf("Err after a dead path: %v", err)
+	}
+	c2, err := hst.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2 == c1 {
+		t.Fatal("Host returned the dead client")
+	}
+	run(t, c2, "true")
+	if s := hst.State(); s != "connected" {
+		t.Errorf("State = %q", s)
+	}
+}
+
+func TestHostReconnect(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	hst := tunnel.NewHost(h.Name, opts(t, l))
+	defer hst.Close()
+	if s := hst.State(); s != "idle" {
+		t.Errorf("State before use = %q", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c1, err := hst.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := hst.State(); s != "connected" {
+		t.Errorf("State = %q", s)
+	}
+
+	// A dropped connection is noticed at once and replaced.
+	h.KillConnections()
+	<-c1.Done()
+	c2, err := hst.Client(ctx)
+	if err != nil || c2 == c1 {
+		t.Fatalf("after KillConnections: %v (same client: %v)", err, c2 == c1)
+	}
+	run(t, c2, "true")
+
+	// A host that is down: the Host keeps trying, and says so.
+	h.Stop()
+	<-c2.Done()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(hst.State(), "reconnecting (attempt 2)") {
+		if time.Now().After(deadline) {
+			t.Fatalf("State while the host is down: %q", hst.State())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Log(hst.State())
+	if s := hst.State(); !strings.Contains(s, "connection refused") {
+		t.Errorf("State does not say why: %q", s)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = hst.Client(short)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("Client while down: %v", err)
+	}
+	h.Start()
+	c3, err := hst.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c3, "true")
+	if s := hst.State(); s != "connected" {
+		t.Errorf("State after the host came back = %q", s)
+	}
+	hst.Close()
+	if s := hst.State(); s != "closed" {
+		t.Errorf("State after Close = %q", s)
+	}
+	if _, err := hst.Client(ctx); !errors.Is(err, tunnel.ErrClosed) {
+		t.Errorf("Client after Close: %v", err)
+	}
+	<-c3.Done()
+}
