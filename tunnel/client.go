@@ -356,6 +356,9 @@ func lastLine(b []byte) string {
 func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
 	release, err := c.acquire(ctx)
 	if err != nil {
+		if errors.Is(err, context.Cause(ctx)) {
+			return nil, fmt.Errorf("tunnel: %s: %s: waiting for a free session: %w", c.target.Alias, cmd, err)
+		}
 		return nil, err
 	}
 	s, err := c.conn.NewSession()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -671,4 +673,84 @@ func TestHostReconnect(t *testing.T) {
 		t.Errorf("Client after Close: %v", err)
 	}
 	<-c3.Done()
+}
+
+func TestAgent(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	h := l.Host(0)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	agentCmd := exec.Command("ssh-agent", "-D", "-a", sock)
+	if err := agentCmd.Start(); err != nil {
+		t.Fatalf("ssh-agent: %v", err)
+	}
+	t.Cleanup(func() { agentCmd.Process.Kill(); agentCmd.Wait() })
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 200 {
+			t.Fatal("ssh-agent made no socket")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	add := exec.Command("ssh-add", l.ClientKey)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v: %s", err, out)
+	}
+	t.Setenv("SSH_AUTH_SOCK", sock)
+
+	// No identity file at all: only the agent holds the key.
+	b, _ := os.ReadFile(l.ConfigFile)
+	var keep []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "IdentityFile") && !strings.Contains(line, "IdentitiesOnly") {
+			keep = append(keep, line)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "ssh_config")
+	os.WriteFile(cfg, []byte(strings.Join(keep, "\n")), 0o644)
+	o := opts(t, l)
+	o.ConfigFile = cfg
+	run(t, dial(t, h.Name, o), "true")
+
+	// IdentitiesOnly keeps the agent's keys that are not IdentityFiles back.
+	o.ConfigFile = writeConfig(t, l, fmt.Sprintf("Host %s\n  IdentityFile %s\n  IdentitiesOnly yes\n", h.Name, filepath.Join(t.TempDir(), "missing")))
+	b, _ = os.ReadFile(o.ConfigFile)
+	keep = keep[:0]
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, l.ClientKey) {
+			keep = append(keep, line)
+		}
+	}
+	os.WriteFile(o.ConfigFile, []byte(strings.Join(keep, "\n")), 0o644)
+	_, err := tunnel.Dial(context.Background(), h.Name, o)
+	var ae *tunnel.AuthError
+	if !errors.As(err, &ae) || len(ae.Tried) != 0 {
+		t.Errorf("IdentitiesOnly with the agent's key not listed: %v", err)
+	}
+}
+
+// A host with an RSA and an ed25519 key, known by one of them: unless the
+// client asks for that key's algorithm, the server may show the other, and
+// a known_hosts check would cry CHANGED. (x/crypto prefers RSA to ed25519.)
+func TestHostKeyAlgorithms(t *testing.T) {
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := ssh.MarshalPrivateKey(rk, "")
+	rsaFile := filepath.Join(t.TempDir(), "ssh_host_rsa_key")
+	os.WriteFile(rsaFile, pem.EncodeToMemory(blk), 0o600)
+	rsaPub, _ := ssh.NewPublicKey(&rk.PublicKey)
+
+	l := sshlab.Start(t, sshlab.Config{Sshd: []string{"HostKey " + rsaFile}})
+	h := l.Host(0)
+	o := opts(t, l)
+	run(t, dial(t, h.Name, o), "true") // the lab's known_hosts has the ed25519 key
+
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{net.JoinHostPort(h.Addr, strconv.Itoa(h.Port))}, rsaPub)+"\n"), 0o600)
+	o.KnownHosts = []string{kh}
+	run(t, dial(t, h.Name, o), "true")
 }
