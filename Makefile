@@ -7,10 +7,13 @@ FUZZTIME ?= 20s
 
 .PHONY: build cross test fuzz bench run clean FORCE
 
-build: bin/olliesrv bin/ollie
+build: bin/olliesrv bin/ollie bin/ollie-remote
 
 bin/olliesrv: FORCE
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/olliesrv
+
+bin/ollie-remote: FORCE
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/ollie-remote
 
 # busybox style: the same file, chosen by its name
 bin/ollie: bin/olliesrv

@@ -128,7 +128,7 @@ func installManifest(root string, versions []string) (*InstallManifest, error) {
 			}
 			return err
 		}
-		if !d.Type().IsRegular() || strings.HasPrefix(d.Name(), ".ollie-tmp-") {
+		if !d.Type().IsRegular() || strings.Contains(d.Name(), ".ollie-tmp-") {
 			return nil
 		}
 		sum, err := fileSHA256(path)
@@ -215,6 +215,7 @@ func installCommit(plan InstallPlan) (*InstallReport, error) {
 		dirs[filepath.Dir(p)] = true
 		rep.Changed = append(rep.Changed, "removed data/"+rel+" (no longer in the deployed data)")
 	}
+	removeLeftovers(plan.Root)
 	removeEmptyDirs(data)
 	for d := range dirs {
 		syncDir(d)
@@ -282,6 +283,17 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// removeLeftovers removes what interrupted uploads left: every upload of
+// this plan is committed or removed by now.
+func removeLeftovers(root string) {
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(d.Name(), ".ollie-tmp-") {
+			os.Remove(p)
+		}
+		return nil
+	})
 }
 
 // removeEmptyDirs removes directories under data left empty by removals.
@@ -371,7 +383,7 @@ func hasTmpOnly(dir string) bool {
 		return false
 	}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), ".ollie-tmp-") {
+		if !strings.Contains(e.Name(), ".ollie-tmp-") {
 			return false
 		}
 	}

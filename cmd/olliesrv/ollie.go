@@ -16,6 +16,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/ns/client"
 )
@@ -30,7 +31,7 @@ const (
 	ollieExitInterrupted = 130
 )
 
-const ollieUsage = `usage: ollie [-a ADDR] [-u UNAME] [COMMAND ARGS]
+const ollieUsage = `usage: ollie [-a ADDR | -H HOST] [-u UNAME] [COMMAND ARGS]
 
 Commands:
   ls [-l] [PATH]  list a directory (default /)
@@ -49,6 +50,7 @@ input, one a line.
 Flags:
   -a ADDR   the namespace: a Unix socket path, tcp!HOST!PORT or HOST:PORT
             (default %s, from $NAMESPACE)
+  -H HOST   the namespace of HOST, forwarded by "ollie-remote up HOST"
   -u UNAME  the user to attach as (default $OLLIE_UNAME; empty is the
             server's owner on its Unix socket)
   -start    start olliesrv first if the default namespace has none (the
@@ -72,6 +74,7 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	addr := fl.String("a", "", "")
 	uname := fl.String("u", os.Getenv("OLLIE_UNAME"), "")
 	start := fl.Bool("start", false, "")
+	host := fl.String("H", "", "")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, ollieUsage, ns.SocketPath())
@@ -80,6 +83,16 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ollieUsageError(stderr, err.Error())
 	}
 	args = fl.Args()
+	if *host != "" {
+		if *addr != "" {
+			return ollieUsageError(stderr, "-a and -H name the namespace twice: give one")
+		}
+		*addr = paths.RemoteSocket(*host)
+		if _, err := os.Stat(*addr); err != nil {
+			fmt.Fprintf(stderr, "ollie: no tunnel to %s (%s is missing): run ollie-remote up %s\n", *host, *addr, *host)
+			return ollieExitNoServer
+		}
+	}
 	if len(args) == 0 {
 		return runShell(*addr, *uname, *start, stdin, stdout, stderr)
 	}

@@ -49,3 +49,20 @@ func TestDataDir(t *testing.T) {
 		t.Errorf("Defaults = %v", ds)
 	}
 }
+
+func TestRemoteSocket(t *testing.T) {
+	t.Setenv("OLLIE_REMOTE_DIR", "/tmp/orx")
+	if got := RemoteSocket("web1"); got != "/tmp/orx/web1.ns" {
+		t.Errorf("RemoteSocket(web1) = %q", got)
+	}
+	long := strings.Repeat("h", 200)
+	for _, h := range []string{"a/b", "a_b/..", long, "../x"} {
+		got := RemoteSocket(h)
+		if len(got) > 107 || filepath.Dir(got) != "/tmp/orx" || !strings.HasPrefix(filepath.Base(got), "h-") {
+			t.Errorf("RemoteSocket(%q) = %q", h, got)
+		}
+	}
+	if RemoteSocket("a/b") == RemoteSocket("a_b") {
+		t.Error("two hosts share a socket")
+	}
+}

@@ -1,0 +1,424 @@
+package main
+
+// deploy: push the olliesrv built for a host's OS and architecture and the
+// data files to ~/.local/share/ollie on the host, over one SSH connection.
+// Files are uploaded over SFTP under temporary names; the host's own
+// olliesrv (install commit) checks, fsyncs and renames them, so an
+// interrupted upload never leaves a half-written file in place.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pkg/sftp"
+
+	"ollie/tunnel"
+)
+
+// localFile is a file to deploy: its path on the desktop and its content.
+type localFile struct {
+	Src    string
+	SHA256 string
+	Mode   fs.FileMode
+	Size   int64
+}
+
+// bundle is what a deploy pushes: the binaries by platform and the data
+// files by path under data/. It is hashed once per run.
+type bundle struct {
+	Bins map[string]localFile // "linux/amd64" -> olliesrv
+	Data map[string]localFile // "tools/disk_usage.meta" -> file
+}
+
+// loadBundle finds the binaries (binDir/OS-ARCH/olliesrv, and
+// binDir/olliesrv for the desktop's own platform) and hashes them and every
+// file under dataDir.
+func loadBundle(binDir, dataDir string, local string) (*bundle, error) {
+	b := &bundle{Bins: map[string]localFile{}, Data: map[string]localFile{}}
+	ents, _ := os.ReadDir(binDir)
+	for _, e := range ents {
+		osName, arch, ok := strings.Cut(e.Name(), "-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if f, err := hashFile(filepath.Join(binDir, e.Name(), "olliesrv")); err == nil {
+			b.Bins[osName+"/"+arch] = f
+		}
+	}
+	if _, ok := b.Bins[local]; !ok {
+		if f, err := hashFile(filepath.Join(binDir, "olliesrv")); err == nil {
+			b.Bins[local] = f
+		}
+	}
+	if len(b.Bins) == 0 {
+		return nil, fmt.Errorf("no olliesrv binaries under %s: run make cross (or make build for this platform)", binDir)
+	}
+	err := filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := hashFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dataDir, p)
+		b.Data[filepath.ToSlash(rel)] = f
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	return b, nil
+}
+
+func hashFile(p string) (localFile, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return localFile{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return localFile{}, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return localFile{}, err
+	}
+	return localFile{Src: p, SHA256: hex.EncodeToString(h.Sum(nil)), Mode: fi.Mode().Perm(), Size: n}, nil
+}
+
+// versionOf names a binary's directory on the host: its content hash, so
+// that the same build is the same version everywhere.
+func versionOf(f localFile) string { return f.SHA256[:12] }
+
+// The host side's answers, as cmd/olliesrv's install writes them.
+type hostManifest struct {
+	Root     string            `json:"root"`
+	Current  string            `json:"current"`
+	Versions map[string]string `json:"versions"`
+	Data     map[string]struct {
+		SHA256 string      `json:"sha256"`
+		Mode   fs.FileMode `json:"mode"`
+	} `json:"data"`
+	Installed bool   `json:"installed"`
+	Daemon    string `json:"daemon"`
+}
+
+type plannedFile struct {
+	Tmp    string      `json:"tmp"`
+	Path   string      `json:"path"`
+	SHA256 string      `json:"sha256"`
+	Mode   fs.FileMode `json:"mode"`
+}
+
+type installPlan struct {
+	Root    string        `json:"root"`
+	Version string        `json:"version"`
+	Files   []plannedFile `json:"files"`
+	Remove  []string      `json:"remove"`
+	Keep    int           `json:"keep"`
+	Restart bool          `json:"restart"`
+}
+
+type installReport struct {
+	Changed []string `json:"changed"`
+	Bad     []string `json:"bad"`
+}
+
+// deployResult is one host's line in the final table.
+type deployResult struct {
+	Host     string        `json:"host"`
+	Platform string        `json:"platform"`
+	Version  string        `json:"version"`
+	Sent     int64         `json:"sent"`  // bytes of file content
+	Files    int           `json:"files"` // files uploaded
+	Took     time.Duration `json:"took"`
+	Changed  []string      `json:"changed"`
+	Err      string        `json:"err,omitempty"`
+}
+
+// probeScript prints the host's platform and home, then what the installed
+// olliesrv (if any) says the host holds. It runs under /bin/sh whatever the
+// user's login shell is.
+const probeScript = `uname -sm; printf '%s\n' "$HOME"; r="$HOME/.local/share/ollie"
+if [ -x "$r/current/olliesrv" ] && "$r/current/olliesrv" install manifest "$r" "$@" 2>/dev/null; then :; else echo '{}'; fi`
+
+// platform maps uname -sm to Go's names.
+func platform(uname string) (string, error) {
+	f := strings.Fields(uname)
+	if len(f) != 2 {
+		return "", fmt.Errorf("unexpected uname output %q", uname)
+	}
+	osName := strings.ToLower(f[0])
+	arch := map[string]string{"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+		"armv7l": "arm", "armv6l": "arm", "i686": "386", "i386": "386", "riscv64": "riscv64", "ppc64le": "ppc64le", "s390x": "s390x"}[f[1]]
+	if arch == "" {
+		arch = f[1]
+	}
+	return osName + "/" + arch, nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// sh runs a script under /bin/sh with arguments, whatever the login shell.
+func sh(script string, args ...string) string {
+	q := []string{"exec", "/bin/sh", "-c", shellQuote(script), "sh"}
+	for _, a := range args {
+		q = append(q, shellQuote(a))
+	}
+	return strings.Join(q, " ")
+}
+
+// deployHost brings one host up to date over c and says what it did.
+func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, progress func(string)) (res deployResult) {
+	start := time.Now()
+	res.Host = c.Target().Alias
+	defer func() { res.Took = time.Since(start) }()
+	fail := func(err error) deployResult {
+		res.Err = err.Error()
+		return res
+	}
+
+	var versions []string
+	for _, f := range b.Bins {
+		versions = append(versions, versionOf(f))
+	}
+	sort.Strings(versions)
+	out, err := c.Run(ctx, sh(probeScript, versions...), nil)
+	if err != nil {
+		return fail(fmt.Errorf("probing the host: %w", err))
+	}
+	lines := strings.SplitN(string(out), "\n", 3)
+	if len(lines) < 3 {
+		return fail(fmt.Errorf("probing the host: unexpected answer %q", out))
+	}
+	plat, err := platform(lines[0])
+	if err != nil {
+		return fail(err)
+	}
+	res.Platform = plat
+	home := strings.TrimSpace(lines[1])
+	if !path.IsAbs(home) {
+		return fail(fmt.Errorf("the host gave no home directory (HOME=%q)", home))
+	}
+	var m hostManifest
+	if err := json.Unmarshal([]byte(lines[2]), &m); err != nil {
+		return fail(fmt.Errorf("reading the host's manifest: %w", err))
+	}
+	bin, ok := b.Bins[plat]
+	if !ok {
+		return fail(fmt.Errorf("no olliesrv built for %s: build it with make cross PLATFORMS=%s", plat, plat))
+	}
+	root := path.Join(home, ".local/share/ollie")
+	ver := versionOf(bin)
+	res.Version = ver
+
+	var up []upload
+	if m.Versions[ver] != bin.SHA256 {
+		up = append(up, upload{src: bin, path: ver + "/olliesrv"})
+	}
+	for _, rel := range sortedKeys(b.Data) {
+		f := b.Data[rel]
+		if have, ok := m.Data[rel]; !ok || have.SHA256 != f.SHA256 || have.Mode != f.Mode {
+			up = append(up, upload{src: f, path: "data/" + rel})
+		}
+	}
+	var remove []string
+	for rel := range m.Data {
+		if _, ok := b.Data[rel]; !ok {
+			remove = append(remove, rel)
+		}
+	}
+	sort.Strings(remove)
+	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
+	if len(up) == 0 && len(remove) == 0 && m.Current == ver && m.Installed && daemonOK {
+		res.Changed = []string{"up to date: no file sent"}
+		return res
+	}
+
+	if len(up) > 0 {
+		var total int64
+		for _, u := range up {
+			total += u.src.Size
+		}
+		progress(fmt.Sprintf("%s, sending %d files (%s)", plat, len(up), humanBytes(total)))
+	}
+	plan := installPlan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
+	for attempt := 1; ; attempt++ {
+		sent, err := uploadAll(ctx, c, root, up)
+		res.Sent += sent
+		res.Files += len(up)
+		if err != nil {
+			return fail(fmt.Errorf("uploading: %w", err))
+		}
+		plan.Files = plan.Files[:0]
+		for _, u := range up {
+			plan.Files = append(plan.Files, plannedFile{Tmp: u.tmp, Path: u.path, SHA256: u.src.SHA256, Mode: u.src.Mode})
+		}
+		// The new binary commits itself; with no new binary the installed
+		// one of this version does the work.
+		helper := path.Join(root, ver, "olliesrv")
+		for _, u := range up {
+			if u.path == ver+"/olliesrv" {
+				helper = path.Join(root, u.tmp)
+			}
+		}
+		planJSON, _ := json.Marshal(plan)
+		out, err := c.Run(ctx, sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)))
+		if err != nil {
+			return fail(fmt.Errorf("committing on the host: %w", err))
+		}
+		var rep installReport
+		if err := json.Unmarshal(out, &rep); err != nil {
+			return fail(fmt.Errorf("reading the host's report %q: %w", out, err))
+		}
+		res.Changed = append(res.Changed, rep.Changed...)
+		if len(rep.Bad) == 0 {
+			break
+		}
+		if attempt == 2 {
+			return fail(fmt.Errorf("%s arrived damaged twice; check the host's disk (df -h ~) and run deploy again", strings.Join(rep.Bad, ", ")))
+		}
+		progress(fmt.Sprintf("%d files arrived damaged, sending them again", len(rep.Bad)))
+		var again []upload
+		for _, u := range up {
+			for _, bad := range rep.Bad {
+				if u.path == bad {
+					again = append(again, upload{src: u.src, path: u.path})
+				}
+			}
+		}
+		up, plan.Remove = again, nil
+	}
+	if res.Files > 0 {
+		res.Changed = append([]string{fmt.Sprintf("%d files sent", res.Files)}, res.Changed...)
+	}
+	return res
+}
+
+type upload struct {
+	src  localFile
+	path string // under the root
+	tmp  string // under the root, set by uploadAll
+}
+
+// uploadAll copies every file to a temporary name beside its destination,
+// several at once over the connection's one SFTP session.
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload) (int64, error) {
+	if len(up) == 0 {
+		return 0, nil
+	}
+	sc, err := c.SFTP()
+	if err != nil {
+		return 0, fmt.Errorf("sftp: %w", err)
+	}
+	dirs := map[string]bool{}
+	for i := range up {
+		d := path.Dir(path.Join(root, up[i].path))
+		if !dirs[d] {
+			if err := sc.MkdirAll(d); err != nil {
+				return 0, fmt.Errorf("mkdir %s: %w", d, err)
+			}
+			dirs[d] = true
+		}
+		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+randomHex(6))
+	}
+	var mu sync.Mutex
+	var sent int64
+	var firstErr error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, u := range up {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := uploadOne(ctx, sc, root, u, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return sent, firstErr
+}
+
+func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, count func(int64)) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	src, err := os.Open(u.src.Src)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := sc.OpenFile(path.Join(root, u.tmp), os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return fmt.Errorf("%s: %w", u.path, err)
+	}
+	n, err := dst.ReadFrom(src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// Executable before it is committed: the binary runs its own commit.
+		err = sc.Chmod(path.Join(root, u.tmp), u.src.Mode|0700)
+	}
+	count(n)
+	if err != nil {
+		return fmt.Errorf("%s: %w", u.path, err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+var errStopped = errors.New("stopped")

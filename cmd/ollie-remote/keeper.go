@@ -1,0 +1,463 @@
+package main
+
+// The keeper is the background process behind ollie-remote up: it holds one
+// SSH connection per host, reconnecting after drops, and serves each host's
+// namespace on a local socket through a 9P proxy that resumes reads across
+// reconnects. up, down, status and deploy talk to it over a control socket
+// in the same private directory.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"ollie/internal/paths"
+	"ollie/ns/resume"
+	"ollie/tunnel"
+)
+
+const keeperCommand = "__keeper"
+
+// request is one control request; replies are JSON lines of reply.
+type request struct {
+	Op        string   `json:"op"` // up, down, list, deploy
+	Host      string   `json:"host,omitempty"`
+	Config    string   `json:"config,omitempty"`
+	Known     []string `json:"known,omitempty"`
+	AcceptNew bool     `json:"accept_new,omitempty"`
+	Stop      bool     `json:"stop,omitempty"`
+	Bundle    *bundle  `json:"bundle,omitempty"`
+	Keep      int      `json:"keep,omitempty"`
+}
+
+type reply struct {
+	Host   string        `json:"host,omitempty"`
+	Msg    string        `json:"msg,omitempty"`
+	Done   bool          `json:"done,omitempty"`
+	Err    string        `json:"err,omitempty"`
+	Socket string        `json:"socket,omitempty"`
+	Result *deployResult `json:"result,omitempty"`
+	Held   []heldInfo    `json:"held,omitempty"`
+}
+
+type heldInfo struct {
+	Host   string    `json:"host"`
+	Socket string    `json:"socket"`
+	Tunnel string    `json:"tunnel"`
+	Proxy  string    `json:"proxy"`
+	Since  time.Time `json:"since"`
+}
+
+func controlSocket() string { return filepath.Join(paths.RemoteDir(), "keeper.sock") }
+
+// prepareRemoteDir makes the private directory for the sockets, and checks
+// an existing one is ours: it may be in /tmp.
+func prepareRemoteDir() error {
+	dir := paths.RemoteDir()
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || (ok && int(st.Uid) != os.Getuid()) {
+		return fmt.Errorf("%s is not a directory of yours: remove it or set OLLIE_REMOTE_DIR", dir)
+	}
+	if fi.Mode().Perm() != 0700 {
+		return os.Chmod(dir, 0700)
+	}
+	return nil
+}
+
+type keeper struct {
+	mu    sync.Mutex
+	hosts map[string]*heldHost
+	log   *slog.Logger
+	ln    net.Listener
+	quit  chan struct{}
+	once  sync.Once
+}
+
+type heldHost struct {
+	name       string
+	th         *tunnel.Host
+	proxy      *resume.Proxy
+	ln         net.Listener
+	sock       string
+	remoteSock string
+	since      time.Time
+	deployMu   sync.Mutex
+
+	mu         sync.Mutex
+	proxyState string
+}
+
+func keeperMain(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := prepareRemoteDir(); err != nil {
+		log.Error("ollie-remote keeper", "err", err)
+		return 1
+	}
+	lock, err := os.OpenFile(filepath.Join(paths.RemoteDir(), "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
+	if err != nil {
+		log.Error("ollie-remote keeper", "err", err)
+		return 1
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		log.Error("ollie-remote keeper: another keeper runs", "err", err)
+		return 1
+	}
+	sock := controlSocket()
+	os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		log.Error("ollie-remote keeper", "err", err)
+		return 1
+	}
+	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go k.serve(c)
+		}
+	}()
+	sigs := make(chan os.Signal, 1)
+	signalNotify(sigs)
+	select {
+	case <-k.quit:
+	case s := <-sigs:
+		log.Info("ollie-remote keeper: signal", "signal", s)
+	}
+	ln.Close()
+	os.Remove(sock)
+	k.mu.Lock()
+	for _, h := range k.hosts {
+		h.close()
+	}
+	k.mu.Unlock()
+	return 0
+}
+
+func (k *keeper) serve(c net.Conn) {
+	defer c.Close()
+	var req request
+	if err := json.NewDecoder(c).Decode(&req); err != nil {
+		return
+	}
+	enc := json.NewEncoder(c)
+	var emu sync.Mutex
+	send := func(r reply) {
+		emu.Lock()
+		defer emu.Unlock()
+		enc.Encode(r)
+	}
+	// A client that goes away cancels its request.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		io.Copy(io.Discard, c)
+		cancel()
+	}()
+	switch req.Op {
+	case "up":
+		sock, err := k.up(ctx, req, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
+		send(reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err)})
+	case "down":
+		err := k.down(ctx, req.Host, req.Stop)
+		send(reply{Host: req.Host, Done: true, Err: errString(err)})
+	case "list":
+		send(reply{Done: true, Held: k.list()})
+	case "deploy":
+		k.mu.Lock()
+		h := k.hosts[req.Host]
+		k.mu.Unlock()
+		if h == nil || req.Bundle == nil {
+			send(reply{Host: req.Host, Done: true, Err: errNoKeeper.Error()})
+			return
+		}
+		r := h.deploy(ctx, req.Bundle, req.Keep, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
+		send(reply{Host: req.Host, Done: true, Result: &r})
+	default:
+		send(reply{Done: true, Err: fmt.Sprintf("unknown request %q", req.Op)})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// startScript starts the host's olliesrv, or finds the running one, and
+// prints "running|started SOCKET pid N".
+const startScript = `r="$HOME/.local/share/ollie"
+if [ ! -x "$r/current/olliesrv" ]; then echo "ollie is not deployed on this host: run ollie-remote deploy first" >&2; exit 3; fi
+exec "$r/current/olliesrv" start`
+
+func startRemote(ctx context.Context, c *tunnel.Client) (string, error) {
+	out, err := c.Run(ctx, sh(startScript), nil)
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 || (f[0] != "running" && f[0] != "started") {
+		return "", fmt.Errorf("olliesrv start said %q", out)
+	}
+	return f[1], nil
+}
+
+func (k *keeper) up(ctx context.Context, req request, progress func(string)) (string, error) {
+	k.mu.Lock()
+	if h := k.hosts[req.Host]; h != nil {
+		k.mu.Unlock()
+		progress("already up")
+		return h.sock, nil
+	}
+	k.mu.Unlock()
+
+	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Log: k.log.With("host", req.Host)}
+	th := tunnel.NewHost(req.Host, opts)
+	progress("connecting")
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	c, err := th.Client(cctx)
+	if err != nil {
+		th.Close()
+		return "", err
+	}
+	remote, err := startRemote(cctx, c)
+	if err != nil {
+		th.Close()
+		return "", fmt.Errorf("starting olliesrv: %w", err)
+	}
+	progress("olliesrv serves " + remote)
+	h := &heldHost{name: req.Host, th: th, remoteSock: remote, sock: paths.RemoteSocket(req.Host), since: time.Now(), proxyState: "connected"}
+	if err := removeStaleSocket(h.sock); err != nil {
+		th.Close()
+		return "", err
+	}
+	ln, err := net.Listen("unix", h.sock)
+	if err != nil {
+		th.Close()
+		return "", err
+	}
+	h.ln = ln
+	h.proxy = &resume.Proxy{Dial: h.dial, Log: k.log.With("host", req.Host), OnState: h.setProxyState}
+	go h.proxy.Serve(ln)
+	k.mu.Lock()
+	if other := k.hosts[req.Host]; other != nil {
+		k.mu.Unlock()
+		h.close()
+		return other.sock, nil
+	}
+	k.hosts[req.Host] = h
+	k.mu.Unlock()
+	return h.sock, nil
+}
+
+// dial reaches the host's namespace over the current connection, starting
+// olliesrv again if it is no longer there.
+func (h *heldHost) dial(ctx context.Context) (net.Conn, error) {
+	c, err := h.th.Client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.DialUnix(h.remoteSock)
+	if err == nil {
+		return conn, nil
+	}
+	remote, serr := startRemote(ctx, c)
+	if serr != nil {
+		return nil, fmt.Errorf("%v; starting olliesrv again: %w", err, serr)
+	}
+	h.remoteSock = remote
+	return c.DialUnix(remote)
+}
+
+func (h *heldHost) setProxyState(s string) {
+	h.mu.Lock()
+	h.proxyState = s
+	h.mu.Unlock()
+}
+
+func (h *heldHost) close() {
+	if h.proxy != nil {
+		h.proxy.Close()
+	}
+	if h.ln != nil {
+		h.ln.Close()
+	}
+	os.Remove(h.sock)
+	h.th.Close()
+}
+
+func (h *heldHost) deploy(ctx context.Context, b *bundle, keep int, progress func(string)) deployResult {
+	h.deployMu.Lock()
+	defer h.deployMu.Unlock()
+	start := time.Now()
+	c, err := h.th.Client(ctx)
+	if err != nil {
+		return deployResult{Host: h.name, Err: err.Error(), Took: time.Since(start)}
+	}
+	r := deployHost(ctx, c, b, keep, progress)
+	r.Host = h.name
+	r.Took = time.Since(start)
+	return r
+}
+
+func (k *keeper) down(ctx context.Context, host string, stop bool) error {
+	k.mu.Lock()
+	h := k.hosts[host]
+	delete(k.hosts, host)
+	left := len(k.hosts)
+	k.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%s is not up", host)
+	}
+	var err error
+	if stop {
+		if c, cerr := h.th.Client(ctx); cerr == nil {
+			_, err = c.Run(ctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil)
+		} else {
+			err = cerr
+		}
+	}
+	h.close()
+	if left == 0 {
+		k.once.Do(func() { close(k.quit) })
+	}
+	return err
+}
+
+func (k *keeper) list() []heldInfo {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []heldInfo
+	for _, h := range k.hosts {
+		h.mu.Lock()
+		out = append(out, heldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since})
+		h.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out
+}
+
+// removeStaleSocket removes a socket file nobody answers on, so that a
+// leftover never blocks the listener.
+func removeStaleSocket(sock string) error {
+	if _, err := os.Lstat(sock); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%s is in use by another process", sock)
+	}
+	return os.Remove(sock)
+}
+
+// keeperCall sends a request to the keeper and hands each reply to on
+// until the final one, which it returns.
+func keeperCall(ctx context.Context, req request, on func(reply)) (reply, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", controlSocket())
+	if err != nil {
+		return reply{}, errNoKeeper
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return reply{}, err
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var r reply
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return reply{}, err
+		}
+		if r.Done {
+			return r, nil
+		}
+		if on != nil {
+			on(r)
+		}
+	}
+	if ctx.Err() != nil {
+		return reply{}, ctx.Err()
+	}
+	return reply{}, fmt.Errorf("the keeper closed the connection (see %s)", filepath.Join(paths.RemoteDir(), "keeper.log"))
+}
+
+// ensureKeeper starts the keeper in the background unless it runs.
+func ensureKeeper(ctx context.Context) error {
+	if c, err := net.Dial("unix", controlSocket()); err == nil {
+		c.Close()
+		return nil
+	}
+	if err := prepareRemoteDir(); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(paths.RemoteDir(), "keeper.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, keeperCommand)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		if c, err := net.Dial("unix", controlSocket()); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the keeper exited at once (%v); see %s", err, logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// deployThroughKeeper deploys over the connection up holds, if it holds
+// the host.
+func deployThroughKeeper(ctx context.Context, c *common, host string, b *bundle, progress func(string)) (deployResult, bool) {
+	r, err := keeperCall(ctx, request{Op: "deploy", Host: host, Bundle: b, Keep: c.keep}, func(r reply) { progress(r.Msg) })
+	if err != nil || r.Result == nil {
+		return deployResult{}, false
+	}
+	return *r.Result, true
+}

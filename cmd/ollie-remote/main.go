@@ -1,0 +1,236 @@
+// Command ollie-remote runs ollie on a fleet from a desktop: it deploys the
+// one olliesrv binary and the data files to hosts over SSH, keeps a tunnel
+// to each host's namespace, and reports their state.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"ollie/internal/paths"
+	"ollie/tunnel"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `usage: ollie-remote [FLAGS] COMMAND HOST...
+
+Commands:
+  deploy HOST...   push olliesrv and data/ to each host (~/.local/share/ollie),
+                   install the ollie command there, restart an older daemon
+  up HOST...       start olliesrv on each host (or reuse it) and keep its
+                   namespace forwarded to a local socket: ollie -H HOST ...
+  down HOST...     stop forwarding (-stop-daemon: stop the host's olliesrv too);
+                   -all for every host held
+  status [HOST...] a table: host, version, uptime, sessions, agents, tunnel
+  version          print the version
+
+HOST is an alias of your ssh config, or [USER@]HOST[:PORT]. Host keys are
+always checked against known_hosts; -accept-new adds a host seen for the
+first time (a changed key is refused).
+
+Flags:
+`
+
+// common are the flags every command takes.
+type common struct {
+	config    string
+	knownHost string
+	acceptNew bool
+	parallel  int
+	binDir    string
+	dataDir   string
+	keep      int
+	stop      bool
+	all       bool
+}
+
+func (c *common) options() tunnel.Options {
+	o := tunnel.Options{ConfigFile: c.config, AcceptNew: c.acceptNew}
+	if c.knownHost != "" {
+		o.KnownHosts = []string{c.knownHost}
+	}
+	return o
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == keeperCommand {
+		os.Exit(keeperMain(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var c common
+	fl := flag.NewFlagSet("ollie-remote", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fl.PrintDefaults()
+	}
+	exe, _ := os.Executable()
+	fl.StringVar(&c.config, "F", "", "ssh config `file` (default ~/.ssh/config)")
+	fl.StringVar(&c.knownHost, "known-hosts", "", "known_hosts `file` (default: the ssh config's, else ~/.ssh/known_hosts)")
+	fl.BoolVar(&c.acceptNew, "accept-new", false, "add the key of a host seen for the first time to known_hosts")
+	fl.IntVar(&c.parallel, "j", 8, "hosts worked on at once")
+	fl.StringVar(&c.binDir, "bin", filepath.Dir(exe), "`dir`ectory of the binaries: DIR/OS-ARCH/olliesrv (make cross), or DIR/olliesrv for this platform")
+	fl.StringVar(&c.dataDir, "data", paths.DataDir(), "the data `dir`ectory to deploy")
+	fl.IntVar(&c.keep, "keep", 3, "versions kept on each host, the current one included")
+	fl.BoolVar(&c.stop, "stop-daemon", false, "down: stop the host's olliesrv as well")
+	fl.BoolVar(&c.all, "all", false, "down: every host held")
+	// Flags may come before or after the command.
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	rest := fl.Args()
+	if len(rest) == 0 {
+		fl.Usage()
+		return 2
+	}
+	cmd, hosts := rest[0], rest[1:]
+	if err := fl.Parse(hosts); err != nil {
+		return 2
+	}
+	hosts = fl.Args()
+	for _, h := range hosts {
+		if strings.HasPrefix(h, "-") {
+			fmt.Fprintf(stderr, "ollie-remote: flag %s after a host: put flags before the hosts\n", h)
+			return 2
+		}
+	}
+	if c.parallel < 1 {
+		c.parallel = 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "deploy":
+		if len(hosts) == 0 {
+			fmt.Fprintln(stderr, "usage: ollie-remote deploy HOST...")
+			return 2
+		}
+		return deployMain(ctx, &c, hosts, stdout, stderr)
+	case "up":
+		if len(hosts) == 0 {
+			fmt.Fprintln(stderr, "usage: ollie-remote up HOST...")
+			return 2
+		}
+		return upMain(ctx, &c, hosts, stdout, stderr)
+	case "down":
+		if len(hosts) == 0 && !c.all {
+			fmt.Fprintln(stderr, "usage: ollie-remote down [-stop-daemon] HOST... | -all")
+			return 2
+		}
+		return downMain(ctx, &c, hosts, stdout, stderr)
+	case "status":
+		return statusMain(ctx, &c, hosts, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "ollie-remote", version)
+		return 0
+	case "help":
+		fl.SetOutput(stdout)
+		fmt.Fprint(stdout, usage)
+		fl.PrintDefaults()
+		return 0
+	}
+	fmt.Fprintf(stderr, "ollie-remote: unknown command %q (deploy, up, down, status, version)\n", cmd)
+	return 2
+}
+
+// deployMain deploys to every host, a few at once, printing each host's
+// progress as it happens and a table at the end. One host failing never
+// stops the others.
+func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
+	b, err := loadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote: %v\n", err)
+		return 1
+	}
+	var mu sync.Mutex
+	say := func(host, msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, "%s: %s\n", host, msg)
+	}
+	results := make([]deployResult, len(hosts))
+	sem := make(chan struct{}, c.parallel)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = deployOne(ctx, c, h, b, func(msg string) { say(h, msg) })
+			r := results[i]
+			if r.Err != "" {
+				say(h, "FAILED: "+r.Err)
+				return
+			}
+			for _, ch := range r.Changed {
+				say(h, ch)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tOS/ARCH\tVERSION\tSENT\tTIME\tRESULT")
+	failed := 0
+	for _, r := range results {
+		result := "ok"
+		if r.Err != "" {
+			result, failed = "FAILED", failed+1
+		} else if r.Files == 0 {
+			result = "ok, up to date"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", r.Host, orDash(r.Platform), orDash(r.Version), humanBytes(r.Sent), r.Took.Seconds(), result)
+	}
+	tw.Flush()
+	if failed > 0 {
+		fmt.Fprintf(stderr, "ollie-remote: %d of %d hosts failed (their errors are above)\n", failed, len(hosts))
+		return 1
+	}
+	return 0
+}
+
+// deployOne deploys to one host, over the connection ollie-remote up holds
+// when there is one, else over a new one.
+func deployOne(ctx context.Context, c *common, host string, b *bundle, progress func(string)) deployResult {
+	if r, ok := deployThroughKeeper(ctx, c, host, b, progress); ok {
+		return r
+	}
+	progress("connecting")
+	start := time.Now()
+	cl, err := tunnel.Dial(ctx, host, c.options())
+	if err != nil {
+		return deployResult{Host: host, Err: err.Error(), Took: time.Since(start)}
+	}
+	defer cl.Close()
+	r := deployHost(ctx, cl, b, c.keep, progress)
+	r.Host = host
+	r.Took = time.Since(start)
+	return r
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+var errNoKeeper = errors.New("ollie-remote up is not running")

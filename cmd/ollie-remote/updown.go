@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"ollie/ns/client"
+)
+
+func signalNotify(c chan os.Signal) { signal.Notify(c, os.Interrupt, syscall.SIGTERM) }
+
+func (c *common) request(op, host string) request {
+	r := request{Op: op, Host: host, Config: c.config, AcceptNew: c.acceptNew, Stop: c.stop, Keep: c.keep}
+	if c.knownHost != "" {
+		r.Known = []string{c.knownHost}
+	}
+	return r
+}
+
+// upMain has the keeper bring each host up, a few at once, and says where
+// each namespace is.
+func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
+	if err := ensureKeeper(ctx); err != nil {
+		fmt.Fprintf(stderr, "ollie-remote: %v\n", err)
+		return 1
+	}
+	var mu sync.Mutex
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(stdout, format, a...)
+	}
+	failed := 0
+	sem := make(chan struct{}, c.parallel)
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r, err := keeperCall(ctx, c.request("up", h), func(r reply) { say("%s: %s\n", h, r.Msg) })
+			if err == nil && r.Err != "" {
+				err = fmt.Errorf("%s", r.Err)
+			}
+			if err != nil {
+				say("%s: FAILED: %v\n", h, err)
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				return
+			}
+			say("%s: up: ollie -H %s (socket %s)\n", h, h, r.Socket)
+		}()
+	}
+	wg.Wait()
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
+	if c.all {
+		r, err := keeperCall(ctx, request{Op: "list"}, nil)
+		if err != nil {
+			fmt.Fprintln(stdout, "nothing is up")
+			return 0
+		}
+		for _, h := range r.Held {
+			hosts = append(hosts, h.Host)
+		}
+	}
+	status := 0
+	for _, h := range hosts {
+		r, err := keeperCall(ctx, c.request("down", h), nil)
+		if err == nil && r.Err != "" {
+			err = fmt.Errorf("%s", r.Err)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", h, err)
+			status = 1
+			continue
+		}
+		if c.stop {
+			fmt.Fprintf(stdout, "%s: down, olliesrv stopped\n", h)
+		} else {
+			fmt.Fprintf(stdout, "%s: down (olliesrv keeps running on the host)\n", h)
+		}
+	}
+	return status
+}
+
+// statusMain prints a table of the hosts named, or of every host held.
+func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
+	held := map[string]heldInfo{}
+	if r, err := keeperCall(ctx, request{Op: "list"}, nil); err == nil {
+		for _, h := range r.Held {
+			held[h.Host] = h
+			if len(hosts) == 0 || c.all {
+				hosts = append(hosts, h.Host)
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		fmt.Fprintln(stdout, "nothing is up: ollie-remote up HOST...")
+		return 0
+	}
+	type row struct{ host, version, uptime, sessions, agents, tunnel string }
+	rows := make([]row, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := row{host: h, version: "-", uptime: "-", sessions: "-", agents: "-", tunnel: "down"}
+			if info, ok := held[h]; ok {
+				r.tunnel = info.Tunnel
+				if info.Proxy != "" && info.Proxy != "connected" {
+					r.tunnel += "; " + info.Proxy
+				}
+				st, err := readStatus(ctx, info.Socket)
+				if err != nil {
+					r.tunnel += "; namespace: " + err.Error()
+				} else {
+					r.version, r.sessions, r.agents = st["version"], st["sessions"], st["agents"]
+					if s, err := strconv.Atoi(st["uptime"]); err == nil {
+						r.uptime = (time.Duration(s) * time.Second).String()
+					}
+				}
+			}
+			rows[i] = r
+		}()
+	}
+	wg.Wait()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tTUNNEL")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.host, r.version, r.uptime, r.sessions, r.agents, r.tunnel)
+	}
+	tw.Flush()
+	return 0
+}
+
+// readStatus reads a host's status file through its forwarded socket.
+func readStatus(ctx context.Context, sock string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := client.DialAs(sock, "")
+		if err != nil {
+			done <- result{nil, err}
+			return
+		}
+		defer c.Close()
+		b, err := c.ReadAll(ctx, "status")
+		done <- result{b, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no answer within 10s")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	st := map[string]string{}
+	for _, line := range strings.Split(string(r.b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			st[k] = v
+		}
+	}
+	return st, nil
+}
