@@ -27,12 +27,12 @@ import (
 // hash of each one's binary, where current points, the data files, and
 // whether the ollie command is installed.
 type InstallManifest struct {
-	Root      string                  `json:"root"`
-	Current   string                  `json:"current"` // the version current points to
-	Versions  map[string]string       `json:"versions"` // version -> sha256 of its olliesrv ("" when missing)
-	Data      map[string]InstalledFile `json:"data"`     // path under data/ -> file
-	Installed bool                    `json:"installed"` // ~/.local/bin/ollie and the PATH line are in place
-	Daemon    string                  `json:"daemon"`    // the running daemon's binary, "" when none
+	Root      string                   `json:"root"`
+	Current   string                   `json:"current"`   // the version current points to
+	Versions  map[string]string        `json:"versions"`  // version -> sha256 of its olliesrv ("" when missing)
+	Data      map[string]InstalledFile `json:"data"`      // path under data/ -> file
+	Installed bool                     `json:"installed"` // ~/.local/bin/ollie and the PATH line are in place
+	Daemon    string                   `json:"daemon"`    // the running daemon's binary, "" when none
 }
 
 // InstalledFile is one file's content hash and permission bits.
@@ -44,12 +44,12 @@ type InstalledFile struct {
 // InstallPlan is what ollie-remote asks a host to do once the files are
 // uploaded under temporary names.
 type InstallPlan struct {
-	Root    string         `json:"root"`
-	Version string         `json:"version"` // becomes current
-	Files   []PlannedFile  `json:"files"`   // committed in order
-	Remove  []string       `json:"remove"`  // paths under data/ to delete
-	Keep    int            `json:"keep"`    // versions kept, current included
-	Restart bool           `json:"restart"` // restart a daemon running another version
+	Root    string        `json:"root"`
+	Version string        `json:"version"` // becomes current
+	Files   []PlannedFile `json:"files"`   // committed in order
+	Remove  []string      `json:"remove"`  // paths under data/ to delete
+	Keep    int           `json:"keep"`    // versions kept, current included
+	Restart bool          `json:"restart"` // restart a daemon running another version
 }
 
 // PlannedFile is an uploaded file: Tmp becomes Path (both relative to the
