@@ -158,7 +158,9 @@ func (p *parser) take(n int) []byte {
 	if n < 0 || len(p.b) < n {
 		p.bad = true
 		p.b = nil
-		return make([]byte, max(n, 0))
+		// Enough zeros for the fixed-size fields; n may be any length
+		// a client claims.
+		return make([]byte, min(max(n, 0), 8))
 	}
 	v := p.b[:n]
 	p.b = p.b[n:]

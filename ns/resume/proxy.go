@@ -132,7 +132,19 @@ func (p *Proxy) Serve(l net.Listener) error {
 			return err
 		}
 		delay = 0
-		go p.ServeConn(c)
+		// Counted before the goroutine starts, so that Close waits for it.
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			p.ServeConn(c)
+		}()
 	}
 }
 

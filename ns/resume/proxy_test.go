@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -16,6 +19,7 @@ import (
 	"9fans.net/go/plan9"
 	p9 "9fans.net/go/plan9/client"
 
+	"ollie/ns"
 	"ollie/ns/client"
 	"ollie/ns/resume"
 )
@@ -397,4 +401,113 @@ func TestCloseLeaksNothing(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+func TestMsizeLowered(t *testing.T) {
+	e := newEnv(t, 0)
+	fsys := mount(t, e.addr)
+	hello := open(t, fsys, "hello", plan9.OREAD)
+
+	// The host comes back with a server that allows less than the client
+	// negotiated: reads sized for the old msize could not be answered.
+	small := &ns.Server{Tree: newWorld(0).tree(t), MaxMsize: 8192 + plan9.IOHDRSZ, Log: slog.New(slog.DiscardHandler)}
+	addr := filepath.Join(t.TempDir(), "small")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go small.ServeUnix(l)
+	defer small.Shutdown(context.Background())
+	e.cut.mu.Lock()
+	e.cut.addr = addr
+	e.cut.mu.Unlock()
+	e.cut.cut()
+
+	errc := make(chan error, 1)
+	go func() {
+		_, err := hello.ReadAt(make([]byte, 10), 0)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Error("read succeeded on a server with a smaller msize")
+		}
+	case <-time.After(timeout):
+		t.Fatal("read hangs after the server lowered msize")
+	}
+}
+
+// TestConcurrentCuts runs clients doing everything that resumes while the
+// server connection is cut again and again: every call must succeed.
+func TestConcurrentCuts(t *testing.T) {
+	e := newEnv(t, 8<<20)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 4 {
+		fsys := mount(t, e.addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := "hello"
+				if (n+i)%2 == 1 {
+					name = deepPath
+				}
+				fid, err := fsys.Open(name, plan9.OREAD)
+				if err != nil {
+					errs <- fmt.Errorf("client %d: open %s: %w", i, name, err)
+					return
+				}
+				_, err = fid.ReadAt(make([]byte, 64), 0)
+				if err == nil || err == io.EOF {
+					_, err = fid.Stat()
+				}
+				if cerr := fid.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					errs <- fmt.Errorf("client %d: %s: %w", i, name, err)
+					return
+				}
+			}
+		}()
+	}
+	want := streamContent()[:256<<10]
+	fsys := mount(t, e.addr)
+	fid := open(t, fsys, "stream", plan9.OREAD)
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(fid)
+		got <- b
+	}()
+	for off := 0; off < len(want); off += 4096 {
+		e.world.stream.Write(want[off : off+4096])
+		if off%(16<<10) == 0 {
+			e.cut.cut()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	e.world.stream.Close()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, want) {
+			t.Errorf("stream: read %d bytes, want %d; first difference at %d", len(b), len(want), firstDiff(b, want))
+		}
+	case <-time.After(timeout):
+		t.Fatal("stream read did not finish")
+	}
+	t.Logf("%d dials", e.cut.dialCount())
 }
