@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,10 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"ollie/agent/fakellm"
 	"ollie/internal/sshlab"
+	"ollie/ns/client"
 )
 
 // The tests run the real binaries: ollie-remote (which starts its keeper
@@ -358,5 +363,136 @@ func TestDeployThroughProxyJump(t *testing.T) {
 	fi, _ := os.Stat(filepath.Join(binDir, "olliesrv"))
 	if n, _ := strconv.ParseInt(string(m[1:][0]), 10, 64); m == nil || n < fi.Size() {
 		t.Errorf("h11 carried %q bytes, less than the binary (%d):\n%s", m, fi.Size(), log)
+	}
+}
+
+// lineWatcher collects a stream and calls on for each new "line NNN" it
+// sees.
+type lineWatcher struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	seen int
+	on   func(n int)
+}
+
+var lineRE = regexp.MustCompile(`line (\d{3})\n`)
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.buf.Write(p)
+	ms := lineRE.FindAllSubmatch(w.buf.Bytes(), -1)
+	var fresh []int
+	for _, m := range ms[w.seen:] {
+		n, _ := strconv.Atoi(string(m[1]))
+		fresh = append(fresh, n)
+	}
+	w.seen = len(ms)
+	w.mu.Unlock()
+	for _, n := range fresh {
+		w.on(n)
+	}
+	return len(p), nil
+}
+
+func TestUpResumesStream(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orup"})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	r.must("deploy", "h11")
+
+	// The host's agents use a scripted model on the desktop: a reply of
+	// 300 numbered lines, streamed over about two seconds.
+	llm := fakellm.Start(t)
+	cfgDir := filepath.Join(h.Home, ".config", "ollie")
+	os.MkdirAll(cfgDir, 0700)
+	os.WriteFile(filepath.Join(cfgDir, "backends.json"),
+		[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
+	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	var chunks []string
+	for i := range 300 {
+		chunks = append(chunks, fmt.Sprintf("line %03d\n", i))
+	}
+	llm.Push(fakellm.Response{Text: chunks, Delay: 7 * time.Millisecond})
+
+	out := r.must("up", "h11")
+	if !strings.Contains(out, "up: ollie -H h11") {
+		t.Fatalf("up said:\n%s", out)
+	}
+	sock := filepath.Join(r.dir, "h11.ns")
+	c, err := client.DialAs(sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.RdWr(ctx, "session/new", []byte("name=s")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RdWr(ctx, "session/s/agent/new", []byte("name=a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, "session/s/agent/a/prompt", []byte("count to 300")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Follow the chat; cut the SSH connection twice while it streams.
+	kills := 0
+	fctx, stop := context.WithCancel(ctx)
+	w := &lineWatcher{on: func(n int) {
+		if (n == 60 || n == 180) && kills < 2 {
+			kills++
+			if k := h.KillConnections(); k == 0 {
+				t.Errorf("no ssh connection to kill at line %d", n)
+			}
+		}
+		if n == 299 {
+			stop()
+		}
+	}}
+	err = c.Follow(fctx, "session/s/agent/a/chat", w)
+	if ctx.Err() != nil {
+		t.Fatalf("the stream did not finish: %v; got %d lines", err, w.seen)
+	}
+	var got []string
+	for _, m := range lineRE.FindAllString(w.buf.String(), -1) {
+		got = append(got, m)
+	}
+	if strings.Join(got, "") != strings.Join(chunks, "") {
+		t.Errorf("after %d cuts the stream has %d numbered lines, want the 300 in order, once each:\n%s", kills, len(got), w.buf.String())
+	}
+	if kills != 2 {
+		t.Errorf("%d cuts", kills)
+	}
+
+	klog, _ := os.ReadFile(filepath.Join(r.dir, "keeper.log"))
+	if n := strings.Count(string(klog), "connection to the server lost"); n != 2 {
+		t.Errorf("the keeper lost the namespace connection %d times, want 2:\n%s", n, klog)
+	}
+	// status shows the host; ollie -H reaches it.
+	st := r.must("status", "h11")
+	row := tableRow(st, "h11")
+	if row == nil || row[3] != "1" || row[4] != "1" || !strings.Contains(st, "connected") {
+		t.Errorf("status:\n%s", st)
+	}
+	ls := exec.Command(filepath.Join(binDir, "olliesrv"), "ollie", "-H", "h11", "ls", "session")
+	ls.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir)
+	if out, err := ls.CombinedOutput(); err != nil || !strings.Contains(string(out), "s/") {
+		t.Errorf("ollie -H h11 ls session: %v %q", err, out)
+	}
+
+	// down stops forwarding and leaves the daemon; -stop-daemon stops it.
+	c.Close()
+	r.must("down", "h11")
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the socket is still there after down")
+	}
+	if pids := olliesrvPids(t, h.User); len(pids) != 1 {
+		t.Errorf("daemons after down: %v", pids)
+	}
+	r.must("up", "h11")
+	r.must("down", "-stop-daemon", "h11")
+	if pids := olliesrvPids(t, h.User); len(pids) != 0 {
+		t.Errorf("daemons after down -stop-daemon: %v", pids)
 	}
 }
