@@ -496,3 +496,69 @@ func TestUpResumesStream(t *testing.T) {
 		t.Errorf("daemons after down -stop-daemon: %v", pids)
 	}
 }
+
+// TestVariantsDifferByHost deploys the same .meta files to two hosts that
+// differ in one capability (journalctl on PATH) and checks that each host
+// resolves system_logs against its own.
+func TestVariantsDifferByHost(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "orvar", Sshd: []string{"PermitUserEnvironment yes"}})
+	r := newRemote(t, lab)
+	h11, h12 := lab.Host(0), lab.Host(1)
+	own := func(h *sshlab.Host, p string) {
+		exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), p).Run()
+	}
+	// h11 has a journalctl first on its PATH.
+	fake := filepath.Join(h11.Home, "fakebin")
+	os.MkdirAll(fake, 0755)
+	os.WriteFile(filepath.Join(fake, "journalctl"), []byte("#!/bin/sh\necho fake journal\n"), 0755)
+	own(h11, fake)
+	os.MkdirAll(filepath.Join(h11.Home, ".ssh"), 0700)
+	os.WriteFile(filepath.Join(h11.Home, ".ssh", "environment"), []byte("PATH="+fake+":/usr/local/bin:/usr/bin:/bin\n"), 0600)
+	own(h11, filepath.Join(h11.Home, ".ssh"))
+	// h12's PATH has every command of this machine but journalctl.
+	bin := filepath.Join(h12.Home, "pathbin")
+	os.MkdirAll(bin, 0755)
+	for _, dir := range []string{"/usr/bin", "/usr/sbin"} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.Name() != "journalctl" {
+				os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(bin, e.Name()))
+			}
+		}
+	}
+	own(h12, bin)
+	os.MkdirAll(filepath.Join(h12.Home, ".ssh"), 0700)
+	os.WriteFile(filepath.Join(h12.Home, ".ssh", "environment"), []byte("PATH="+bin+"\n"), 0600)
+	own(h12, filepath.Join(h12.Home, ".ssh"))
+
+	r.must("deploy", "h11", "h12")
+	tools := func(host string) string {
+		out, err := lab.SSH(host, ".local/share/ollie/current/olliesrv", "tools").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ssh %s olliesrv tools: %v\n%s", host, err, out)
+		}
+		return string(out)
+	}
+	logs := func(out string) string {
+		i := strings.Index(out, "system_logs (")
+		if i < 0 {
+			t.Fatalf("no system_logs in:\n%s", out)
+		}
+		end := strings.Index(out[i:], "\n\n")
+		if next := regexp.MustCompile(`\n[a-z_0-9]+ \(`).FindStringIndex(out[i+1:]); next != nil {
+			end = next[0] + 1
+		}
+		if end < 0 {
+			return out[i:]
+		}
+		return out[i : i+end]
+	}
+	a, b := logs(tools("h11")), logs(tools("h12"))
+	t.Logf("h11:\n%s\nh12:\n%s", a, b)
+	if !strings.Contains(a, "variants[0]") || !strings.Contains(a, "system_logs_journald") {
+		t.Errorf("h11 (journalctl on PATH) resolved:\n%s", a)
+	}
+	if strings.Contains(b, "system_logs_journald") || !strings.Contains(b, `binary "journalctl" not found`) {
+		t.Errorf("h12 (no journalctl) resolved:\n%s", b)
+	}
+}
