@@ -19,31 +19,76 @@ var errMalformed = errors.New("resume: malformed 9P message")
 // Tversion and Rversion, both small, are legal then.
 const preVersionMax = 64 << 10
 
-// readFrame reads one size-prefixed 9P message into buf, growing it, and
-// returns the message. A size outside [7, max] is a protocol error.
-func readFrame(br *bufio.Reader, buf *[]byte, max uint32) ([]byte, error) {
-	hdr, err := br.Peek(4)
+// readBufSize is the read buffer of every connection: large enough for
+// ns's largest msize, so that messages are handed on from the buffer
+// without a copy and a large read takes one system call, not several.
+const readBufSize = 256<<10 + 8<<10
+
+// A frameReader reads 9P messages from a buffered connection.
+type frameReader struct {
+	br   *bufio.Reader
+	buf  []byte // for messages larger than br's buffer
+	held int    // bytes of the last message, handed out in place, still in br
+}
+
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{br: bufio.NewReaderSize(r, readBufSize)}
+}
+
+// next returns the next message, valid until the following call. A size
+// outside [7, max] is a protocol error.
+func (r *frameReader) next(max uint32) ([]byte, error) {
+	r.release()
+	hdr, err := r.br.Peek(4)
 	if err != nil {
-		if err == io.EOF && br.Buffered() > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
+		return nil, unexpected(err, r.br.Buffered())
 	}
 	size := binary.LittleEndian.Uint32(hdr)
 	if size < 7 || size > max {
 		return nil, fmt.Errorf("%w: size %d (limit %d)", errMalformed, size, max)
 	}
-	if uint32(cap(*buf)) < size {
-		*buf = make([]byte, size)
-	}
-	f := (*buf)[:size]
-	if _, err := io.ReadFull(br, f); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	if int(size) <= r.br.Size() {
+		f, err := r.br.Peek(int(size))
+		if err != nil {
+			return nil, unexpected(err, 1)
 		}
-		return nil, err
+		r.held = int(size)
+		return f, nil
+	}
+	if uint32(cap(r.buf)) < size {
+		r.buf = make([]byte, size)
+	}
+	f := r.buf[:size]
+	if _, err := io.ReadFull(r.br, f); err != nil {
+		return nil, unexpected(err, 1)
 	}
 	return f, nil
+}
+
+// unexpected turns EOF in the middle of a message into ErrUnexpectedEOF.
+func unexpected(err error, buffered int) error {
+	if err == io.EOF && buffered > 0 {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func (r *frameReader) release() {
+	if r.held > 0 {
+		r.br.Discard(r.held)
+		r.held = 0
+	}
+}
+
+// ready reports whether a whole message after the current one is
+// buffered, so that writing what has been relayed can wait for it.
+func (r *frameReader) ready() bool {
+	n := r.br.Buffered() - r.held
+	if n < 4 {
+		return false
+	}
+	hdr, _ := r.br.Peek(r.held + 4)
+	return int64(binary.LittleEndian.Uint32(hdr[r.held:])) <= int64(n)
 }
 
 // tmsg is what the proxy needs from a request. Strings and names are

@@ -38,7 +38,7 @@ type restore struct {
 // resume makes nc the session's link: it negotiates the client's msize,
 // rebuilds the fids, then sends every request waiting for a reply.
 func (s *session) resume(nc net.Conn) (*link, error) {
-	l := &link{nc: nc, br: bufio.NewReaderSize(nc, bufSize), bw: bufio.NewWriterSize(nc, bufSize)}
+	l := &link{nc: nc, fr: newFrameReader(nc), bw: bufio.NewWriterSize(nc, writeBufSize)}
 	var plan []*restore
 	if msize := s.msize.Load(); msize != 0 {
 		nc.SetDeadline(time.Now().Add(replayTimeout))
@@ -289,7 +289,7 @@ func (l *link) rpcs(tx []*plan9.Fcall) ([]*plan9.Fcall, error) {
 		if err := l.bw.Flush(); err != nil {
 			return nil, err
 		}
-		f, err := plan9.ReadFcall(l.br)
+		f, err := plan9.ReadFcall(l.fr.br)
 		if err != nil {
 			return nil, err
 		}

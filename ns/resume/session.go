@@ -16,9 +16,9 @@ import (
 	"9fans.net/go/plan9"
 )
 
-// bufSize is the size of every connection's read and write buffer. Larger
-// messages (big reads and writes) bypass the buffers.
-const bufSize = 64 << 10
+// writeBufSize is the write buffer of every connection. Larger messages
+// (big reads and writes) bypass it.
+const writeBufSize = 64 << 10
 
 // A session relays one client connection to a server connection of its own,
 // and outlives server connections: it holds what is needed to rebuild the
@@ -34,7 +34,7 @@ type session struct {
 	cancel context.CancelFunc
 
 	cc   net.Conn
-	cr   *bufio.Reader // read by clientLoop only
+	cr   *frameReader // read by clientLoop only
 	cwmu sync.Mutex
 	cw   *bufio.Writer
 
@@ -55,7 +55,7 @@ type session struct {
 type link struct {
 	nc  net.Conn
 	gen uint64
-	br  *bufio.Reader // read by serverLoop only
+	fr  *frameReader // read by serverLoop only
 	wmu sync.Mutex
 	bw  *bufio.Writer
 }
@@ -121,8 +121,8 @@ func newSession(p *Proxy, c net.Conn) *session {
 		p:       p,
 		log:     p.log(),
 		cc:      c,
-		cr:      bufio.NewReaderSize(c, bufSize),
-		cw:      bufio.NewWriterSize(c, bufSize),
+		cr:      newFrameReader(c),
+		cw:      bufio.NewWriterSize(c, writeBufSize),
 		pending: map[uint16]*req{},
 		fids:    map[uint32]*fid{},
 	}
@@ -154,24 +154,12 @@ func (s *session) shut() {
 	s.mu.Unlock()
 }
 
-// frameReady reports whether a whole message is buffered in br, so that
-// writing can wait for it to be read and written too.
-func frameReady(br *bufio.Reader) bool {
-	n := br.Buffered()
-	if n < 4 {
-		return false
-	}
-	hdr, _ := br.Peek(4)
-	return int64(binary.LittleEndian.Uint32(hdr)) <= int64(n)
-}
-
 // clientLoop reads the client's requests until the client goes away or
 // sends something malformed.
 func (s *session) clientLoop() error {
-	var buf []byte
 	var dirty *link
 	for {
-		if dirty != nil && !frameReady(s.cr) {
+		if dirty != nil && !s.cr.ready() {
 			dirty.flush()
 			dirty = nil
 		}
@@ -179,7 +167,7 @@ func (s *session) clientLoop() error {
 		if limit == 0 {
 			limit = preVersionMax
 		}
-		f, err := readFrame(s.cr, &buf, limit)
+		f, err := s.cr.next(limit)
 		if err != nil {
 			return err
 		}
@@ -423,10 +411,9 @@ func (s *session) dial() (net.Conn, error) {
 // relay passes the server's replies to the client until the connection
 // fails.
 func (s *session) relay(l *link) error {
-	buf := make([]byte, bufSize)
 	for {
 		limit := max(s.msize.Load(), preVersionMax)
-		f, err := readFrame(l.br, &buf, limit)
+		f, err := l.fr.next(limit)
 		if err != nil {
 			return err
 		}
@@ -443,7 +430,7 @@ func (s *session) relay(l *link) error {
 		s.cwmu.Lock()
 		s.mu.Unlock()
 		_, err = s.cw.Write(f)
-		if err == nil && !frameReady(l.br) {
+		if err == nil && !l.fr.ready() {
 			err = s.cw.Flush()
 		}
 		s.cwmu.Unlock()
@@ -493,6 +480,12 @@ func (s *session) completeLocked(r *req, f []byte, gen uint64) {
 			fd.path = walkPath(fd.path, []string{r.name})
 		}
 		fd.open, fd.mode = true, r.mode
+	case plan9.Tflush:
+		// A server may drop a flushed request without answering it; after
+		// Rflush the client may reuse its tag.
+		if old := s.pending[r.oldtag]; old != nil && typ == plan9.Rflush {
+			s.retireLocked(old)
+		}
 	case plan9.Tclunk, plan9.Tremove:
 		// Both end the fid, whatever the answer.
 		delete(s.fids, r.fid)
