@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"ollie/agent/fakellm"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -256,6 +258,7 @@ func TestDeploy(t *testing.T) {
 	if out, err := lab.SSH("h11", "ollie", "ls", "session").CombinedOutput(); err != nil || !strings.Contains(string(out), "kept/") {
 		t.Errorf("ssh h11 ollie ls session: %v %q", err, out)
 	}
+	interactive(t, lab)
 	before := olliesrvPids(t, lab.Host(0).User)
 	if len(before) != 1 {
 		t.Fatalf("olliesrv processes after first use: %v", before)
@@ -560,5 +563,62 @@ func TestVariantsDifferByHost(t *testing.T) {
 	}
 	if strings.Contains(b, "system_logs_journald") || !strings.Contains(b, `binary "journalctl" not found`) {
 		t.Errorf("h12 (no journalctl) resolved:\n%s", b)
+	}
+}
+
+// interactive runs "ssh -t h11 ollie" on a real terminal, lists the root
+// and exits.
+func interactive(t *testing.T, lab *sshlab.Lab) {
+	t.Helper()
+	cmd := lab.SSH("-t", "h11", "ollie")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	var mu sync.Mutex
+	var screen bytes.Buffer
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := tty.Read(buf)
+			mu.Lock()
+			screen.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			ok := strings.Contains(screen.String(), what)
+			mu.Unlock()
+			if ok {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("ssh -t h11 ollie: no %q on the terminal:\n%s", what, screen.String())
+	}
+	waitFor("ollie:/% ")
+	tty.Write([]byte("ls session\r"))
+	waitFor("kept/")
+	tty.Write([]byte("exit\r"))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ssh -t h11 ollie exited: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Error("ssh -t h11 ollie did not exit after exit")
 	}
 }
