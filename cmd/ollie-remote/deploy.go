@@ -205,7 +205,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 	sort.Strings(versions)
 	out, err := c.Run(ctx, sh(probeScript, versions...), nil)
 	if err != nil {
-		return fail(fmt.Errorf("probing the host: %w", err))
+		return fail(remoteError("probing the host", err))
 	}
 	lines := strings.SplitN(string(out), "\n", 3)
 	if len(lines) < 3 {
@@ -285,7 +285,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 		planJSON, _ := json.Marshal(plan)
 		out, err := c.Run(ctx, sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)))
 		if err != nil {
-			return fail(fmt.Errorf("committing on the host: %w", err))
+			return fail(remoteError("committing on the host", err))
 		}
 		var rep installReport
 		if err := json.Unmarshal(out, &rep); err != nil {
@@ -421,4 +421,20 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-var errStopped = errors.New("stopped")
+
+// remoteError says what failed on the host in its own words, without the
+// script ollie-remote sent, which means nothing to the user.
+func remoteError(what string, err error) error {
+	var ee *tunnel.ExitError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	msg := strings.TrimSpace(string(ee.Stderr))
+	if msg == "" {
+		msg = fmt.Sprintf("exit status %d", ee.Status)
+	}
+	if ee.Signal != "" {
+		msg += " (killed by SIG" + ee.Signal + ")"
+	}
+	return fmt.Errorf("%s: %s", what, msg)
+}

@@ -218,7 +218,7 @@ exec "$r/current/olliesrv" start`
 func startRemote(ctx context.Context, c *tunnel.Client) (string, error) {
 	out, err := c.Run(ctx, sh(startScript), nil)
 	if err != nil {
-		return "", err
+		return "", remoteError("olliesrv start", err)
 	}
 	f := strings.Fields(string(out))
 	if len(f) < 2 || (f[0] != "running" && f[0] != "started") {
@@ -249,7 +249,7 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 	remote, err := startRemote(cctx, c)
 	if err != nil {
 		th.Close()
-		return "", fmt.Errorf("starting olliesrv: %w", err)
+		return "", err
 	}
 	progress("olliesrv serves " + remote)
 	h := &heldHost{name: req.Host, th: th, remoteSock: remote, sock: paths.RemoteSocket(req.Host), since: time.Now(), proxyState: "connected"}
@@ -338,7 +338,9 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	var err error
 	if stop {
 		if c, cerr := h.th.Client(ctx); cerr == nil {
-			_, err = c.Run(ctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil)
+			if _, rerr := c.Run(ctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil); rerr != nil {
+				err = remoteError("olliesrv stop", rerr)
+			}
 		} else {
 			err = cerr
 		}

@@ -305,6 +305,11 @@ func TestDeployErrors(t *testing.T) {
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "orerr"})
 	r := newRemote(t, lab)
 
+	// up on a host with nothing deployed says what to do.
+	if out, err := r.run("up", "h12"); err == nil || !strings.Contains(out, "run ollie-remote deploy") || strings.Contains(out, "/bin/sh") {
+		t.Errorf("up before deploy: %v\n%s", err, out)
+	}
+
 	// An unknown host key is refused with its fingerprint; --accept-new
 	// adds it; a changed key is refused naming the file and line.
 	known := filepath.Join(t.TempDir(), "known_hosts")
