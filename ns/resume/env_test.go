@@ -130,9 +130,8 @@ func (w *world) record(ctx context.Context, _ *ns.Call, data []byte) error {
 // cutter dials the server and lets the test break the connections it made,
 // or refuse dials for a while.
 type cutter struct {
-	addr string
-
 	mu        sync.Mutex
+	addr      string
 	conns     []net.Conn
 	dials     int
 	failUntil time.Time
@@ -140,13 +139,13 @@ type cutter struct {
 
 func (c *cutter) Dial(ctx context.Context) (net.Conn, error) {
 	c.mu.Lock()
-	wait := time.Until(c.failUntil)
+	wait, addr := time.Until(c.failUntil), c.addr
 	c.mu.Unlock()
 	if wait > 0 {
 		return nil, errors.New("host unreachable (test)")
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", c.addr)
+	nc, err := d.DialContext(ctx, "unix", addr)
 	if err != nil {
 		return nil, err
 	}
