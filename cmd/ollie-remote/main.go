@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -215,7 +216,7 @@ func deployOne(ctx context.Context, c *common, host string, b *bundle, progress 
 	}
 	progress("connecting")
 	start := time.Now()
-	cl, err := tunnel.Dial(ctx, host, c.options())
+	cl, err := dialRetrying(ctx, host, c.options(), progress)
 	if err != nil {
 		return deployResult{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
@@ -224,6 +225,27 @@ func deployOne(ctx context.Context, c *common, host string, b *bundle, progress 
 	r.Host = host
 	r.Took = time.Since(start)
 	return r
+}
+
+// dialRetrying connects, trying again twice after errors that may pass (a
+// refused or reset first connect, a timeout), never after a refusal that
+// retrying cannot mend (host key, authentication, configuration).
+func dialRetrying(ctx context.Context, host string, o tunnel.Options, progress func(string)) (*tunnel.Client, error) {
+	delay := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		cl, err := tunnel.Dial(ctx, host, o)
+		var dns *net.DNSError
+		if err == nil || attempt == 3 || tunnel.Permanent(err) || ctx.Err() != nil || errors.As(err, &dns) && dns.IsNotFound {
+			return cl, err
+		}
+		progress(fmt.Sprintf("connecting failed (%v); trying again in %v", err, delay))
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		delay *= 2
+	}
 }
 
 func orDash(s string) string {

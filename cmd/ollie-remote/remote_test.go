@@ -335,16 +335,34 @@ func TestDeployErrors(t *testing.T) {
 		t.Errorf("changed host key: %v\n%s", err, out)
 	}
 
+	// A first connect that fails for a moment (sshd restarting) is tried
+	// again.
+	lab.Host(1).Stop()
+	restarted := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		lab.Host(1).Start()
+		close(restarted)
+	}()
+	out, err = r.run("deploy", "h12")
+	<-restarted
+	if err != nil || !strings.Contains(out, "trying again") {
+		t.Errorf("deploy while sshd restarts: %v\n%s", err, out)
+	}
+
 	// One host failing does not stop the others, and the table says so.
 	out, err = r.run("deploy", "h12", "nosuchhost.invalid")
 	if err == nil {
 		t.Errorf("deploy with a bad host succeeded:\n%s", out)
 	}
-	if row := tableRow(out, "h12"); row == nil || row[len(row)-1] != "ok" {
+	if row := tableRow(out, "h12"); row == nil || row[6] != "ok," && row[6] != "ok" {
 		t.Errorf("h12 row %q\n%s", row, out)
 	}
 	if row := tableRow(out, "nosuchhost.invalid"); row == nil || row[len(row)-1] != "FAILED" {
 		t.Errorf("bad host row %q\n%s", row, out)
+	}
+	if strings.Contains(out, "nosuchhost.invalid: connecting failed") {
+		t.Errorf("a name that does not resolve was tried again:\n%s", out)
 	}
 }
 
