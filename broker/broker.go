@@ -1,0 +1,160 @@
+// Package broker carries a host's requests to leave the sandbox (a tool
+// declared elevated, a call with bypass) or to run as root (a tool declared
+// sudo) to a person, and brings back the answer and, for sudo, the
+// password.
+//
+// Two gates, in order, as the tools seed says: the elevation gate (approve
+// once, always for this tool on this host, or deny), then, for sudo only,
+// the credential gate (the password). Denying the first never reaches the
+// second.
+//
+// On a host, the toolsrv of each session asks the host's Gate (served by
+// olliesrv on OLLIE_ELEVATE_SOCKET). The Gate forwards the request to the
+// desktop broker connected over SSH (ollie-remote up forwards a fresh
+// socket per connection), parks it in the namespace (bypass/pending/{id})
+// for someone to answer by writing a file, or denies it, as the host's
+// policy says. On the desktop, a Broker answers from its policy file when a
+// rule matches and otherwise asks its Approver (askpass, a dialog, the
+// terminal).
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Request is one call's ask: who wants to run what, where. ID is made by
+// the host's gate, single use, and every answer must carry it. Host is
+// never taken from the wire: the desktop sets it from the SSH connection
+// the request came over.
+type Request struct {
+	ID         string          `json:"id"`
+	Host       string          `json:"host,omitempty"`
+	Session    string          `json:"session"`
+	Agent      string          `json:"agent,omitempty"`
+	Tool       string          `json:"tool"`
+	Variant    int             `json:"variant"`
+	Executable string          `json:"executable"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Cwd        string          `json:"cwd"`
+	Bypass     bool            `json:"bypass,omitempty"` // the call asked; otherwise the .meta declares elevated or sudo
+	Sudo       bool            `json:"sudo,omitempty"`
+}
+
+// NewID returns a fresh request id: 128 random bits.
+func NewID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Same reports whether two requests ask for the same thing (ignoring their
+// ids), so that identical pending requests are asked once.
+func (r *Request) Same(o *Request) bool {
+	return r.Host == o.Host && r.Session == o.Session && r.Tool == o.Tool && r.Variant == o.Variant &&
+		r.Executable == o.Executable && r.Cwd == o.Cwd && r.Sudo == o.Sudo && r.Bypass == o.Bypass &&
+		string(compactJSON(r.Args)) == string(compactJSON(o.Args))
+}
+
+func compactJSON(b json.RawMessage) []byte {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return b
+	}
+	out, _ := json.Marshal(v)
+	return out
+}
+
+// Prompt is the text a person is shown for the elevation gate.
+func (r *Request) Prompt() string {
+	var b strings.Builder
+	what := "run outside its sandbox"
+	if r.Sudo {
+		what = "run as root (sudo)"
+	}
+	fmt.Fprintf(&b, "ollie: %s asks to %s\n", orUnknown(r.Host), what)
+	fmt.Fprintf(&b, "  tool:     %s (variant %d)\n", r.Tool, r.Variant)
+	fmt.Fprintf(&b, "  runs:     %s\n", r.Executable)
+	if len(r.Args) > 0 {
+		args := string(compactJSON(r.Args))
+		if len(args) > 400 {
+			args = args[:400] + "…"
+		}
+		fmt.Fprintf(&b, "  args:     %s\n", args)
+	}
+	fmt.Fprintf(&b, "  in:       %s\n", r.Cwd)
+	fmt.Fprintf(&b, "  session:  %s", r.Session)
+	if r.Agent != "" {
+		fmt.Fprintf(&b, ", agent %s", r.Agent)
+	}
+	b.WriteString("\n")
+	if r.Bypass {
+		b.WriteString("  the agent asked for bypass\n")
+	}
+	fmt.Fprintf(&b, "  request:  %s\n", r.ID)
+	return b.String()
+}
+
+// PasswordPrompt is the text for the credential gate.
+func (r *Request) PasswordPrompt(attempt int, problem string) string {
+	p := fmt.Sprintf("ollie: sudo password for %s (to run %s as root)", orUnknown(r.Host), r.Tool)
+	if problem != "" {
+		p = fmt.Sprintf("%s — %s, attempt %d of %d", p, problem, attempt, MaxPasswordAttempts)
+	}
+	return p + ": "
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown host)"
+	}
+	return s
+}
+
+// MaxPasswordAttempts is how often a sudo password is asked for one
+// request: the first time and, after a wrong one, twice more.
+const MaxPasswordAttempts = 3
+
+// Decision is the elevation gate's answer.
+type Decision string
+
+const (
+	Deny   Decision = "deny"
+	Once   Decision = "once"   // this request only
+	Always Decision = "always" // this tool on this host from now on (saved in the policy file)
+)
+
+// Valid reports whether d is one of the three decisions.
+func (d Decision) Valid() bool { return d == Deny || d == Once || d == Always }
+
+// Answer is a decision with the reason a denial gives the model.
+type Answer struct {
+	Decision Decision `json:"decision"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+// Approver asks a person, or a program standing in for one.
+type Approver interface {
+	// Approve is the elevation gate.
+	Approve(ctx context.Context, req *Request) (Answer, error)
+	// Password is the credential gate: the sudo password for req's host,
+	// asked for the attempt-th time (1-based); problem says why it is
+	// asked again ("wrong password"). The caller zeroes the slice when it
+	// is done with it. ErrDenied means the person declined.
+	Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error)
+}
+
+// ErrDenied is returned when a person declines or nobody can answer.
+var ErrDenied = errors.New("denied")
+
+// Zero overwrites a secret in memory once it has been handed on.
+func Zero(b []byte) {
+	for i := range b {
+		b[i] = 0
+	}
+}
