@@ -47,5 +47,12 @@ bench:
 run: build
 	scripts/demo.sh
 
+# ollie-remote end to end with no remote host and no root: three SSH hosts
+# inside one process, a deploy, tunnels, an agent (a real model if OLLAMA_HOST
+# or OPENAI_API_KEY is set, else a scripted one), then everything removed.
+.PHONY: demo
+demo: build
+	bin/ollie-remote demo
+
 clean:
 	rm -rf bin

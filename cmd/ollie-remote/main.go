@@ -37,6 +37,7 @@ Commands:
   down HOST...     stop forwarding (-stop-daemon: stop the host's olliesrv too);
                    -all for every host held
   status [HOST...] a table: host, version, uptime, sessions, agents, tunnel
+  demo [keep]      deploy to three SSH hosts started inside this process, run an agent
   version          print the version
 
 HOST is an alias of your ssh config, or [USER@]HOST[:PORT]. Host keys are
@@ -138,6 +139,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return downMain(ctx, &c, hosts, stdout, stderr)
 	case "status":
 		return statusMain(ctx, &c, hosts, stdout, stderr)
+	case "demo":
+		return demoMain(ctx, &c, hosts, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ollie-remote", version)
 		return 0
