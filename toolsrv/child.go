@@ -388,6 +388,9 @@ func child() error {
 	}
 	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
 		ElevateSocket: cfg.ElevateSocket, SessionID: cfg.SessionID}
+	if cfg.ElevateSocket != "" {
+		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
+	}
 	procs := &Procs{Runner: runner}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {
 		var b strings.Builder

@@ -89,14 +89,22 @@ func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (
 		return nil, err
 	}
 	flags.Background = true
-	if err := r.authorize(ctx, t, flags, own); err != nil {
+	grant, err := r.authorize(ctx, t, flags, own)
+	if err != nil {
 		return nil, err
+	}
+	closeGrant := func(result string) {
+		if grant != nil {
+			grant.Close(result)
+		}
 	}
 	scratch, err := os.MkdirTemp("", "ollie-proc-")
 	if err != nil {
+		closeGrant("failed")
 		return nil, fmt.Errorf("cannot make a scratch directory: %w", err)
 	}
-	cmd, profile, err := r.command(ps.ctx, t, flags, own, scratch)
+	cmd, profile, err := r.command(ps.ctx, t, flags, own, scratch, grant)
+	closeGrant("started")
 	if err != nil {
 		os.RemoveAll(scratch)
 		return nil, err

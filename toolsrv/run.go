@@ -22,10 +22,19 @@ import (
 const DefaultOutputCap = 64 << 10
 
 // An Approver decides whether a call may leave its sandbox (a tool declared
-// elevated, or a call with bypass) or run as root (sudo). Approve returns
-// nil to approve; its error is shown to the model.
+// elevated, or a call with bypass) or run as root (sudo). Approve returns a
+// Grant to approve; its error is shown to the model.
 type Approver interface {
-	Approve(ctx context.Context, req *ApprovalRequest) error
+	Approve(ctx context.Context, req *ApprovalRequest) (Grant, error)
+}
+
+// A Grant is an approval in progress: for sudo it supplies the password
+// (the credential gate), and Close says how the call ended.
+type Grant interface {
+	// Password asks for the sudo password, the attempt-th time; problem
+	// says why it is asked again. The caller zeroes it once sudo has it.
+	Password(ctx context.Context, attempt int, problem string) ([]byte, error)
+	Close(result string)
 }
 
 // An ApprovalRequest says who asks to run what, outside the sandbox.
@@ -47,12 +56,12 @@ var ErrNotApproved = errors.New("not approved")
 // noApprover denies everything: without a broker nobody can approve.
 type noApprover struct{}
 
-func (noApprover) Approve(ctx context.Context, req *ApprovalRequest) error {
+func (noApprover) Approve(ctx context.Context, req *ApprovalRequest) (Grant, error) {
 	what := "to run outside its sandbox"
 	if req.Sudo {
 		what = "to run as root (sudo)"
 	}
-	return fmt.Errorf("%w: %s needs approval %s, and no approval broker is connected to this host, so it was denied; run it from a desktop connected with ollie-remote, or call it without bypass", ErrNotApproved, req.Tool, what)
+	return nil, fmt.Errorf("%w: %s needs approval %s, and no approval broker is connected to this host, so it was denied; run it from a desktop connected with ollie-remote, or call it without bypass", ErrNotApproved, req.Tool, what)
 }
 
 // A Runner runs tool calls for one session: validation, sandbox, timeout,
@@ -112,10 +121,11 @@ func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Re
 }
 
 // authorize asks the approver when a call would leave its sandbox; its
-// error is for the model.
-func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) error {
+// error is for the model. A nil Grant with a nil error is a call that
+// stays in its sandbox.
+func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) (Grant, error) {
 	if !t.Elevated && !t.Sudo && !flags.Bypass {
-		return nil
+		return nil, nil
 	}
 	approver := r.Approver
 	if approver == nil {
@@ -123,13 +133,7 @@ func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.R
 	}
 	req := &ApprovalRequest{Session: r.SessionID, Agent: r.AgentID, Tool: t.Name, Variant: t.Variant,
 		Executable: t.Path, Args: own, Cwd: r.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
-	if err := approver.Approve(ctx, req); err != nil {
-		return err
-	}
-	if t.Sudo {
-		return errors.New(t.Name + " needs sudo, and this host has no credential gate yet, so it was not run")
-	}
-	return nil
+	return approver.Approve(ctx, req)
 }
 
 // command builds the process for an authorized call: under the sandbox
@@ -137,7 +141,7 @@ func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.R
 // with the contract's stdin and environment, in its own process group
 // that ctx's end kills whole. It returns the name of the profile applied,
 // or "none".
-func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.RawMessage, scratch string) (*exec.Cmd, string, error) {
+func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*exec.Cmd, string, error) {
 	profile := flags.Sandbox
 	if profile == "" {
 		profile = "default"
@@ -151,7 +155,17 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 		return nil, "", err
 	}
 	var cmd *exec.Cmd
-	if t.Elevated || t.Sudo || flags.Bypass {
+	if t.Sudo {
+		// sudo resets the environment and reads the password, if one is
+		// needed, from the same stdin as the tool's arguments.
+		cmd, err = r.sudoCommand(ctx, t, own, grant)
+		if err != nil {
+			return nil, "", err
+		}
+		cmd.Dir = r.Cwd
+		return cmd, "none (sudo)", nil
+	}
+	if t.Elevated || flags.Bypass {
 		profile = "none"
 		cmd, err = sandbox.Unsandboxed(ctx, policy, t.Path, nil)
 	} else {
@@ -174,21 +188,34 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 	return cmd, profile, nil
 }
 
-// start starts cmd and closes the policy pipe, which the helper has its
-// own copy of once started.
+// start starts cmd and closes the pipes the child now holds: the sandbox
+// helper's policy pipe, and sudo's stdin.
 func start(cmd *exec.Cmd) error {
 	err := cmd.Start()
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
 	}
+	if f, ok := cmd.Stdin.(*os.File); ok && f != os.Stdin {
+		f.Close()
+	}
 	return err
 }
 
-func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) *Result {
+func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) (res *Result) {
 	begin := time.Now()
-	res := &Result{Tool: t.Name, ExitCode: -1}
-	if err := r.authorize(ctx, t, flags, own); err != nil {
+	res = &Result{Tool: t.Name, ExitCode: -1}
+	grant, err := r.authorize(ctx, t, flags, own)
+	if err != nil {
 		return failed(t.Name, err.Error())
+	}
+	if grant != nil {
+		defer func() {
+			result := "ran"
+			if res.Failed {
+				result = "failed"
+			}
+			grant.Close(result)
+		}()
 	}
 	scratch, err := os.MkdirTemp("", "ollie-call-")
 	if err != nil {
@@ -200,7 +227,7 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	cmd, profile, err := r.command(ctx, t, flags, own, scratch)
+	cmd, profile, err := r.command(ctx, t, flags, own, scratch, grant)
 	if err != nil {
 		return failed(t.Name, err.Error())
 	}

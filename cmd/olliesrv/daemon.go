@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/agent"
+	"ollie/broker"
 	"ollie/agent/backend"
 	"ollie/ns"
 )
@@ -98,6 +99,8 @@ type daemon struct {
 	ns       *namespace
 	lock     *os.File
 	unixL    *net.UnixListener
+	gateL    net.Listener
+	gate     *broker.Gate
 	tcpL     net.Listener
 	log      *slog.Logger
 	killed   chan struct{}
@@ -140,6 +143,15 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		return nil, fmt.Errorf("chmod %s: %w", sock, err)
 	}
 	d := &daemon{Socket: sock, lock: lock, unixL: unixL, log: cfg.Log, killed: make(chan struct{})}
+	// The approval gate: each session's toolsrv asks it (OLLIE_ELEVATE_SOCKET).
+	elevate := filepath.Join(cfg.Dir, "elevate")
+	os.Remove(elevate) // ours: we hold the lock
+	d.gateL, err = net.Listen("unix", elevate)
+	if err != nil {
+		unixL.Close()
+		return nil, fmt.Errorf("listen on %s: %w", elevate, err)
+	}
+	os.Chmod(elevate, 0600)
 	if cfg.TCP != "" {
 		d.tcpL, err = net.Listen("tcp", cfg.TCP)
 		if err != nil {
@@ -168,7 +180,13 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		d.closeListeners()
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{},
+	gate := broker.NewGate(cfg.Log)
+	gate.Publish = bus.Publish
+	if exe, err := os.Executable(); err == nil {
+		gate.TrustExe = exe
+	}
+	d.gate = gate
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate}, gate: gate,
 		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
@@ -179,6 +197,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	d.ns.restore(context.Background())
 	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace}
 
+	go gate.Serve(d.gateL)
 	d.serving.Add(1)
 	go func() {
 		defer d.serving.Done()
@@ -205,6 +224,9 @@ func (d *daemon) kill() { d.killOnce.Do(func() { close(d.killed) }) }
 
 func (d *daemon) closeListeners() {
 	d.unixL.Close()
+	if d.gateL != nil {
+		d.gateL.Close()
+	}
 	if d.tcpL != nil {
 		d.tcpL.Close()
 	}

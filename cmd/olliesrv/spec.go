@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"ollie/agent"
+	"ollie/broker"
 	"ollie/agent/backend"
 	"ollie/ns"
 	"ollie/toolsrv"
@@ -30,6 +31,7 @@ type namespace struct {
 	kill     func() // asks the daemon to shut down
 	tree     *ns.Tree
 	started  time.Time
+	gate     *broker.Gate
 }
 
 // spec declares the namespace. Every file is one line; help is generated
@@ -49,6 +51,17 @@ func (n *namespace) spec() *ns.Node {
 		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
 		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
 			Doc: "Server events as 'topic payload' lines: read blocks for the next events; write patterns, then read them as they come."},
+		ns.Dir("bypass", 0555, "Approvals of sandbox escapes (elevated, bypass) and sudo.",
+			&ns.Node{Name: "policy", Mode: 0644, Read: n.bypassPolicy, Write: n.setBypassPolicy,
+				Doc: "What happens while no desktop broker is connected: nobroker=pending (wait here) or deny; timeout=DURATION for any answer."},
+			&ns.Node{Name: "broker", Mode: 0600, Read: n.bypassBroker, Write: n.setBypassBroker,
+				Doc: "The socket leading to the desktop broker (ollie-remote up writes it); empty when none is connected."},
+			ns.Dir("pending", 0555, "Requests waiting for a decision while no broker is connected.",
+				ns.DynamicFile("id", 0644, "A pending request: read it; write approve, always or deny [REASON].",
+					&ns.Each{List: n.listPending, Lookup: n.lookupPending},
+					&ns.Node{Read: n.readPending, Write: n.decidePending}),
+			),
+		),
 		ns.Dir("session", 0555, "Session collection.",
 			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name.", n.newSession),
 			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd.", n.sessionIdx),

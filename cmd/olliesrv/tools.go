@@ -159,6 +159,7 @@ type toolServers struct {
 	mu       sync.Mutex
 	children map[string]*toolsrv.Child
 	private  map[string]map[string]bool // by session: tools loaded for one agent
+	elevate  string                     // the approval gate's socket, for OLLIE_ELEVATE_SOCKET
 	closed   bool
 }
 
@@ -171,7 +172,7 @@ func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Chil
 	if c := ts.children[s.ID]; c != nil {
 		return c, nil
 	}
-	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr})
+	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,233 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// scripted answers like a person would, and records what it was asked.
+type scripted struct {
+	mu        sync.Mutex
+	decision  Decision
+	passwords []string
+	asked     []*Request
+	pwAsked   []string // the problems
+}
+
+func (s *scripted) Approve(ctx context.Context, req *Request) (Answer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := *req
+	s.asked = append(s.asked, &cp)
+	return Answer{Decision: s.decision}, nil
+}
+
+func (s *scripted) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pwAsked = append(s.pwAsked, problem)
+	if len(s.passwords) == 0 {
+		return nil, ErrDenied
+	}
+	pw := s.passwords[0]
+	s.passwords = s.passwords[1:]
+	return []byte(pw), nil
+}
+
+// lab is a gate on a socket, and optionally a desktop broker behind it on
+// another socket, as ollie-remote forwards it for host "web1".
+type lab struct {
+	gate     *Gate
+	gateSock string
+	desk     *scripted
+}
+
+func newLab(t *testing.T, withBroker bool) *lab {
+	dir := t.TempDir()
+	l := &lab{gate: NewGate(nil), gateSock: filepath.Join(dir, "elevate"), desk: &scripted{decision: Once}}
+	gl, err := net.Listen("unix", l.gateSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gl.Close() })
+	go l.gate.Serve(gl)
+	if withBroker {
+		bsock := filepath.Join(dir, "broker")
+		bl, err := net.Listen("unix", bsock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { bl.Close() })
+		b := &Broker{Approver: l.desk}
+		go b.Serve("web1", bl)
+		if err := l.gate.SetBroker(bsock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+func (l *lab) ask(t *testing.T, req *Request) (*Conversation, Answer, error) {
+	t.Helper()
+	c, err := net.Dial("unix", l.gateSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Ask(ctx, c, req)
+}
+
+func TestGateRelaysToBroker(t *testing.T) {
+	l := newLab(t, true)
+	l.desk.passwords = []string{"wrong", "right"}
+	cv, ans, err := l.ask(t, &Request{Session: "s", Tool: "fix_nginx", Executable: "/x", Cwd: "/", Sudo: true, Host: "db9"})
+	if err != nil || ans.Decision != Once {
+		t.Fatalf("answer %+v %v", ans, err)
+	}
+	ctx := context.Background()
+	pw, err := cv.Password(ctx, 1, "")
+	if err != nil || string(pw) != "wrong" {
+		t.Fatalf("first password %q %v", pw, err)
+	}
+	pw, err = cv.Password(ctx, 2, "wrong password")
+	if err != nil || string(pw) != "right" {
+		t.Fatalf("second password %q %v", pw, err)
+	}
+	cv.Close("ran")
+	if len(l.desk.asked) != 1 || l.desk.asked[0].Host != "web1" {
+		t.Errorf("the desktop saw %+v: want host web1 (from the connection), not the claimed db9", l.desk.asked)
+	}
+	if strings.Join(l.desk.pwAsked, ",") != ",wrong password" {
+		t.Errorf("password problems %q", l.desk.pwAsked)
+	}
+}
+
+func TestGateDenyNeverAsksPassword(t *testing.T) {
+	l := newLab(t, true)
+	l.desk.decision = Deny
+	l.desk.passwords = []string{"pw"}
+	_, ans, err := l.ask(t, &Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != Deny || ans.Reason == "" {
+		t.Fatalf("answer %+v %v", ans, err)
+	}
+	if len(l.desk.pwAsked) != 0 {
+		t.Error("the credential gate was reached after a denial")
+	}
+}
+
+func TestGateRejectsReplayedID(t *testing.T) {
+	l := newLab(t, true)
+	req := &Request{ID: NewID(), Session: "s", Tool: "t"}
+	cv, ans, err := l.ask(t, req)
+	if err != nil || ans.Decision != Once {
+		t.Fatalf("first: %+v %v", ans, err)
+	}
+	cv.Close("ran")
+	_, ans, err = l.ask(t, &Request{ID: req.ID, Session: "s", Tool: "t"})
+	if err != nil || ans.Decision != Deny || !strings.Contains(ans.Reason, "already used") {
+		t.Errorf("replayed id: %+v %v", ans, err)
+	}
+	if len(l.desk.asked) != 1 {
+		t.Errorf("the desktop was asked %d times", len(l.desk.asked))
+	}
+}
+
+// A broker that answers for another request id is rejected by the asker.
+func TestMismatchedAnswerRejected(t *testing.T) {
+	a, b := net.Pipe()
+	go func() {
+		in, err := Receive(context.Background(), b)
+		if err != nil {
+			return
+		}
+		in.Req.ID = "another"
+		in.Answer(Answer{Decision: Once})
+	}()
+	_, _, err := Ask(context.Background(), a, &Request{Session: "s", Tool: "t"})
+	if !errors.Is(err, ErrMismatch) {
+		t.Errorf("an answer for another id: %v", err)
+	}
+	// A secret for another id, after a genuine approval.
+	a, b = net.Pipe()
+	go func() {
+		in, err := Receive(context.Background(), b)
+		if err != nil {
+			return
+		}
+		in.Answer(Answer{Decision: Once})
+		in.Next(context.Background())
+		in.Req.ID = "another"
+		in.Secret([]byte("pw"))
+	}()
+	cv, _, err := Ask(context.Background(), a, &Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, err := cv.Password(context.Background(), 1, ""); !errors.Is(err, ErrMismatch) || pw != nil {
+		t.Errorf("a secret for another id: %q %v", pw, err)
+	}
+}
+
+func TestGateParksWithoutBroker(t *testing.T) {
+	l := newLab(t, false)
+	type result struct {
+		ans Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, ans, err := l.ask(t, &Request{Session: "s", Tool: "fix", Sudo: true})
+		done <- result{ans, err}
+	}()
+	var id string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if p := l.gate.Pending(); len(p) == 1 {
+			id = p[0].ID
+			break
+		}
+	}
+	if id == "" {
+		t.Fatal("the request was not parked")
+	}
+	if err := l.gate.Decide(id, "maybe"); err == nil {
+		t.Error("a bad decision was accepted")
+	}
+	if err := l.gate.Decide(id, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.ans.Decision != Once {
+		t.Errorf("after approve: %+v %v", r.ans, r.err)
+	}
+	if err := l.gate.Decide(id, "deny"); err == nil {
+		t.Error("a second decision was accepted")
+	}
+
+	// nobroker=deny denies at once; a short timeout denies a parked one.
+	l.gate.SetPolicy(HostPolicy{NoBroker: DenyNow, Timeout: time.Minute})
+	if _, ans, _ := l.ask(t, &Request{Session: "s", Tool: "fix"}); ans.Decision != Deny || !strings.Contains(ans.Reason, "no desktop broker") {
+		t.Errorf("nobroker=deny: %+v", ans)
+	}
+	l.gate.SetPolicy(HostPolicy{NoBroker: Park, Timeout: 100 * time.Millisecond})
+	if _, ans, _ := l.ask(t, &Request{Session: "s", Tool: "fix"}); ans.Decision != Deny || !strings.Contains(ans.Reason, "within 100ms") {
+		t.Errorf("timeout: %+v", ans)
+	}
+}
+
+func TestParseHostPolicy(t *testing.T) {
+	p, err := ParseHostPolicy("nobroker=deny timeout=90s", HostPolicy{NoBroker: Park, Timeout: time.Minute})
+	if err != nil || p.NoBroker != DenyNow || p.Timeout != 90*time.Second {
+		t.Errorf("%+v %v", p, err)
+	}
+	for _, bad := range []string{"nobroker=maybe", "timeout=-1s", "colour=red", "deny"} {
+		if _, err := ParseHostPolicy(bad, p); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

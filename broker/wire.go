@@ -1,0 +1,241 @@
+package broker
+
+// The wire protocol: one request per stream connection, JSON lines.
+//
+//	asker → answerer   {"type":"request","request":{…,"id":ID}}
+//	answerer → asker   {"type":"answer","id":ID,"answer":{"decision":…}}
+//	for sudo, after an approval, up to MaxPasswordAttempts times:
+//	asker → answerer   {"type":"password","id":ID,"attempt":N,"problem":"wrong password"}
+//	answerer → asker   {"type":"secret","id":ID,"secret":"…"} or an answer that denies
+//	asker → answerer   {"type":"result","id":ID,"result":"ran"}   (then both close)
+//
+// The same conversation runs between a session's toolsrv and the host's
+// gate, and between the gate and the desktop broker. Every message after
+// the request carries its id; one for another id is rejected, and the
+// conversation with it, so an answer can neither be replayed into another
+// request nor answer the wrong one.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+type message struct {
+	Type    string   `json:"type"`
+	ID      string   `json:"id,omitempty"`
+	Request *Request `json:"request,omitempty"`
+	Answer  *Answer  `json:"answer,omitempty"`
+	Attempt int      `json:"attempt,omitempty"`
+	Problem string   `json:"problem,omitempty"`
+	Secret  []byte   `json:"secret,omitempty"`
+	Result  string   `json:"result,omitempty"`
+}
+
+// maxMessage bounds one line: a request's args are the largest part.
+const maxMessage = 1 << 20
+
+// ErrMismatch is a message that does not belong to the conversation.
+var ErrMismatch = errors.New("broker: a message for another request was rejected")
+
+type wire struct {
+	c   net.Conn
+	r   *bufio.Reader
+	enc *json.Encoder
+}
+
+func newWire(c net.Conn) *wire {
+	return &wire{c: c, r: bufio.NewReaderSize(c, 64<<10), enc: json.NewEncoder(c)}
+}
+
+// read reads one message, giving up when ctx ends.
+func (w *wire) read(ctx context.Context) (*message, error) {
+	stop := context.AfterFunc(ctx, func() { w.c.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	line, err := w.readLine()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	var m message
+	err = json.Unmarshal(line, &m)
+	Zero(line) // it may hold a secret
+	if err != nil {
+		return nil, fmt.Errorf("broker: bad message: %w", err)
+	}
+	return &m, nil
+}
+
+func (w *wire) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := w.r.ReadSlice('\n')
+		line = append(line, frag...)
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			Zero(line)
+			if errors.Is(err, io.EOF) && len(line) == 0 {
+				return nil, io.EOF
+			}
+			return nil, err
+		}
+		if len(line) > maxMessage {
+			Zero(line)
+			return nil, fmt.Errorf("broker: message over %d bytes", maxMessage)
+		}
+	}
+}
+
+func (w *wire) write(m *message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.c.Write(b)
+	Zero(b)
+	return err
+}
+
+// Conversation is the asking side of one request.
+type Conversation struct {
+	w   *wire
+	req *Request
+}
+
+// Ask sends req over c (which the conversation then owns) and waits for
+// the elevation gate's answer.
+func Ask(ctx context.Context, c net.Conn, req *Request) (*Conversation, Answer, error) {
+	if req.ID == "" {
+		req.ID = NewID()
+	}
+	cv := &Conversation{w: newWire(c), req: req}
+	if err := cv.w.write(&message{Type: "request", Request: req}); err != nil {
+		c.Close()
+		return nil, Answer{}, err
+	}
+	m, err := cv.w.read(ctx)
+	if err != nil {
+		c.Close()
+		return nil, Answer{}, err
+	}
+	a, err := cv.answer(m)
+	if err != nil {
+		c.Close()
+		return nil, Answer{}, err
+	}
+	return cv, a, nil
+}
+
+func (cv *Conversation) answer(m *message) (Answer, error) {
+	if m.ID != cv.req.ID {
+		return Answer{}, fmt.Errorf("%w (expected %s, got %q)", ErrMismatch, cv.req.ID, m.ID)
+	}
+	if m.Type != "answer" || m.Answer == nil || !m.Answer.Decision.Valid() {
+		return Answer{}, fmt.Errorf("broker: expected an answer, got %q", m.Type)
+	}
+	return *m.Answer, nil
+}
+
+// Password asks for the sudo password. A denial is ErrDenied wrapped with
+// the reason.
+func (cv *Conversation) Password(ctx context.Context, attempt int, problem string) ([]byte, error) {
+	if err := cv.w.write(&message{Type: "password", ID: cv.req.ID, Attempt: attempt, Problem: problem}); err != nil {
+		return nil, err
+	}
+	m, err := cv.w.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.ID != cv.req.ID {
+		Zero(m.Secret)
+		return nil, fmt.Errorf("%w (expected %s, got %q)", ErrMismatch, cv.req.ID, m.ID)
+	}
+	switch m.Type {
+	case "secret":
+		if len(m.Secret) == 0 {
+			return nil, fmt.Errorf("%w: an empty password", ErrDenied)
+		}
+		return m.Secret, nil
+	case "answer":
+		reason := "the password was not given"
+		if m.Answer != nil && m.Answer.Reason != "" {
+			reason = m.Answer.Reason
+		}
+		return nil, fmt.Errorf("%w: %s", ErrDenied, reason)
+	}
+	return nil, fmt.Errorf("broker: expected a secret, got %q", m.Type)
+}
+
+// Close reports how the request ended and closes the connection.
+func (cv *Conversation) Close(result string) error {
+	cv.w.write(&message{Type: "result", ID: cv.req.ID, Result: result})
+	return cv.w.c.Close()
+}
+
+// Incoming is the answering side of one request.
+type Incoming struct {
+	w   *wire
+	Req *Request
+}
+
+// Receive reads the request that opens a conversation on c.
+func Receive(ctx context.Context, c net.Conn) (*Incoming, error) {
+	w := newWire(c)
+	m, err := w.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != "request" || m.Request == nil || m.Request.ID == "" {
+		return nil, fmt.Errorf("broker: expected a request, got %q", m.Type)
+	}
+	return &Incoming{w: w, Req: m.Request}, nil
+}
+
+// Answer sends the elevation gate's answer.
+func (in *Incoming) Answer(a Answer) error {
+	return in.w.write(&message{Type: "answer", ID: in.Req.ID, Answer: &a})
+}
+
+// Next waits for the asker's next message: a password ask (attempt > 0)
+// or the end (attempt 0, with the result).
+func (in *Incoming) Next(ctx context.Context) (attempt int, problem, result string, err error) {
+	m, err := in.w.read(ctx)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, "", "closed", nil
+		}
+		return 0, "", "", err
+	}
+	if m.ID != in.Req.ID {
+		return 0, "", "", fmt.Errorf("%w (expected %s, got %q)", ErrMismatch, in.Req.ID, m.ID)
+	}
+	switch m.Type {
+	case "password":
+		if m.Attempt < 1 || m.Attempt > MaxPasswordAttempts {
+			return 0, "", "", fmt.Errorf("broker: password attempt %d out of range", m.Attempt)
+		}
+		return m.Attempt, m.Problem, "", nil
+	case "result":
+		return 0, "", m.Result, nil
+	}
+	return 0, "", "", fmt.Errorf("broker: unexpected %q", m.Type)
+}
+
+// Secret sends the password, then zeroes it.
+func (in *Incoming) Secret(pw []byte) error {
+	defer Zero(pw)
+	return in.w.write(&message{Type: "secret", ID: in.Req.ID, Secret: pw})
+}
+
+// Close closes the connection.
+func (in *Incoming) Close() error { return in.w.c.Close() }
