@@ -1,0 +1,452 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Policy is the desktop broker's rules file: answers to the elevation
+// gate given before anyone is asked. It is YAML, so that a person can
+// write it by hand and comment it:
+//
+//	rules:
+//	  - host: web1
+//	    tool: system_logs
+//	    decision: allow
+//	  - host: "*"
+//	    tool: "*"
+//	    sudo: true
+//	    decision: deny
+//
+// Rules are tried in order and the first that applies decides. A rule
+// answers the elevation gate only: an allowed sudo request still needs
+// its password.
+//
+// A sudo request is never allowed by a wildcard: an allow rule applies to
+// one only when its host has no glob metacharacters and its tool is a
+// name, not "*". A deny rule may be as wide as it likes.
+type Policy struct {
+	// Path is the file the policy was read from and AddAlways writes.
+	Path string
+
+	mu    sync.RWMutex
+	rules []Rule
+	doc   *yaml.Node // the file as read, so that saving keeps its comments
+	blank []byte     // the file, when it held only comments (yaml.v3 drops those)
+}
+
+// Rule is one line of policy.
+type Rule struct {
+	// Host is a path.Match glob for the host's name; "" means "*".
+	Host string `yaml:"host"`
+	// Tool is a tool's name, or "*" for any; "" means "*".
+	Tool string `yaml:"tool"`
+	// Args, when set, is a regular expression that must match the whole
+	// of the call's arguments as compact JSON (keys sorted), e.g.
+	// `\{"lines":"[0-9]+"\}`.
+	Args string `yaml:"args,omitempty"`
+	// Sudo, when set, limits the rule to sudo requests (true) or to
+	// requests that are not (false).
+	Sudo *bool `yaml:"sudo,omitempty"`
+	// Decision is "allow" or "deny".
+	Decision string `yaml:"decision"`
+
+	// Line is where the rule starts in its file, for messages.
+	Line int `yaml:"-"`
+
+	args *regexp.Regexp
+}
+
+// The two decisions a rule can give.
+const (
+	RuleAllow = "allow"
+	RuleDeny  = "deny"
+)
+
+// ErrPolicy is wrapped by every error about a policy file's content.
+var ErrPolicy = errors.New("broker: bad policy")
+
+// DefaultPolicyPath is ~/.config/ollie/broker-policy.yaml, or its
+// equivalent under XDG_CONFIG_HOME.
+func DefaultPolicyPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("broker: where is the policy file? %w", err)
+	}
+	return filepath.Join(dir, "ollie", "broker-policy.yaml"), nil
+}
+
+// LoadPolicy reads the policy file at path. A file that does not exist is
+// an empty policy (everything is asked); one that cannot be parsed is an
+// error naming the file, the line and the rule.
+func LoadPolicy(path string) (*Policy, error) {
+	p := &Policy{Path: path}
+	if err := p.reload(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ParsePolicy parses a policy from data; name is used in errors.
+func ParsePolicy(name string, data []byte) (*Policy, error) {
+	rules, doc, err := parsePolicy(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Policy{Path: name, rules: rules, doc: doc}, nil
+}
+
+func (p *Policy) reload() error {
+	data, err := os.ReadFile(p.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		p.rules, p.doc, p.blank = nil, nil, nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("broker: reading policy: %w", err)
+	}
+	rules, doc, err := parsePolicy(p.Path, data)
+	if err != nil {
+		return err
+	}
+	p.rules, p.doc, p.blank = rules, doc, nil
+	if doc == nil {
+		p.blank = data
+	}
+	return nil
+}
+
+// Rules returns a copy of the rules in order.
+func (p *Policy) Rules() []Rule {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return append([]Rule(nil), p.rules...)
+}
+
+// Match returns the decision of the first rule that applies to req: Once
+// for an allow rule (the rule itself is what lasts), Deny for a deny rule.
+// ok is false when no rule applies and a person must be asked.
+func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
+	if p == nil {
+		return "", nil, false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var args string
+	argsDone := false
+	for i := range p.rules {
+		r := &p.rules[i]
+		if r.Decision == RuleAllow && req.Sudo && !r.literal() {
+			continue
+		}
+		if r.Sudo != nil && *r.Sudo != req.Sudo {
+			continue
+		}
+		if r.Tool != "*" && r.Tool != req.Tool {
+			continue
+		}
+		if m, _ := path.Match(r.Host, req.Host); !m {
+			continue
+		}
+		if r.args != nil {
+			if !argsDone {
+				args, argsDone = string(compactJSON(req.Args)), true
+			}
+			if !r.args.MatchString(args) {
+				continue
+			}
+		}
+		c := *r
+		if r.Decision == RuleAllow {
+			return Once, &c, true
+		}
+		return Deny, &c, true
+	}
+	return "", nil, false
+}
+
+// literal reports whether the rule names one host and one tool, the only
+// kind that may allow a sudo request.
+func (r *Rule) literal() bool { return r.Tool != "*" && !hasGlobMeta(r.Host) }
+
+// hasGlobMeta reports whether a path.Match pattern matches anything other
+// than one name; a backslash-escaped metacharacter is literal.
+func hasGlobMeta(pattern string) bool {
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '\\':
+			i++
+		case '*', '?', '[':
+			return true
+		}
+	}
+	return false
+}
+
+// escapeGlob makes a host name into a pattern that matches only it.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// AddAlways saves an "always" answer: a rule allowing req's tool on req's
+// host, by name, appended to the file. The file is read again first, so
+// that edits made while the broker ran are kept (and one that no longer
+// parses is not overwritten), then replaced atomically with mode 0600; its
+// directory is created with mode 0700.
+func (p *Policy) AddAlways(req *Request) error {
+	if req.Host == "" || req.Tool == "" || req.Tool == "*" {
+		return fmt.Errorf("broker: cannot save \"always\" for tool %q on host %q: both must be named", req.Tool, req.Host)
+	}
+	if p.Path == "" {
+		return errors.New("broker: cannot save \"always\": the policy has no file")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.reload(); err != nil {
+		return err
+	}
+	r := Rule{Host: escapeGlob(req.Host), Tool: req.Tool, Decision: RuleAllow}
+	for _, o := range p.rules {
+		if o.Host == r.Host && o.Tool == r.Tool && o.Args == "" && o.Sudo == nil && o.Decision == RuleAllow {
+			return nil
+		}
+	}
+	doc := p.doc
+	if doc == nil {
+		doc = newPolicyDoc()
+	}
+	var item yaml.Node
+	if err := item.Encode(&r); err != nil {
+		return fmt.Errorf("broker: encoding a rule: %w", err)
+	}
+	item.HeadComment = fmt.Sprintf("always, answered for request %s", req.ID)
+	seq := rulesNode(doc)
+	seq.Content = append(seq.Content, &item)
+	seq.Style = 0 // a block list, even if the file said "rules: []"
+
+	var buf bytes.Buffer
+	if p.doc == nil && len(bytes.TrimSpace(p.blank)) > 0 {
+		buf.Write(p.blank)
+		if !bytes.HasSuffix(p.blank, []byte("\n")) {
+			buf.WriteByte('\n')
+		}
+	}
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("broker: encoding %s: %w", p.Path, err)
+	}
+	enc.Close()
+	if err := writeFileAtomic(p.Path, buf.Bytes()); err != nil {
+		return err
+	}
+	return p.reload()
+}
+
+func newPolicyDoc() *yaml.Node {
+	return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{
+		Kind:        yaml.MappingNode,
+		HeadComment: "ollie broker policy: the first rule that applies answers the elevation gate.\nSee broker/README.md. A sudo request is never allowed by a wildcard.",
+		Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Value: "rules"},
+			{Kind: yaml.SequenceNode},
+		},
+	}}}
+}
+
+// rulesNode returns the sequence under "rules:", adding it if the file
+// had none (an empty or comment-only file).
+func rulesNode(doc *yaml.Node) *yaml.Node {
+	if len(doc.Content) == 0 {
+		*doc = *newPolicyDoc()
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode || (m.Tag == "!!null") {
+		*m = *newPolicyDoc().Content[0]
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "rules" {
+			v := m.Content[i+1]
+			if v.Kind != yaml.SequenceNode {
+				*v = yaml.Node{Kind: yaml.SequenceNode}
+			}
+			return v
+		}
+	}
+	seq := &yaml.Node{Kind: yaml.SequenceNode}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "rules"}, seq)
+	return seq
+}
+
+func writeFileAtomic(name string, data []byte) error {
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("broker: policy directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".broker-policy-*.tmp")
+	if err != nil {
+		return fmt.Errorf("broker: saving policy: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("broker: saving policy: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("broker: saving policy %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("broker: saving policy %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("broker: saving policy %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return fmt.Errorf("broker: saving policy %s: %w", name, err)
+	}
+	// The rename is only durable once the directory is.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// ruleFields are the keys a rule may have, in the order messages list
+// them.
+var ruleFields = []string{"host", "tool", "args", "sudo", "decision"}
+
+func parsePolicy(name string, data []byte) ([]Rule, *yaml.Node, error) {
+	bad := func(line int, format string, a ...any) error {
+		return fmt.Errorf("%w: %s:%d: %s", ErrPolicy, name, line, fmt.Sprintf(format, a...))
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil, nil // an empty file asks about everything
+		}
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrPolicy, name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, nil, bad(extra.Line, "a second YAML document; the policy is one")
+	}
+	if len(doc.Content) == 0 {
+		return nil, &doc, nil
+	}
+	top := doc.Content[0]
+	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
+		return nil, &doc, nil
+	}
+	if top.Kind != yaml.MappingNode {
+		return nil, nil, bad(top.Line, "want a mapping with a \"rules\" list")
+	}
+	var seq *yaml.Node
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		if k.Value != "rules" {
+			return nil, nil, bad(k.Line, "unknown field %q (the policy has only \"rules\")", k.Value)
+		}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			continue
+		}
+		if v.Kind != yaml.SequenceNode {
+			return nil, nil, bad(v.Line, "\"rules\" must be a list")
+		}
+		seq = v
+	}
+	if seq == nil {
+		return nil, &doc, nil
+	}
+	rules := make([]Rule, 0, len(seq.Content))
+	for i, n := range seq.Content {
+		num := i + 1
+		if n.Kind != yaml.MappingNode {
+			return nil, nil, bad(n.Line, "rule %d: want a mapping of %s", num, strings.Join(ruleFields, ", "))
+		}
+		seen := map[string]bool{}
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			k := n.Content[j]
+			known := false
+			for _, f := range ruleFields {
+				known = known || k.Value == f
+			}
+			if !known {
+				return nil, nil, bad(k.Line, "rule %d: unknown field %q (want %s)", num, k.Value, strings.Join(ruleFields, ", "))
+			}
+			if seen[k.Value] {
+				return nil, nil, bad(k.Line, "rule %d: %q given twice", num, k.Value)
+			}
+			seen[k.Value] = true
+		}
+		var r Rule
+		if err := n.Decode(&r); err != nil {
+			return nil, nil, bad(n.Line, "rule %d: %v", num, yamlErrText(err))
+		}
+		r.Line = n.Line
+		if err := r.compile(); err != nil {
+			return nil, nil, bad(n.Line, "rule %d: %v", num, err)
+		}
+		rules = append(rules, r)
+	}
+	return rules, &doc, nil
+}
+
+func (r *Rule) compile() error {
+	if r.Host == "" {
+		r.Host = "*"
+	}
+	if r.Tool == "" {
+		r.Tool = "*"
+	}
+	if _, err := path.Match(r.Host, ""); err != nil {
+		return fmt.Errorf("host %q is not a valid glob", r.Host)
+	}
+	switch r.Decision {
+	case RuleAllow, RuleDeny:
+	case "":
+		return fmt.Errorf("no decision (want allow or deny)")
+	default:
+		return fmt.Errorf("decision %q (want allow or deny)", r.Decision)
+	}
+	if r.Args != "" {
+		re, err := regexp.Compile(`^(?:` + r.Args + `)$`)
+		if err != nil {
+			return fmt.Errorf("args %q is not a valid regular expression: %v", r.Args, err)
+		}
+		r.args = re
+	}
+	if r.Decision == RuleAllow && r.Sudo != nil && *r.Sudo && !r.literal() {
+		return fmt.Errorf("an allow rule for sudo must name one host and one tool, without wildcards (host %q, tool %q)", r.Host, r.Tool)
+	}
+	return nil
+}
+
+func yamlErrText(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return strings.Join(te.Errors, "; ")
+	}
+	return err.Error()
+}
