@@ -316,6 +316,37 @@ func (c *Client) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
+func (c *Client) newSession() (*ssh.Session, error) {
+	var s *ssh.Session
+	err := c.retryOpen(func() error {
+		var err error
+		s, err = c.conn.NewSession()
+		return err
+	})
+	return s, err
+}
+
+// retryOpen retries a session open that sshd refused for a short while.
+// sshd frees a session's slot some time after the channel is closed, so a
+// client that keeps under MaxSessions by its own count may still be
+// refused ("open failed") for a moment after a session ends.
+func (c *Client) retryOpen(open func() error) error {
+	delay := 5 * time.Millisecond
+	for i := 0; ; i++ {
+		err := open()
+		var oce *ssh.OpenChannelError
+		if err == nil || !errors.As(err, &oce) || oce.Reason != ssh.ConnectionFailed || i == 7 {
+			return err
+		}
+		select {
+		case <-time.After(delay):
+		case <-c.done:
+			return err
+		}
+		delay *= 2
+	}
+}
+
 // ExitError is a remote command that ran and failed.
 type ExitError struct {
 	Alias  string
@@ -361,7 +392,7 @@ func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 		}
 		return nil, err
 	}
-	s, err := c.conn.NewSession()
+	s, err := c.newSession()
 	if err != nil {
 		release()
 		if cerr := c.Err(); cerr != nil {
@@ -427,7 +458,12 @@ func (c *Client) SFTP() (*sftp.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := sftp.NewClient(c.conn)
+	var sc *sftp.Client
+	err = c.retryOpen(func() error {
+		var err error
+		sc, err = sftp.NewClient(c.conn)
+		return err
+	})
 	if err != nil {
 		release()
 		if cerr := c.Err(); cerr != nil {
