@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// writeScript writes an executable shell script into dir.
-func writeScript(t *testing.T, dir, name, body string) string {
+// scriptFile writes an executable shell script into dir.
+func scriptFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
@@ -23,7 +23,7 @@ func writeScript(t *testing.T, dir, name, body string) string {
 	return p
 }
 
-func testRequest(sudo bool) *Request {
+func askRequest(sudo bool) *Request {
 	return &Request{
 		ID: "req-1", Host: "db3", Session: "s1", Agent: "ops", Tool: "system_logs",
 		Variant: 0, Executable: "/usr/bin/dmesg", Args: json.RawMessage(`{"lines": "10"}`),
@@ -31,7 +31,7 @@ func testRequest(sudo bool) *Request {
 	}
 }
 
-func readFile(t *testing.T, p string) string {
+func fileText(t *testing.T, p string) string {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -45,13 +45,13 @@ func TestAskpassApprove(t *testing.T) {
 	// The script records its argument and the confirm variable, and
 	// answers as ANSWER says: an exit status, and optionally a word.
 	rec := filepath.Join(dir, "rec")
-	prog := writeScript(t, dir, "askpass", `
+	prog := scriptFile(t, dir, "askpass", `
 printf '%s' "$1" > "`+rec+`.arg"
 printf '%s' "${SSH_ASKPASS_PROMPT-unset}" > "`+rec+`.mode"
 [ -n "$WORD" ] && echo "$WORD"
 exit "$STATUS"
 `)
-	req := testRequest(true)
+	req := askRequest(true)
 	for _, tc := range []struct {
 		status, word string
 		want         Decision
@@ -74,10 +74,10 @@ exit "$STATUS"
 		if ans.Decision == Deny && ans.Reason == "" {
 			t.Errorf("a denial without a reason for the model")
 		}
-		if got := readFile(t, rec+".arg"); got != req.Prompt() {
+		if got := fileText(t, rec+".arg"); got != req.Prompt() {
 			t.Errorf("askpass argument %q, want the prompt %q", got, req.Prompt())
 		}
-		if got := readFile(t, rec+".mode"); got != "confirm" {
+		if got := fileText(t, rec+".mode"); got != "confirm" {
 			t.Errorf("SSH_ASKPASS_PROMPT=%q, want confirm", got)
 		}
 	}
@@ -86,7 +86,7 @@ exit "$STATUS"
 func TestAskpassPassword(t *testing.T) {
 	dir := t.TempDir()
 	rec := filepath.Join(dir, "rec")
-	prog := writeScript(t, dir, "askpass", `
+	prog := scriptFile(t, dir, "askpass", `
 printf '%s' "$1" > "`+rec+`.arg"
 printf '%s' "${SSH_ASKPASS_PROMPT-unset}" > "`+rec+`.mode"
 read line; printf '%s' "$line" > "`+rec+`.stdin"
@@ -95,7 +95,7 @@ exit "$STATUS"
 `)
 	// An inherited confirm mode would turn a password prompt into a yes/no.
 	t.Setenv("SSH_ASKPASS_PROMPT", "confirm")
-	req := testRequest(true)
+	req := askRequest(true)
 	for _, tc := range []struct {
 		printed, status string
 		want            string
@@ -115,13 +115,13 @@ exit "$STATUS"
 		if string(pw) != tc.want {
 			t.Errorf("printed %q: password %q, want %q", tc.printed, pw, tc.want)
 		}
-		if got, want := readFile(t, rec+".arg"), req.PasswordPrompt(2, "wrong password"); got != want {
+		if got, want := fileText(t, rec+".arg"), req.PasswordPrompt(2, "wrong password"); got != want {
 			t.Errorf("askpass argument %q, want %q", got, want)
 		}
-		if got := readFile(t, rec+".mode"); got != "unset" {
+		if got := fileText(t, rec+".mode"); got != "unset" {
 			t.Errorf("SSH_ASKPASS_PROMPT=%q in password mode, want it unset", got)
 		}
-		if got := readFile(t, rec+".stdin"); got != "" {
+		if got := fileText(t, rec+".stdin"); got != "" {
 			t.Errorf("askpass read %q from its stdin, want nothing", got)
 		}
 	}
@@ -136,20 +136,20 @@ exit "$STATUS"
 
 func TestAskpassFailures(t *testing.T) {
 	dir := t.TempDir()
-	req := testRequest(true)
+	req := askRequest(true)
 
 	_, err := (&AskpassApprover{Program: filepath.Join(dir, "missing")}).Approve(context.Background(), req)
 	if err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("missing program: %v, want an error naming it", err)
 	}
 
-	big := writeScript(t, dir, "big", `head -c 5000 /dev/zero | tr '\0' x`)
+	big := scriptFile(t, dir, "big", `head -c 5000 /dev/zero | tr '\0' x`)
 	_, err = (&AskpassApprover{Program: big}).Password(context.Background(), req, 1, "")
 	if !errors.Is(err, ErrHelperOutput) {
 		t.Errorf("5000 bytes of password: %v, want ErrHelperOutput", err)
 	}
 
-	killed := writeScript(t, dir, "killed", `kill -9 $$`)
+	killed := scriptFile(t, dir, "killed", `kill -9 $$`)
 	_, err = (&AskpassApprover{Program: killed}).Approve(context.Background(), req)
 	if err == nil {
 		t.Errorf("askpass killed by a signal: no error")
@@ -161,7 +161,7 @@ func TestAskpassFailures(t *testing.T) {
 func TestAskpassCancel(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	prog := writeScript(t, dir, "slow", `
+	prog := scriptFile(t, dir, "slow", `
 sleep 60 &
 echo $! > "`+pidFile+`.tmp"; mv "`+pidFile+`.tmp" "`+pidFile+`"
 wait
@@ -169,7 +169,7 @@ wait
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := (&AskpassApprover{Program: prog}).Password(ctx, testRequest(true), 1, "")
+		_, err := (&AskpassApprover{Program: prog}).Password(ctx, askRequest(true), 1, "")
 		done <- err
 	}()
 	pid := waitForPid(t, pidFile)

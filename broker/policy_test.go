@@ -163,16 +163,16 @@ func TestPolicyAddAlways(t *testing.T) {
 	// same answer.
 	again, err := LoadPolicy(file)
 	if err != nil {
-		t.Fatalf("reloading what AddAlways wrote: %v\n%s", err, readFile(t, file))
+		t.Fatalf("reloading what AddAlways wrote: %v\n%s", err, fileText(t, file))
 	}
 	if d, _, ok := again.Match(req); !ok || d != Once {
-		t.Fatalf("reloaded: %q, %v; want once\n%s", d, ok, readFile(t, file))
+		t.Fatalf("reloaded: %q, %v; want once\n%s", d, ok, fileText(t, file))
 	}
 
 	// A person edits the file while the broker runs: the edit and its
 	// comment survive the next AddAlways, and the same answer twice is
 	// saved once.
-	edited := readFile(t, file) + "  # added by hand\n  - host: web1\n    tool: uptime\n    decision: deny\n"
+	edited := fileText(t, file) + "  # added by hand\n  - host: web1\n    tool: uptime\n    decision: deny\n"
 	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err := p.AddAlways(req); err != nil {
 		t.Fatal(err)
 	}
-	text := readFile(t, file)
+	text := fileText(t, file)
 	if !strings.Contains(text, "# added by hand") {
 		t.Errorf("a comment written by hand was lost:\n%s", text)
 	}
@@ -212,7 +212,7 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err := p.AddAlways(&Request{Host: "h", Tool: "t"}); !errors.Is(err, ErrPolicy) {
 		t.Errorf("AddAlways over a broken file: %v, want ErrPolicy", err)
 	}
-	if got := readFile(t, file); got != "rules:\n  - hots: x\n" {
+	if got := fileText(t, file); got != "rules:\n  - hots: x\n" {
 		t.Errorf("the broken file was rewritten:\n%s", got)
 	}
 
@@ -233,7 +233,7 @@ func TestPolicyAddAlwaysKeepsCommentOnlyFile(t *testing.T) {
 	if err := p.AddAlways(&Request{Host: "h", Tool: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	if text := readFile(t, file); !strings.HasPrefix(text, "# my policy, empty for now\n") {
+	if text := fileText(t, file); !strings.HasPrefix(text, "# my policy, empty for now\n") {
 		t.Errorf("the comment was lost:\n%s", text)
 	}
 	if len(p.Rules()) != 1 {
