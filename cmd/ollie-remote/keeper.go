@@ -26,7 +26,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"ollie/broker"
 	"ollie/internal/paths"
+	"ollie/ns/client"
 	"ollie/ns/resume"
 	"ollie/tunnel"
 )
@@ -87,6 +89,8 @@ func prepareRemoteDir() error {
 }
 
 type keeper struct {
+	broker *broker.Broker // answers the hosts' approval requests
+
 	mu    sync.Mutex
 	hosts map[string]*heldHost
 	log   *slog.Logger
@@ -105,8 +109,11 @@ type heldHost struct {
 	since      time.Time
 	deployMu   sync.Mutex
 
+	stop       chan struct{} // closed by close: ends carryApprovals
+
 	mu         sync.Mutex
 	proxyState string
+	brokerSock string // the host-side socket forwarded to our broker now
 }
 
 func keeperMain(args []string) int {
@@ -131,7 +138,7 @@ func keeperMain(args []string) int {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
-	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{})}
+	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktopBroker(log)}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -265,6 +272,8 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 	h.ln = ln
 	h.proxy = &resume.Proxy{Dial: h.dial, Log: k.log.With("host", req.Host), OnState: h.setProxyState}
 	go h.proxy.Serve(ln)
+	h.stop = make(chan struct{})
+	go h.carryApprovals(k.broker, k.log.With("host", req.Host))
 	k.mu.Lock()
 	if other := k.hosts[req.Host]; other != nil {
 		k.mu.Unlock()
@@ -274,6 +283,80 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 	k.hosts[req.Host] = h
 	k.mu.Unlock()
 	return h.sock, nil
+}
+
+// carryApprovals forwards, for every SSH connection to the host, a fresh
+// socket on the host to the desktop broker (a leftover file from an
+// earlier connection can never block it), and tells the host's olliesrv
+// where it is by writing bypass/broker. Requests that arrive on it are
+// from this host: the broker takes the host's name from here, never from
+// the request.
+func (h *heldHost) carryApprovals(b *broker.Broker, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-h.stop
+		cancel()
+	}()
+	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
+		c, err := h.th.Client(ctx)
+		if err != nil {
+			if ctx.Err() != nil || tunnel.Permanent(err) {
+				return
+			}
+			time.Sleep(delay)
+			continue
+		}
+		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+randomHex(8))
+		ln, err := c.ListenUnix(path)
+		if err == nil {
+			go b.Serve(h.name, ln)
+			err = h.register(ctx, c, path)
+			if err != nil {
+				ln.Close()
+			}
+		}
+		if err != nil {
+			log.Warn("ollie-remote: approvals from this host cannot reach the desktop", "err", err)
+			select {
+			case <-c.Done():
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 10*time.Second)
+			continue
+		}
+		delay = 250 * time.Millisecond
+		h.mu.Lock()
+		h.brokerSock = path
+		h.mu.Unlock()
+		log.Info("ollie-remote: approvals from the host come to this desktop", "socket", path)
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			// Going down: the host no longer has a broker.
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			h.register(rctx, c, "")
+			rcancel()
+			ln.Close()
+			return
+		}
+	}
+}
+
+// register writes the broker socket's path to the host's bypass/broker.
+func (h *heldHost) register(ctx context.Context, c *tunnel.Client, path string) error {
+	conn, err := c.DialUnix(h.remoteSock)
+	if err != nil {
+		return err
+	}
+	nc, err := client.NewConn(conn, "")
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	defer nc.Close()
+	return nc.Write(ctx, "bypass/broker", []byte(path))
 }
 
 // dial reaches the host's namespace over the current connection, starting
@@ -302,6 +385,9 @@ func (h *heldHost) setProxyState(s string) {
 }
 
 func (h *heldHost) close() {
+	if h.stop != nil {
+		close(h.stop)
+	}
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
