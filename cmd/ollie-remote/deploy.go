@@ -421,7 +421,6 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-
 // remoteError says what failed on the host in its own words, without the
 // script ollie-remote sent, which means nothing to the user.
 func remoteError(what string, err error) error {

@@ -109,7 +109,7 @@ type heldHost struct {
 	since      time.Time
 	deployMu   sync.Mutex
 
-	stop       chan struct{} // closed by close: ends carryApprovals
+	stop chan struct{} // closed by close: ends carryApprovals
 
 	mu         sync.Mutex
 	proxyState string
