@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testParentEnv) != "" {
 		testParent()
 	}
+	if os.Getenv(sudoHelperEnv) != "" {
+		sudoHelper()
+	}
 	os.Exit(m.Run())
 }
 
