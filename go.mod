@@ -16,6 +16,7 @@ require (
 	github.com/anmitsu/go-shlex v0.0.0-20200514113438-38f4b401e2be // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/gliderlabs/ssh v0.3.8 // indirect
+	github.com/godbus/dbus/v5 v5.2.4 // indirect
 	github.com/kevinburke/ssh_config v1.6.0 // indirect
 	github.com/kr/fs v0.1.0 // indirect
 	github.com/pkg/sftp v1.13.12 // indirect
@@ -24,6 +25,7 @@ require (
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
 	golang.org/x/crypto v0.59.0 // indirect
+	golang.org/x/term v0.48.0 // indirect
 )
 
 require (

@@ -269,11 +269,12 @@ var (
 	streamsrvErr  error
 )
 
-// BenchmarkForward reads a namespace on a host through the three ways to
-// reach its socket, in the same loop: (a) ollie-remote up's path, the
-// keeper's code in this process (tunnel.Host and a resume.Proxy on a local
-// socket); (b) OpenSSH's ssh -L local.sock:remote.sock; (c) the server's
-// socket itself, reachable here since the host is this machine: the floor.
+// BenchmarkForward reads a namespace on a host through the ways to reach
+// its socket, in the same loop: (a) ollie-remote up's path, the keeper's
+// code in this process (tunnel.Host and a resume.Proxy on a local socket);
+// (b) OpenSSH's ssh -L local.sock:remote.sock, with and without -N; (c) the
+// server's socket itself, reachable here since the host is this machine:
+// the floor.
 // The server is testdata/streamsrv, run as the host's user.
 func BenchmarkForward(b *testing.B) {
 	streamsrvOnce.Do(func() {
@@ -303,7 +304,19 @@ func BenchmarkForward(b *testing.B) {
 	quiet := slog.New(slog.DiscardHandler)
 
 	// (a) What the keeper does for a host it holds (keeper.go: up, dial).
+	// up's first act on a new connection is an exec (olliesrv start, which
+	// finds the running daemon); test -S stands for it here. It matters:
+	// sshd turns TCP_NODELAY on for a connection only when a session
+	// starts on it, and without it Nagle holds the tail of each reply.
 	th := tunnel.NewHost(h.Name, tunnel.Options{ConfigFile: lab.ConfigFile, Log: quiet})
+	b.Cleanup(func() { th.Close() })
+	c, err := th.Client(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := c.Run(context.Background(), "test -S "+remoteSock, nil); err != nil {
+		b.Fatal(err)
+	}
 	proxy := &resume.Proxy{Log: quiet, Dial: func(ctx context.Context) (net.Conn, error) {
 		c, err := th.Client(ctx)
 		if err != nil {
@@ -317,31 +330,18 @@ func BenchmarkForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	go proxy.Serve(ln)
-	b.Cleanup(func() { proxy.Close(); ln.Close(); th.Close() })
+	b.Cleanup(func() { proxy.Close(); ln.Close() })
 
-	// (b) OpenSSH forwarding the same socket.
-	sshSock := filepath.Join(local, "ssh.sock")
-	ssh := lab.SSH("-N", "-o", "StreamLocalBindUnlink=yes", "-o", "ExitOnForwardFailure=yes",
-		"-L", sshSock+":"+remoteSock, h.Name)
-	ssh.Env = append(os.Environ(), "SSH_AUTH_SOCK=")
-	sshLog := filepath.Join(local, "ssh.log")
-	logf, err := os.Create(sshLog)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ssh.Stderr = logf
-	err = ssh.Start()
-	logf.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ssh.Process.Kill(); ssh.Wait() })
-	waitSocket(b, sshSock, sshLog)
+	// (b) OpenSSH forwarding the same socket, twice: ssh -N -L, the usual
+	// way, and ssh -L with a command running, whose session gets it
+	// TCP_NODELAY as up's exec does.
+	sshN := sshForward(b, lab, h.Name, filepath.Join(local, "sshN.sock"), remoteSock, false)
+	sshL := sshForward(b, lab, h.Name, filepath.Join(local, "sshL.sock"), remoteSock, true)
 
 	paths := []struct {
 		name string
 		c    *client.Conn
-	}{{"up", dial(b, upSock)}, {"sshL", dial(b, sshSock)}, {"direct", dial(b, remoteSock)}}
+	}{{"up", dial(b, upSock)}, {"sshL", dial(b, sshL)}, {"sshN", dial(b, sshN)}, {"direct", dial(b, remoteSock)}}
 	ctx := context.Background()
 
 	// compare runs op on every path in each iteration and reports each
@@ -371,6 +371,7 @@ func BenchmarkForward(b *testing.B) {
 			}
 		})
 		b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "lat-up/sshL")
+		b.ReportMetric(took[0].Seconds()/took[2].Seconds(), "lat-up/sshN")
 	})
 	b.Run("stream64MiB", func(b *testing.B) {
 		took := compare(b, func(c *client.Conn) {
@@ -383,6 +384,7 @@ func BenchmarkForward(b *testing.B) {
 			b.ReportMetric(float64(b.N)*64*(1<<20)/1e6/took[j].Seconds(), p.name+"-MB/s")
 		}
 		b.ReportMetric(took[1].Seconds()/took[0].Seconds(), "thru-up/sshL")
+		b.ReportMetric(took[2].Seconds()/took[0].Seconds(), "thru-up/sshN")
 	})
 }
 
@@ -440,6 +442,37 @@ func dial(b *testing.B, sock string) *client.Conn {
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// sshForward runs ssh -L local:remote, with -N or with a command that
+// lasts as long as ssh does (cat of a stdin that is never written), and
+// returns once the local socket is there.
+func sshForward(b *testing.B, lab *sshlab.Lab, host, local, remote string, session bool) string {
+	args := []string{"-o", "StreamLocalBindUnlink=yes", "-o", "ExitOnForwardFailure=yes", "-L", local + ":" + remote, host}
+	if session {
+		args = append(args, "cat")
+	} else {
+		args = append([]string{"-N"}, args...)
+	}
+	ssh := lab.SSH(args...)
+	ssh.Env = append(os.Environ(), "SSH_AUTH_SOCK=")
+	if _, err := ssh.StdinPipe(); err != nil {
+		b.Fatal(err)
+	}
+	log := local + ".log"
+	logf, err := os.Create(log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ssh.Stderr = logf
+	err = ssh.Start()
+	logf.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ssh.Process.Kill(); ssh.Wait() })
+	waitSocket(b, local, log)
+	return local
 }
 
 // waitSocket waits for ssh -L to bind its socket, which it does once it

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+)
+
+// TerminalApprover asks on the terminal that runs the broker, for a
+// desktop without a display or a person who prefers it.
+//
+// Approve prints the request and reads an answer line (o, a or d), asking
+// again until it gets one. Password reads a line with echo turned off,
+// and refuses, rather than echo a password, when In is not a terminal.
+//
+// One conversation holds the terminal at a time. When a request's context
+// ends while the person is typing, the call returns at once; the terminal
+// is released when the read ends, at once if In supports deadlines (a
+// terminal opened with os.Open does), else when the person presses Enter,
+// and that answer is not used.
+type TerminalApprover struct {
+	In  *os.File
+	Out io.Writer
+
+	mu sync.Mutex
+}
+
+// maxTerminalLine bounds an answer or a password typed on the terminal.
+const maxTerminalLine = 1024
+
+// Approve asks once / always / deny on the terminal.
+func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, error) {
+	type result struct {
+		ans Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if ctx.Err() != nil {
+			done <- result{err: context.Cause(ctx)}
+			return
+		}
+		ans, err := t.approve(ctx, req)
+		if ctx.Err() != nil {
+			fmt.Fprintf(t.Out, "\r\nollie: request %s was withdrawn; that answer is not used.\r\n", req.ID)
+		}
+		done <- result{ans, err}
+	}()
+	select {
+	case r := <-done:
+		return r.ans, r.err
+	case <-ctx.Done():
+		return Answer{}, context.Cause(ctx)
+	}
+}
+
+func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, error) {
+	fmt.Fprintf(t.Out, "\n%s", req.Prompt())
+	var buf [maxTerminalLine]byte
+	for {
+		fmt.Fprintf(t.Out, "approve: [o]nce / [a]lways (%s on %s) / [d]eny? ", req.Tool, orUnknown(req.Host))
+		n, err := t.readLine(ctx, buf[:])
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(t.Out)
+			return Answer{Decision: Deny, Reason: "nobody answered on the broker's terminal (end of input)"}, nil
+		}
+		if err != nil {
+			return Answer{}, err
+		}
+		switch strings.ToLower(strings.TrimSpace(string(buf[:n]))) {
+		case "o", "once", "y", "yes":
+			return Answer{Decision: Once}, nil
+		case "a", "always":
+			return Answer{Decision: Always}, nil
+		case "d", "deny", "n", "no":
+			return Answer{Decision: Deny, Reason: deniedByPerson}, nil
+		}
+		fmt.Fprintln(t.Out, "please answer o (once), a (always) or d (deny)")
+	}
+}
+
+// Password reads the password with echo off.
+func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+	if t.In == nil || !isTerminal(t.In) {
+		return nil, fmt.Errorf("broker: the broker's input is not a terminal, and a password typed there would be shown; refusing to read one: %w", ErrDenied)
+	}
+	type result struct {
+		pw  []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if ctx.Err() != nil {
+			done <- result{err: context.Cause(ctx)}
+			return
+		}
+		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
+		if ctx.Err() != nil {
+			Zero(pw)
+			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\r\n", req.ID)
+			pw, err = nil, context.Cause(ctx)
+		}
+		done <- result{pw, err}
+	}()
+	select {
+	case r := <-done:
+		return r.pw, r.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (t *TerminalApprover) password(ctx context.Context, prompt string) ([]byte, error) {
+	var saved *term.State
+	err := withFd(t.In, func(fd int) error {
+		var err error
+		if saved, err = term.GetState(fd); err != nil {
+			return err
+		}
+		// Echo goes off before the prompt is shown, as sudo does, so
+		// that a password typed ahead of the prompt is not shown either.
+		tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err != nil {
+			return err
+		}
+		tio.Lflag &^= unix.ECHO
+		tio.Lflag |= unix.ICANON | unix.ISIG
+		tio.Iflag |= unix.ICRNL
+		return unix.IoctlSetTermios(fd, unix.TCSETS, tio)
+	})
+	if saved != nil {
+		defer withFd(t.In, func(fd int) error { return term.Restore(fd, saved) })
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: terminal %s: %w", t.In.Name(), err)
+	}
+
+	fmt.Fprint(t.Out, prompt)
+	var buf [maxTerminalLine]byte
+	defer Zero(buf[:])
+	n, err := t.readLine(ctx, buf[:])
+	fmt.Fprintln(t.Out) // the Enter was not echoed
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("broker: no password typed on the terminal: %w", ErrDenied)
+	case errors.Is(err, errLineTooLong):
+		return nil, fmt.Errorf("broker: the password typed is longer than %d bytes: %w", maxTerminalLine, ErrDenied)
+	case err != nil:
+		return nil, err
+	}
+	pw := make([]byte, n)
+	copy(pw, buf[:n])
+	return pw, nil
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// withFd runs f on the file's descriptor without File.Fd, which would put
+// the file in blocking mode for good and so end its read deadlines, the
+// way a withdrawn request frees the terminal.
+func withFd(file *os.File, f func(fd int) error) error {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	is := false
+	withFd(f, func(fd int) error { is = term.IsTerminal(fd); return nil })
+	return is
+}
+
+// readLine reads one line into buf, one byte at a time so that nothing
+// after the newline is taken from the terminal (the next prompt's answer
+// may already be typed) and nothing of it is copied elsewhere. The newline
+// and a carriage return before it are dropped. A line longer than buf is
+// read to its end and errLineTooLong returned. When ctx ends and In takes
+// deadlines, the read stops at once.
+func (t *TerminalApprover) readLine(ctx context.Context, buf []byte) (int, error) {
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		t.In.SetReadDeadline(time.Now())
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+		t.In.SetReadDeadline(time.Time{})
+	}()
+
+	var c [1]byte
+	n, long := 0, false
+	for {
+		m, err := t.In.Read(c[:])
+		if m == 1 {
+			if c[0] == '\n' {
+				break
+			}
+			if n < len(buf) {
+				buf[n] = c[0]
+				n++
+			} else {
+				long = true
+			}
+			continue
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+			return 0, context.Cause(ctx)
+		}
+		if errors.Is(err, io.EOF) && n > 0 {
+			break // a last line without its newline
+		}
+		return 0, err
+	}
+	c[0] = 0
+	if long {
+		return 0, errLineTooLong
+	}
+	if n > 0 && buf[n-1] == '\r' {
+		buf[n-1] = 0
+		n--
+	}
+	return n, nil
+}
+
+func (t *TerminalApprover) String() string {
+	if t.In == nil {
+		return "terminal (none)"
+	}
+	return "terminal " + t.In.Name()
+}

@@ -1,0 +1,292 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+const terminalHelperEnv = "OLLIE_BROKER_TERMINAL_HELPER"
+
+// TestTerminalHelperProcess is the broker in a child process, its
+// standard input and output the slave side of a pty the test types into.
+// It reports on stdout what the approver returned, the password only as a
+// hash.
+func TestTerminalHelperProcess(t *testing.T) {
+	if os.Getenv(terminalHelperEnv) != "1" {
+		return
+	}
+	a := &TerminalApprover{In: os.Stdin, Out: os.Stdout}
+	ctx := context.Background()
+	req := askRequest(true)
+	for {
+		ans, err := a.Approve(ctx, req)
+		fmt.Printf("result: decision=%s err=%v\n", ans.Decision, err)
+		if ans.Decision == Deny || err != nil {
+			break
+		}
+		for attempt, problem := 1, ""; attempt <= 2; attempt, problem = attempt+1, "wrong password" {
+			pw, err := a.Password(ctx, req, attempt, problem)
+			fmt.Printf("result: password sha256=%x len=%d denied=%v err=%v\n", sha256.Sum256(pw), len(pw), errors.Is(err, ErrDenied), err)
+			Zero(pw)
+		}
+	}
+	os.Exit(0)
+}
+
+// ptyChild runs TestTerminalHelperProcess on a new pty and collects all it
+// writes there.
+type ptyChild struct {
+	t      *testing.T
+	master *os.File
+	cmd    *exec.Cmd
+
+	mu  sync.Mutex
+	out bytes.Buffer
+	eof chan struct{}
+}
+
+func startPtyChild(t *testing.T) *ptyChild {
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTerminalHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), terminalHelperEnv+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	c := &ptyChild{t: t, master: master, cmd: cmd, eof: make(chan struct{})}
+	go func() {
+		defer close(c.eof)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			c.mu.Lock()
+			c.out.Write(buf[:n])
+			c.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		master.Close()
+	})
+	return c
+}
+
+func (c *ptyChild) output() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+// expect waits until the child has written want n times in all.
+func (c *ptyChild) expect(want string, n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Count(c.output(), want) < n {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("never saw %q (%d times) on the terminal; it shows:\n%s", want, n, c.output())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *ptyChild) typeLine(s string) {
+	c.t.Helper()
+	if _, err := c.master.Write([]byte(s + "\r")); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// TestTerminalApproverPty drives the terminal approver as a person would,
+// through a real pty: a wrong answer asked again, "always", a password
+// (never shown on the terminal), a second password, then a denial.
+func TestTerminalApproverPty(t *testing.T) {
+	c := startPtyChild(t)
+	const question = "approve: [o]nce / [a]lways (system_logs on db3) / [d]eny? "
+	req := askRequest(true)
+
+	c.expect(question, 1)
+	if out := c.output(); !strings.Contains(strings.ReplaceAll(out, "\r\n", "\n"), req.Prompt()) {
+		t.Fatalf("the request was not shown; the terminal shows:\n%s", out)
+	}
+	c.typeLine("maybe")
+	c.expect("please answer o (once), a (always) or d (deny)", 1)
+	c.expect(question, 2)
+	c.typeLine("a")
+	c.expect("result: decision=always err=<nil>", 1)
+
+	const secret = "correct horse battery staple"
+	c.expect(req.PasswordPrompt(1, ""), 1)
+	c.typeLine(secret)
+	c.expect("result: password", 1)
+	c.expect(req.PasswordPrompt(2, "wrong password"), 1)
+	c.typeLine(secret + "-2")
+	c.expect("result: password", 2)
+
+	c.expect(question, 3)
+	c.typeLine("d")
+	c.expect("result: decision=deny", 1)
+	select {
+	case <-c.eof:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the helper did not exit")
+	}
+
+	out := c.output()
+	if strings.Contains(out, "correct horse") {
+		t.Errorf("the password was echoed on the terminal:\n%s", out)
+	}
+	for i, want := range []string{secret, secret + "-2"} {
+		line := fmt.Sprintf("result: password sha256=%x len=%d denied=false err=<nil>", sha256.Sum256([]byte(want)), len(want))
+		if !strings.Contains(out, line) {
+			t.Errorf("password %d did not arrive intact; want %q in:\n%s", i+1, line, out)
+		}
+	}
+	// The answers, typed with echo on, are shown as typed.
+	for _, typed := range []string{"maybe", "a\r\n", "d\r\n"} {
+		if !strings.Contains(out, typed) {
+			t.Errorf("the answer %q was not echoed:\n%s", typed, out)
+		}
+	}
+}
+
+// TestTerminalApproverEOF closes the terminal's input: Ctrl-D at the
+// password prompt declines, and at the question denies.
+func TestTerminalApproverEOF(t *testing.T) {
+	c := startPtyChild(t)
+	c.expect("[d]eny? ", 1)
+	c.typeLine("o")
+	c.expect(askRequest(true).PasswordPrompt(1, ""), 1)
+	c.master.Write([]byte{4}) // ^D: end of input
+	c.expect("result: password", 1)
+	if !strings.Contains(c.output(), "len=0 denied=true") {
+		t.Errorf("^D at the password prompt was not a refusal:\n%s", c.output())
+	}
+	c.expect(askRequest(true).PasswordPrompt(2, "wrong password"), 1)
+	c.master.Write([]byte{4})
+	c.expect("result: password", 2)
+	c.expect("[d]eny? ", 2)
+	c.master.Write([]byte{4})
+	c.expect("result: decision=deny", 1)
+}
+
+// TestTerminalApproverCancel checks that a withdrawn request frees the
+// terminal at once when it takes deadlines, and that echo comes back.
+func TestTerminalApproverCancel(t *testing.T) {
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer tty.Close()
+	go io.Copy(io.Discard, master)
+	a := &TerminalApprover{In: tty, Out: tty}
+	req := askRequest(true)
+
+	for _, gate := range []string{"approve", "password"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if gate == "approve" {
+				_, err = a.Approve(ctx, req)
+			} else {
+				_, err = a.Password(ctx, req, 1, "")
+			}
+			done <- err
+		}()
+		time.Sleep(50 * time.Millisecond) // let it block in read; the test holds either way
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v, want context.Canceled", gate, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not return when its request was withdrawn", gate)
+		}
+	}
+
+	// The terminal is free again and its echo restored: the next request
+	// gets the next answer typed.
+	ans := make(chan Answer, 1)
+	go func() {
+		a2, err := a.Approve(context.Background(), req)
+		if err != nil {
+			t.Error(err)
+		}
+		ans <- a2
+	}()
+	master.Write([]byte("o\r"))
+	select {
+	case got := <-ans:
+		if got.Decision != Once {
+			t.Errorf("after withdrawals: %+v, want once", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the terminal stayed taken after the withdrawn requests")
+	}
+	var tio *unix.Termios
+	if err := withFd(tty, func(fd int) (err error) { tio, err = unix.IoctlGetTermios(fd, unix.TCGETS); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if tio.Lflag&unix.ECHO == 0 {
+		t.Error("echo stayed off after a withdrawn password prompt")
+	}
+}
+
+// TestTerminalApproverNotATerminal reads the answers from a pipe: the
+// question may be answered there, a password is never read from it.
+func TestTerminalApproverNotATerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var out bytes.Buffer
+	a := &TerminalApprover{In: r, Out: &out}
+	w.Write([]byte("always\nhunter2\n"))
+	ans, err := a.Approve(context.Background(), askRequest(true))
+	if err != nil || ans.Decision != Always {
+		t.Fatalf("answer from a pipe: %+v, %v", ans, err)
+	}
+	pw, err := a.Password(context.Background(), askRequest(true), 1, "")
+	if !errors.Is(err, ErrDenied) || pw != nil {
+		t.Fatalf("password from a pipe: %q, %v; want ErrDenied", pw, err)
+	}
+	if !strings.Contains(err.Error(), "not a terminal") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	// The password line was left where it was.
+	w.Close()
+	rest, _ := io.ReadAll(r)
+	if string(rest) != "hunter2\n" {
+		t.Errorf("the pipe holds %q after the refusal, want the line untouched", rest)
+	}
+	if strings.Contains(out.String(), "hunter2") {
+		t.Errorf("the password was written out: %s", out.String())
+	}
+}
