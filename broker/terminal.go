@@ -52,7 +52,7 @@ func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, e
 		}
 		ans, err := t.approve(ctx, req)
 		if ctx.Err() != nil {
-			fmt.Fprintf(t.Out, "\r\nollie: request %s was withdrawn; that answer is not used.\r\n", req.ID)
+			fmt.Fprintf(t.Out, "\nollie: request %s was withdrawn; that answer is not used.\n", req.ID)
 		}
 		done <- result{ans, err}
 	}()
@@ -109,7 +109,7 @@ func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt i
 		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
 		if ctx.Err() != nil {
 			Zero(pw)
-			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\r\n", req.ID)
+			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\n", req.ID)
 			pw, err = nil, context.Cause(ctx)
 		}
 		done <- result{pw, err}
@@ -196,6 +196,9 @@ func isTerminal(f *os.File) bool {
 // read to its end and errLineTooLong returned. When ctx ends and In takes
 // deadlines, the read stops at once.
 func (t *TerminalApprover) readLine(ctx context.Context, buf []byte) (int, error) {
+	if ctx.Err() != nil {
+		return 0, context.Cause(ctx) // what is typed next is for the next prompt
+	}
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		t.In.SetReadDeadline(time.Now())

@@ -193,7 +193,8 @@ func TestTerminalApproverEOF(t *testing.T) {
 }
 
 // TestTerminalApproverCancel checks that a withdrawn request frees the
-// terminal at once when it takes deadlines, and that echo comes back.
+// terminal at once when it takes deadlines, says so, and turns echo back
+// on.
 func TestTerminalApproverCancel(t *testing.T) {
 	master, tty, err := pty.Open()
 	if err != nil {
@@ -201,11 +202,32 @@ func TestTerminalApproverCancel(t *testing.T) {
 	}
 	defer master.Close()
 	defer tty.Close()
-	go io.Copy(io.Discard, master)
+	var mu sync.Mutex
+	var shown bytes.Buffer
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, err := master.Read(buf)
+			mu.Lock()
+			shown.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitShown := func(want string, n int) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("%q shown %d times", want, n), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Count(shown.String(), want) >= n
+		})
+	}
 	a := &TerminalApprover{In: tty, Out: tty}
 	req := askRequest(true)
 
-	for _, gate := range []string{"approve", "password"} {
+	for i, gate := range []string{"approve", "password"} {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
@@ -217,7 +239,11 @@ func TestTerminalApproverCancel(t *testing.T) {
 			}
 			done <- err
 		}()
-		time.Sleep(50 * time.Millisecond) // let it block in read; the test holds either way
+		if gate == "approve" {
+			waitShown("[d]eny? ", 1)
+		} else {
+			waitShown(req.PasswordPrompt(1, ""), 1)
+		}
 		cancel()
 		select {
 		case err := <-done:
@@ -227,6 +253,7 @@ func TestTerminalApproverCancel(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s did not return when its request was withdrawn", gate)
 		}
+		waitShown("request req-1 was withdrawn", i+1)
 	}
 
 	// The terminal is free again and its echo restored: the next request
@@ -235,7 +262,7 @@ func TestTerminalApproverCancel(t *testing.T) {
 	go func() {
 		a2, err := a.Approve(context.Background(), req)
 		if err != nil {
-			t.Error(err)
+			t.Errorf("after withdrawals: %v", err)
 		}
 		ans <- a2
 	}()
