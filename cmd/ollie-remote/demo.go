@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -366,7 +367,7 @@ func (d *demo) agent() error {
 	fmt.Fprintf(d.stdout, "── %s ──\n", label)
 	state, err := d.runTurn(ctx, dial, ctl, prompt)
 	// Let the last of the stream arrive before the follow ends.
-	time.Sleep(200 * time.Millisecond)
+	out.waitQuiet(150*time.Millisecond, 2*time.Second)
 	stopFollow()
 	<-followed
 	out.end()
@@ -379,58 +380,71 @@ func (d *demo) agent() error {
 	return nil
 }
 
-// runTurn writes the prompt and waits for the agent to be idle again. It
-// watches statewait (a read that returns at the next change of state),
-// and reads state besides, since a change may come between two waits.
+// runTurn writes the prompt and waits for the turn to end: stats counts
+// the turns run to their end. statewait (a read that returns at the next
+// change of state) wakes the wait early; a tick covers a change between
+// two waits.
 func (d *demo) runTurn(ctx context.Context, dial func() (*client.Conn, error), ctl *client.Conn, prompt string) (string, error) {
 	waiter, err := dial()
 	if err != nil {
 		return "", err
 	}
 	defer waiter.Close()
-	changes := make(chan string, 16)
+	changes := make(chan struct{}, 1)
 	wctx, stopWait := context.WithCancel(ctx)
 	defer stopWait()
 	go func() {
 		for wctx.Err() == nil {
-			b, err := waiter.ReadAll(wctx, "session/demo/agent/a/statewait")
-			if err != nil {
+			if _, err := waiter.ReadAll(wctx, "session/demo/agent/a/statewait"); err != nil {
 				time.Sleep(100 * time.Millisecond)
-				continue
 			}
-			changes <- strings.TrimSpace(string(b))
+			select {
+			case changes <- struct{}{}:
+			default:
+			}
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // let the first wait begin before the turn does
 	if err := ctl.Write(ctx, "session/demo/agent/a/prompt", []byte(prompt)); err != nil {
 		return "", fmt.Errorf("writing the prompt: %w", err)
 	}
-	busy := false
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case s := <-changes:
-			if s == "idle" {
-				return s + "\n", nil
-			}
-			busy = true
+		case <-changes:
 		case <-tick.C:
-			b, err := ctl.ReadAll(ctx, "session/demo/agent/a/state")
-			if err != nil {
-				return "", fmt.Errorf("reading the agent's state: %w", err)
-			}
-			if s := strings.TrimSpace(string(b)); s != "idle" {
-				busy = true
-			} else if busy {
-				return string(b), nil
-			}
 		case <-ctx.Done():
 			if d.ctx.Err() != nil {
 				return "", errors.New("interrupted")
 			}
 			return "", errors.New("the agent did not finish its turn in time")
 		}
+		b, err := ctl.ReadAll(ctx, "session/demo/agent/a/stats")
+		if err != nil {
+			return "", fmt.Errorf("reading the agent's stats: %w", err)
+		}
+		var st struct {
+			Turns     int    `json:"turns"`
+			LastError string `json:"last_error"`
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			return "", fmt.Errorf("the agent's stats %q: %w", b, err)
+		}
+		if st.Turns < 1 {
+			continue
+		}
+		if st.LastError != "" {
+			hint := ""
+			if d.real != "" {
+				hint = " (check OLLAMA_HOST, OLLAMA_MODEL or OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL)"
+			}
+			return "", fmt.Errorf("the agent's turn failed: %s%s", st.LastError, hint)
+		}
+		state, err := ctl.ReadAll(ctx, "session/demo/agent/a/state")
+		if err != nil {
+			return "", fmt.Errorf("reading the agent's state: %w", err)
+		}
+		return string(state), nil
 	}
 }
 
@@ -477,11 +491,15 @@ func (d *demo) look() error {
 
 func (d *demo) waitForInterrupt() {
 	d.step("Everything stays up until Ctrl-C")
+	if d.llm != nil {
+		d.llm.SetImmediate("(SCRIPTED MODEL) A canned reply: every prompt gets this one. Set OLLAMA_HOST or OPENAI_API_KEY for a real model.")
+		fmt.Fprintln(d.stdout, "The scripted model now answers every prompt with one canned line.")
+	}
 	env := "OLLIE_REMOTE_DIR=" + d.rdir
 	fmt.Fprintf(d.stdout, "In another terminal:\n")
 	d.show(env, d.ollieCmd("demo1")...)
 	fmt.Fprintln(d.stdout, "    a shell on demo1's namespace: ls, cd session/demo/agent/a, cat chat, echo hi > prompt")
-	d.show(env, d.exe, "-F", d.files.Config, "status")
+	d.show(env, append([]string{d.exe, "-F", d.files.Config, "status"}, d.hosts...)...)
 	d.show("", "ssh", "-F", d.files.Config, "demo2", "ollie", "ls", "/")
 	fmt.Fprintln(d.stdout, "    OpenSSH's own client on a demo host: the ollie command deploy installed there")
 	fmt.Fprintf(d.stdout, "Ctrl-C stops the hosts and removes %s.\n", d.dir)
@@ -567,11 +585,13 @@ type prefixWriter struct {
 	w      io.Writer
 	prefix string
 	mid    bool // within a line
+	last   time.Time
 }
 
 func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.last = time.Now()
 	var buf bytes.Buffer
 	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
 		if len(line) == 0 {
@@ -587,6 +607,18 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// waitQuiet returns once nothing was written for quiet, or after max.
+func (p *prefixWriter) waitQuiet(quiet, max time.Duration) {
+	for deadline := time.Now().Add(max); time.Now().Before(deadline); time.Sleep(quiet / 4) {
+		p.mu.Lock()
+		last := p.last
+		p.mu.Unlock()
+		if time.Since(last) >= quiet {
+			return
+		}
+	}
 }
 
 // end finishes a line left open.
