@@ -160,7 +160,7 @@ func (d *demo) run() error {
 	}
 	d.exePath, d.exe = exe, typed(exe)
 	if _, err := loadBundle(d.c.binDir, d.c.dataDir, runtime.GOOS+"/"+runtime.GOARCH); err != nil {
-		return fmt.Errorf("%w (the demo deploys bin/olliesrv: run make build first)", err)
+		return err
 	}
 	for i := 1; i <= demoHosts; i++ {
 		d.hosts = append(d.hosts, fmt.Sprintf("demo%d", i))
@@ -276,8 +276,7 @@ func (d *demo) pickModel() error {
 // remote runs this binary with args, its output going straight to ours.
 func (d *demo) remote(ctx context.Context, args ...string) error {
 	full := []string{"-F", d.files.Config}
-	exe, _ := os.Executable()
-	if d.c.binDir != filepath.Dir(exe) {
+	if d.c.binDir != filepath.Dir(d.exePath) {
 		full = append(full, "-bin", d.c.binDir)
 	}
 	if d.c.dataDir != paths.DataDir() {
@@ -523,9 +522,9 @@ func (d *demo) cleanup() error {
 			if err := d.remote(ctx, "down", "-stop-daemon", "-all"); err != nil {
 				errs = append(errs, err)
 			}
-		}
-		if err := stopKeeper(ctx); err != nil {
-			errs = append(errs, err)
+			if err := stopKeeper(ctx, filepath.Join(d.rdir, "keeper.sock")); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		if d.fleet != nil {
 			if err := d.fleet.Close(); err != nil {
@@ -547,10 +546,11 @@ func (d *demo) cleanup() error {
 	return errors.Join(errs...)
 }
 
-// stopKeeper ends a keeper that outlived down (one that never held a host
-// does not quit by itself), found through its control socket's peer.
-func stopKeeper(ctx context.Context) error {
-	c, err := net.Dial("unix", controlSocket())
+// stopKeeper ends the demo's keeper if it outlived down (one that never
+// held a host does not quit by itself), found as the peer of its control
+// socket.
+func stopKeeper(ctx context.Context, sock string) error {
+	c, err := net.Dial("unix", sock)
 	if err != nil {
 		return nil
 	}
