@@ -133,9 +133,7 @@ func (d *DialogApprover) Password(ctx context.Context, req *Request, attempt int
 	var args []string
 	switch kind {
 	case "zenity":
-		// The entry's label takes "_" as a keyboard mnemonic; doubled,
-		// it is shown.
-		args = []string{"--entry", "--hide-text", "--title", dialogTitle, "--text", strings.ReplaceAll(prompt, "_", "__")}
+		args = []string{"--entry", "--hide-text", "--title", dialogTitle, "--text", zenityEntryText(prompt)}
 	case "kdialog":
 		args = []string{"--title", dialogTitle, "--password", qtPlain(prompt)}
 	}
@@ -156,6 +154,12 @@ func (d *DialogApprover) String() string {
 		s += " with desktop notifications"
 	}
 	return s
+}
+
+// zenityEntryText quotes text for zenity's entry label, which expands C
+// escapes (g_strcompress) and takes "_" as a keyboard mnemonic.
+func zenityEntryText(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "_", "__").Replace(s)
 }
 
 // qtPlain makes text safe for a Qt label that guesses rich text: escaped

@@ -125,6 +125,9 @@ func TestDialogZenity(t *testing.T) {
 	if text, _ := after(argv, "--text"); text != strings.ReplaceAll(req.PasswordPrompt(2, "wrong password"), "_", "__") {
 		t.Errorf("--text %q: want the prompt with its underscores doubled", text)
 	}
+	if got := zenityEntryText(`a\nb_c`); got != `a\\nb__c` {
+		t.Errorf("zenityEntryText: %q", got)
+	}
 	f.setAnswer("1", "")
 	if pw, err := d.Password(context.Background(), req, 1, ""); !errors.Is(err, ErrDenied) || pw != nil {
 		t.Errorf("cancelled password dialog: %q, %v; want ErrDenied", pw, err)
