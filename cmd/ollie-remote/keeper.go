@@ -91,12 +91,13 @@ func prepareRemoteDir() error {
 type keeper struct {
 	broker *broker.Broker // answers the hosts' approval requests
 
-	mu    sync.Mutex
-	hosts map[string]*heldHost
-	log   *slog.Logger
-	ln    net.Listener
-	quit  chan struct{}
-	once  sync.Once
+	mu     sync.Mutex
+	hosts  map[string]*heldHost
+	active int // control requests in progress
+	log    *slog.Logger
+	ln     net.Listener
+	quit   chan struct{}
+	once   sync.Once
 }
 
 type heldHost struct {
@@ -145,7 +146,29 @@ func keeperMain(args []string) int {
 			if err != nil {
 				return
 			}
-			go k.serve(c)
+			k.mu.Lock()
+			k.active++
+			k.mu.Unlock()
+			go func() {
+				k.serve(c)
+				k.mu.Lock()
+				k.active--
+				k.mu.Unlock()
+			}()
+		}
+	}()
+	// A keeper holding no host and answering nothing has no reason to stay
+	// (an up that failed everywhere leaves one behind otherwise).
+	go func() {
+		idle := 0
+		for range time.Tick(time.Second) {
+			k.mu.Lock()
+			empty := len(k.hosts) == 0 && k.active == 0
+			k.mu.Unlock()
+			if idle = map[bool]int{true: idle + 1, false: 0}[empty]; idle >= 10 {
+				k.once.Do(func() { close(k.quit) })
+				return
+			}
 		}
 	}()
 	sigs := make(chan os.Signal, 1)
@@ -310,7 +333,7 @@ func (h *heldHost) carryApprovals(b *broker.Broker, log *slog.Logger) {
 		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+randomHex(8))
 		ln, err := c.ListenUnix(path)
 		if err == nil {
-			go b.Serve(h.name, ln)
+			go serveApprovals(b, h.name, ln)
 			err = h.register(ctx, c, path)
 			if err != nil {
 				ln.Close()

@@ -37,6 +37,8 @@ Commands:
   down HOST...     stop forwarding (-stop-daemon: stop the host's olliesrv too);
                    -all for every host held
   status [HOST...] a table: host, version, uptime, sessions, agents, tunnel
+  broker           answer the hosts' approval and sudo requests on this terminal
+                   (without it: OLLIE_ASKPASS, a dialog, or they are denied)
   demo [keep]      deploy to three SSH hosts started inside this process, run an agent
   version          print the version
 
@@ -141,6 +143,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusMain(ctx, &c, hosts, stdout, stderr)
 	case "demo":
 		return demoMain(ctx, &c, hosts, stdout, stderr)
+	case "broker":
+		return brokerMain(ctx, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ollie-remote", version)
 		return 0

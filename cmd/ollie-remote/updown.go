@@ -103,10 +103,11 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 // statusMain prints a table of the hosts named, or of every host held.
 func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	held := map[string]heldInfo{}
+	everyHost := len(hosts) == 0 || c.all
 	if r, err := keeperCall(ctx, request{Op: "list"}, nil); err == nil {
 		for _, h := range r.Held {
 			held[h.Host] = h
-			if len(hosts) == 0 || c.all {
+			if everyHost {
 				hosts = append(hosts, h.Host)
 			}
 		}
