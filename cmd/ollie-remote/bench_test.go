@@ -119,7 +119,13 @@ func BenchmarkDeploy(b *testing.B) {
 	})
 
 	// Held: ollie-remote up holds the ten hosts, so deploy goes to the
-	// keeper and runs over its connections, without an SSH handshake.
+	// keeper and runs over its connections, without an SSH handshake. up
+	// needs a deploy before it, and rsync a copy to be warm, which -bench
+	// Deploy/held alone would skip.
+	if out, err := e.remote(append([]string{"deploy"}, e.hosts...)...); err != nil {
+		b.Fatalf("ollie-remote deploy: %v\n%s", err, out)
+	}
+	e.rsync(b)
 	if out, err := e.remote(append([]string{"up"}, e.hosts...)...); err != nil {
 		b.Fatalf("ollie-remote up: %v\n%s", err, out)
 	}
@@ -272,9 +278,10 @@ var (
 // BenchmarkForward reads a namespace on a host through the ways to reach
 // its socket, in the same loop: (a) ollie-remote up's path, the keeper's
 // code in this process (tunnel.Host and a resume.Proxy on a local socket);
-// (b) OpenSSH's ssh -L local.sock:remote.sock, with and without -N; (c) the
-// server's socket itself, reachable here since the host is this machine:
-// the floor.
+// (a') the same over a connection on which no session has run, as the
+// keeper's is after a reconnect; (b) OpenSSH's ssh -L local.sock:remote.sock,
+// with a command and with -N; (c) the server's socket itself, reachable
+// here since the host is this machine: the floor.
 // The server is testdata/streamsrv, run as the host's user.
 func BenchmarkForward(b *testing.B) {
 	streamsrvOnce.Do(func() {
@@ -332,6 +339,26 @@ func BenchmarkForward(b *testing.B) {
 	go proxy.Serve(ln)
 	b.Cleanup(func() { proxy.Close(); ln.Close() })
 
+	// (a') The same after a reconnect: the keeper's dial finds the daemon's
+	// socket and runs no exec on the new connection, so no session ever
+	// starts on it.
+	thRe := tunnel.NewHost(h.Name, tunnel.Options{ConfigFile: lab.ConfigFile, Log: quiet})
+	b.Cleanup(func() { thRe.Close() })
+	proxyRe := &resume.Proxy{Log: quiet, Dial: func(ctx context.Context) (net.Conn, error) {
+		c, err := thRe.Client(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.DialUnix(remoteSock)
+	}}
+	upReSock := filepath.Join(local, "upRe.sock")
+	lnRe, err := net.Listen("unix", upReSock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go proxyRe.Serve(lnRe)
+	b.Cleanup(func() { proxyRe.Close(); lnRe.Close() })
+
 	// (b) OpenSSH forwarding the same socket, twice: ssh -N -L, the usual
 	// way, and ssh -L with a command running, whose session gets it
 	// TCP_NODELAY as up's exec does.
@@ -341,7 +368,7 @@ func BenchmarkForward(b *testing.B) {
 	paths := []struct {
 		name string
 		c    *client.Conn
-	}{{"up", dial(b, upSock)}, {"sshL", dial(b, sshL)}, {"sshN", dial(b, sshN)}, {"direct", dial(b, remoteSock)}}
+	}{{"up", dial(b, upSock)}, {"sshL", dial(b, sshL)}, {"sshN", dial(b, sshN)}, {"upRecon", dial(b, upReSock)}, {"direct", dial(b, remoteSock)}}
 	ctx := context.Background()
 
 	// compare runs op on every path in each iteration and reports each
