@@ -207,7 +207,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 		rs.Notices = append(rs.Notices, w)
 	}
 	byID := map[string]*RestoredAgent{}
-	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}}
+	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}, latest: map[string]string{}}
 	for _, r := range recs {
 		calls.add(r)
 		switch r.Kind {
@@ -329,7 +329,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent, calls *callLog) []backend.Message {
 	skip := map[string]bool{}
 	for _, in := range rerun {
-		if id, ok := strings.CutPrefix(in.ID, agentID+"/"); ok {
+		if id, ok := strings.CutPrefix(CallBase(in.ID), agentID+"/"); ok {
 			skip[id] = true
 		}
 	}
@@ -340,7 +340,7 @@ func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent, c
 		for _, c := range open {
 			if !answered[c.ID] && !skip[c.ID] {
 				out = append(out, backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
-					Content: calls.answer(agentID + "/" + c.ID)})
+					Content: calls.answer(calls.latest[agentID+"/"+c.ID])})
 			}
 		}
 		open = nil
@@ -366,6 +366,16 @@ func closeOpenCalls(agentID string, h []backend.Message, rerun []store.Intent, c
 type callLog struct {
 	intents map[string]bool
 	settled map[string]json.RawMessage
+	latest  map[string]string // AGENT/CALL → the last intent id for it
+}
+
+// CallBase is a call record's id without its nonce: AGENT/CALL, the call
+// id being the model's.
+func CallBase(id string) string {
+	if i := strings.LastIndexByte(id, '#'); i >= 0 {
+		return id[:i]
+	}
+	return id
 }
 
 func (l *callLog) add(r store.Record) {
@@ -374,6 +384,7 @@ func (l *callLog) add(r store.Record) {
 		var in store.Intent
 		if r.Decode(&in) == nil {
 			l.intents[in.ID] = true
+			l.latest[CallBase(in.ID)] = in.ID
 		}
 	case store.KindSettle:
 		var st store.Settlement

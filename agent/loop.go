@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -430,7 +432,9 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 				Output: "not run: " + hookReason(d, err)}
 		}
 	}
-	id := a.cfg.ID + "/" + c.ID
+	// Models reuse call ids across turns (many local ones count from 0 in
+	// every reply): a nonce keeps each call's record its own.
+	id := a.cfg.ID + "/" + c.ID + "#" + nonce()
 	if a.cfg.Journal != nil {
 		if err := a.cfg.Journal.Intent(id, c.Name, c.Args, d.ReplaySafe); err != nil {
 			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: "not run: cannot record the call: " + err.Error()}
@@ -568,4 +572,11 @@ func (a *Agent) injectProcs(ctx context.Context) {
 		a.appendMsg(backend.Message{Role: backend.RoleUser, Content: b.String()})
 		a.raw(b.String())
 	}
+}
+
+// nonce is 8 random hex digits.
+func nonce() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -160,7 +160,7 @@ func (n *namespace) restore(ctx context.Context) {
 func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.RestoredSession) map[string][]backend.Message {
 	out := map[string][]backend.Message{}
 	for _, in := range rs.Rerun {
-		agentID, callID, _ := strings.Cut(in.ID, "/")
+		agentID, callID, _ := strings.Cut(agent.CallBase(in.ID), "/")
 		var res *toolsrv.Result
 		child, err := n.tools.get(ctx, s)
 		if err == nil {
