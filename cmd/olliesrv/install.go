@@ -110,15 +110,10 @@ func installManifest(root string, versions []string) (*InstallManifest, error) {
 		m.Current = filepath.Base(cur)
 	}
 	for _, v := range append(versions, m.Current) {
-		if v == "" || !validVersion(v) {
+		if _, done := m.Versions[v]; done || v == "" || !validVersion(v) {
 			continue
 		}
-		sum, err := fileSHA256(filepath.Join(root, v, "olliesrv"))
-		if err == nil {
-			m.Versions[v] = sum
-		} else {
-			m.Versions[v] = ""
-		}
+		m.Versions[v] = binarySHA256(filepath.Join(root, v, "olliesrv"))
 	}
 	data := filepath.Join(root, "data")
 	err := filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
@@ -149,6 +144,30 @@ func installManifest(root string, versions []string) (*InstallManifest, error) {
 	m.Installed = ollieCommandInstalled(root)
 	m.Daemon = runningDaemonExe()
 	return m, nil
+}
+
+// binarySHA256 is a version's binary's hash: the one install commit
+// verified, kept beside it, while the file's size and mtime are unchanged
+// (as rsync's quick check trusts them), else hashed again. Hashing the
+// binary on every deploy was most of a warm deploy's time. "" when missing.
+func binarySHA256(bin string) string {
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return ""
+	}
+	stamp := fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+	cache := filepath.Join(filepath.Dir(bin), ".olliesrv.sha256")
+	if b, err := os.ReadFile(cache); err == nil {
+		if sum, rest, ok := strings.Cut(strings.TrimSpace(string(b)), " "); ok && rest == stamp {
+			return sum
+		}
+	}
+	sum, err := fileSHA256(bin)
+	if err != nil {
+		return ""
+	}
+	writeFileAtomic(cache, []byte(sum+" "+stamp+"\n"), 0644)
+	return sum
 }
 
 // validVersion keeps a version name to one plain path element.
@@ -200,6 +219,12 @@ func installCommit(plan InstallPlan) (*InstallReport, error) {
 		if !ok {
 			rep.Bad = append(rep.Bad, f.Path)
 			continue
+		}
+		if filepath.Base(dst) == "olliesrv" {
+			if fi, err := os.Stat(dst); err == nil {
+				writeFileAtomic(filepath.Join(filepath.Dir(dst), ".olliesrv.sha256"),
+					fmt.Appendf(nil, "%s %d %d\n", f.SHA256, fi.Size(), fi.ModTime().UnixNano()), 0644)
+			}
 		}
 		dirs[filepath.Dir(dst)] = true
 	}
