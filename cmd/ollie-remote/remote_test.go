@@ -599,36 +599,8 @@ func interactive(t *testing.T, lab *sshlab.Lab) {
 		t.Fatal(err)
 	}
 	defer tty.Close()
-	var mu sync.Mutex
-	var screen bytes.Buffer
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := tty.Read(buf)
-			mu.Lock()
-			screen.Write(buf[:n])
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	waitFor := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			mu.Lock()
-			ok := strings.Contains(screen.String(), what)
-			mu.Unlock()
-			if ok {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("ssh -t h11 ollie: no %q on the terminal:\n%s", what, screen.String())
-	}
+	scr := watchTerminal(tty)
+	waitFor := func(what string) { t.Helper(); scr.waitFor(t, what) }
 	waitFor("ollie:/% ")
 	tty.Write([]byte("ls session\r"))
 	waitFor("kept/")

@@ -46,34 +46,8 @@ func TestTerminalBroker(t *testing.T) {
 		cmd.Wait()
 		tty.Close()
 	}()
-	var mu sync.Mutex
-	var screen bytes.Buffer
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := tty.Read(buf)
-			mu.Lock()
-			screen.Write(buf[:n])
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	waitFor := func(what string) {
-		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			mu.Lock()
-			ok := strings.Contains(screen.String(), what)
-			mu.Unlock()
-			if ok {
-				return
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("no %q on the broker's terminal:\n%s", what, screen.String())
-	}
+	scr := watchTerminal(tty)
+	waitFor := func(what string) { t.Helper(); scr.waitFor(t, what) }
 	waitFor("answering the approval requests")
 
 	// The keeper's side for host "web1": a forwarded socket served by
@@ -103,9 +77,7 @@ func TestTerminalBroker(t *testing.T) {
 		done <- asked{cv, ans, err}
 	}()
 	waitFor("[d]eny? ")
-	mu.Lock()
-	prompt := screen.String()
-	mu.Unlock()
+	prompt := scr.String()
 	if i := strings.Index(prompt, "ollie: "); i < 0 || !strings.Contains(prompt[i:], "web1 asks to run as root") || strings.Contains(prompt[i:], "db9") {
 		t.Errorf("the prompt does not name the connection's host:\n%s", prompt)
 	}
@@ -129,9 +101,48 @@ func TestTerminalBroker(t *testing.T) {
 	}
 	a.cv.Close("ran")
 	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Contains(screen.String(), "Hunter2") {
-		t.Errorf("the terminal echoed the password:\n%s", screen.String())
+	if strings.Contains(scr.String(), "Hunter2") {
+		t.Errorf("the terminal echoed the password:\n%s", scr)
 	}
+}
+
+// terminalScreen is what a program wrote to its pseudo-terminal so far.
+type terminalScreen struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// watchTerminal collects everything tty's program writes.
+func watchTerminal(tty *os.File) *terminalScreen {
+	s := &terminalScreen{}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := tty.Read(buf)
+			s.mu.Lock()
+			s.buf.Write(buf[:n])
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *terminalScreen) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// waitFor waits up to 15 s for what to appear on the screen.
+func (s *terminalScreen) waitFor(t *testing.T, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if strings.Contains(s.String(), what) {
+			return
+		}
+	}
+	t.Fatalf("no %q on the terminal:\n%s", what, s)
 }
