@@ -284,12 +284,8 @@ var (
 // The server is testdata/streamsrv, run as the host's user.
 func BenchmarkForward(b *testing.B) {
 	streamsrvOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "streamsrv")
-		if err != nil {
-			streamsrvErr = err
-			return
-		}
-		streamsrvBin = filepath.Join(dir, "streamsrv")
+		// Beside the binaries TestMain builds, and removed with them.
+		streamsrvBin = filepath.Join(binDir, "streamsrv")
 		cmd := exec.Command("go", "build", "-o", streamsrvBin, "./testdata/streamsrv")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
