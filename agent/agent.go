@@ -336,13 +336,24 @@ func (a *Agent) run() {
 
 		a.turn(ctx, prompt)
 
+		// The turn ends at once for every observer: counted, not
+		// interruptible, and idle, in one step. (Counting it after the
+		// state went idle let a waiter for the next turn's end return on
+		// this one's.)
 		cancel(nil)
-		a.setState(StateIdle)
 		a.mu.Lock()
 		a.cancel = nil
 		a.turns++
+		changed := a.state != StateIdle
+		if changed {
+			a.state = StateIdle
+			a.stateVer++
+		}
 		a.notify()
 		a.mu.Unlock()
+		if changed {
+			a.publish("state", StateIdle)
+		}
 	}
 }
 

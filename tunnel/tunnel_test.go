@@ -623,8 +623,7 @@ func TestHostReconnect(t *testing.T) {
 	}
 
 	// A dropped connection is noticed at once and replaced.
-	h.KillConnections()
-	<-c1.Done()
+	dropConnection(t, h, c1)
 	c2, err := hst.Client(ctx)
 	if err != nil || c2 == c1 {
 		t.Fatalf("after KillConnections: %v (same client: %v)", err, c2 == c1)
@@ -633,7 +632,7 @@ func TestHostReconnect(t *testing.T) {
 
 	// A host that is down: the Host keeps trying, and says so.
 	h.Stop()
-	<-c2.Done()
+	waitDone(t, c2, "the host stopped")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.HasPrefix(hst.State(), "reconnecting (attempt 2)") {
 		if time.Now().After(deadline) {
@@ -667,7 +666,33 @@ func TestHostReconnect(t *testing.T) {
 	if _, err := hst.Client(ctx); !errors.Is(err, tunnel.ErrClosed) {
 		t.Errorf("Client after Close: %v", err)
 	}
-	<-c3.Done()
+	waitDone(t, c3, "the Host was closed")
+}
+
+// dropConnection kills the host's connection processes until c notices
+// (a kill can miss a process being forked), and fails the test rather
+// than hang.
+func dropConnection(t *testing.T, h *sshlab.Host, c *tunnel.Client) {
+	t.Helper()
+	killed := 0
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		killed += h.KillConnections()
+		select {
+		case <-c.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the connection did not drop in 20s (%d processes killed)", killed)
+}
+
+func waitDone(t *testing.T, c *tunnel.Client, why string) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the connection did not end in 20s after %s", why)
+	}
 }
 
 func TestAgent(t *testing.T) {

@@ -591,13 +591,67 @@ func (h *Host) signalConnections(sig syscall.Signal) int {
 	if pid == 0 {
 		return 0
 	}
-	n := 0
+	// The listener's descendants, and whoever holds one of the host's
+	// established TCP connections: a [priv] process killed just as it
+	// forks leaves its user child orphaned, outside the tree, holding the
+	// connection.
+	pids := map[int]bool{}
 	for _, p := range descendants(pid) {
+		pids[p] = true
+	}
+	for _, p := range h.connectionHolders() {
+		if p != pid {
+			pids[p] = true
+		}
+	}
+	n := 0
+	for p := range pids {
 		if syscall.Kill(p, sig) == nil {
 			n++
 		}
 	}
 	return n
+}
+
+// connectionHolders are the processes with a file descriptor on an
+// established TCP connection to the host's address and port.
+func (h *Host) connectionHolders() []int {
+	ip := net.ParseIP(h.Addr).To4()
+	if ip == nil {
+		return nil
+	}
+	// /proc/net/tcp writes the address as little-endian hex, then the port.
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], h.Port)
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return nil
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1] == local && f[3] == "01" { // 01: ESTABLISHED
+			inodes["socket:["+f[9]+"]"] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return nil
+	}
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + e.Name() + "/fd")
+		for _, fd := range fds {
+			if t, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name()); err == nil && inodes[t] {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // descendants lists the processes below pid, children first.
