@@ -103,6 +103,7 @@ func connectChain(ctx context.Context, t *Target, o Options, depth int) (*ssh.Cl
 			jumps = append(jumps, js...)
 			jumps = append(jumps, c)
 			via = c
+			interactive(c)
 			continue
 		}
 		c, err := connectOne(ctx, hop, o, via)
@@ -111,12 +112,35 @@ func connectChain(ctx context.Context, t *Target, o Options, depth int) (*ssh.Cl
 		}
 		jumps = append(jumps, c)
 		via = c
+		interactive(c)
 	}
 	c, err := connectOne(ctx, t, o, via)
 	if err != nil {
 		return fail(err)
 	}
 	return c, jumps, nil
+}
+
+// interactive runs an empty command on a jump host's connection, best
+// effort: sshd turns on TCP_NODELAY for a connection only once a session
+// ran on it, and a jump connection otherwise carries only forwarded
+// channels, whose small packets Nagle's algorithm then holds for a delayed
+// ACK (a deploy through a jump host ran ten times slower).
+func interactive(c *ssh.Client) {
+	s, err := c.NewSession()
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.Run("true")
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+	}
+	s.Close()
 }
 
 // connectOne dials t directly or through via, within t.ConnectTimeout for
