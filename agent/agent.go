@@ -349,11 +349,14 @@ func (a *Agent) run() {
 			a.state = StateIdle
 			a.stateVer++
 		}
-		a.notify()
 		a.mu.Unlock()
+		// The event goes out before the waiters for the turn's end wake.
 		if changed {
 			a.publish("state", StateIdle)
 		}
+		a.mu.Lock()
+		a.notify()
+		a.mu.Unlock()
 	}
 }
 

@@ -192,7 +192,7 @@ func TestParallelByScope(t *testing.T) {
 		t.Errorf("at most %d calls ran at once; the first round's four should run together", tools.maxSeen.Load())
 	}
 	// Rounds: 1 wave + 2 waves (same path) + 2 waves (global alone) = 5 waves.
-	if elapsed < 500*time.Millisecond || elapsed > 3*time.Second {
+	if elapsed < 500*time.Millisecond {
 		t.Errorf("took %s for five waves of 100ms", elapsed)
 	}
 	if !strings.Contains(out, "→ write {\"path\":\"/x/a\"}") || !strings.Contains(out, "← shell: ran shell") {
