@@ -84,8 +84,14 @@ type Gate struct {
 type pendingReq struct {
 	req     *Request
 	created time.Time
-	decided chan Answer // buffered 1
+	decided chan struct{} // closed with ans set, once
+	ans     Answer
+	waiters int // requests waiting on this one: it and identical ones
 }
+
+// MaxParkedPerSession caps the distinct requests one session may have
+// waiting in bypass/pending; identical ones wait on the first.
+const MaxParkedPerSession = 8
 
 // NewGate returns a gate that parks requests for 5 minutes when no broker
 // is connected.
@@ -262,24 +268,47 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 	}
 }
 
-// park waits for a decision written to bypass/pending/{id}.
+// park waits for a decision written to bypass/pending/{id}. A request
+// identical to one already waiting waits on it and gets its answer, and a
+// session may park only MaxParkedPerSession distinct ones, so that a
+// looping agent cannot flood the directory.
 func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration) Answer {
-	p := &pendingReq{req: req, created: time.Now(), decided: make(chan Answer, 1)}
 	g.mu.Lock()
-	g.pending[req.ID] = p
+	var p *pendingReq
+	parked := 0
+	for _, q := range g.pending {
+		if q.req.Same(req) {
+			p = q
+		}
+		if q.req.Session == req.Session {
+			parked++
+		}
+	}
+	if p == nil && parked >= MaxParkedPerSession {
+		g.mu.Unlock()
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}
+	}
+	if p == nil {
+		p = &pendingReq{req: req, created: time.Now(), decided: make(chan struct{})}
+		g.pending[req.ID] = p
+		g.publish("bypass.pending", req.ID+" "+req.Tool)
+	}
+	p.waiters++
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
-		delete(g.pending, req.ID)
+		if p.waiters--; p.waiters == 0 {
+			delete(g.pending, p.req.ID)
+		}
 		g.mu.Unlock()
 	}()
-	g.publish("bypass.pending", req.ID+" "+req.Tool)
 	select {
-	case a := <-p.decided:
-		g.publish("bypass.decided", req.ID+" "+string(a.Decision))
-		return a
+	case <-p.decided:
+		return p.ans
 	case <-ctx.Done():
-		g.publish("bypass.decided", req.ID+" timeout")
+		if p.req == req {
+			g.publish("bypass.decided", req.ID+" timeout")
+		}
 		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}
 	}
 }
@@ -343,11 +372,14 @@ func (g *Gate) Decide(id, text string) error {
 		reason = "denied through bypass/pending on the host"
 	}
 	select {
-	case p.decided <- Answer{Decision: d, Reason: reason}:
-	default:
+	case <-p.decided:
 		return fmt.Errorf("request %s was already answered", id)
+	default:
 	}
+	p.ans = Answer{Decision: d, Reason: reason}
+	close(p.decided)
 	delete(g.pending, id)
+	g.publish("bypass.decided", id+" "+string(d))
 	return nil
 }
 

@@ -231,3 +231,78 @@ func TestParseHostPolicy(t *testing.T) {
 		}
 	}
 }
+
+// Identical parked requests are asked once; a session's distinct ones are
+// capped; no decision is lost.
+func TestGateParkCoalescesAndCaps(t *testing.T) {
+	l := newLab(t, false)
+	type result struct {
+		i   int
+		ans Answer
+	}
+	results := make(chan result, 30)
+	ask := func(i int, req *Request) {
+		_, ans, err := l.ask(t, req)
+		if err != nil {
+			t.Error(err)
+		}
+		results <- result{i, ans}
+	}
+	// 10 identical requests, then 10 distinct ones of the same session.
+	for i := range 10 {
+		go ask(i, &Request{Session: "s", Tool: "same", Args: []byte(`{"a": 1}`)})
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(l.gate.Pending()) < 1 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // let the identical ones join
+	if n := len(l.gate.Pending()); n != 1 {
+		t.Fatalf("%d pending for 10 identical requests", n)
+	}
+	for i := range 10 {
+		go ask(10+i, &Request{Session: "s", Tool: "t" + string(rune('a'+i))})
+	}
+	capped := 0
+	for deadline := time.Now().Add(5 * time.Second); capped < 3 && time.Now().Before(deadline); {
+		select {
+		case r := <-results:
+			if r.ans.Decision != Deny || !strings.Contains(r.ans.Reason, "too many") {
+				t.Errorf("request %d answered %+v before any decision", r.i, r.ans)
+			}
+			capped++
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if capped != 3 || len(l.gate.Pending()) != MaxParkedPerSession {
+		t.Fatalf("capped %d, pending %d: want 3 capped and %d waiting", capped, len(l.gate.Pending()), MaxParkedPerSession)
+	}
+	// Answer every one waiting: approve the identical ones, deny the rest.
+	for _, r := range l.gate.Pending() {
+		d := "deny"
+		if r.Tool == "same" {
+			d = "approve"
+		}
+		if err := l.gate.Decide(r.ID, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	approved, denied := 0, 0
+	for range 17 {
+		select {
+		case r := <-results:
+			switch {
+			case r.i < 10 && r.ans.Decision == Once:
+				approved++
+			case r.i >= 10 && r.ans.Decision == Deny:
+				denied++
+			default:
+				t.Errorf("request %d: %+v", r.i, r.ans)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a decision was lost")
+		}
+	}
+	if approved != 10 || denied != 7 {
+		t.Errorf("approved %d, denied %d", approved, denied)
+	}
+}
