@@ -335,3 +335,24 @@ func TestCrashDuringTool(t *testing.T) {
 		t.Errorf("the model got %d messages after the restart", len(last.Messages))
 	}
 }
+
+// TestBinaryToolsRunAsksTheGate: "olliesrv tools run" of an elevated tool
+// asks the running daemon's approval gate, as an agent's call does.
+func TestBinaryToolsRunAsksTheGate(t *testing.T) {
+	dir := shortTempDir(t)
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "lift.meta"), []byte(`{"description": "Lift.", "elevated": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "lift"), []byte("#!/bin/sh\necho lifted\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	startBinary(t, dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
+	if out, code := runBinary(t, dir, "nobroker=deny", "write", "bypass/policy"); code != 0 {
+		t.Fatalf("bypass/policy: %d %q", code, out)
+	}
+	srv, _ := binaries(t)
+	cmd := exec.Command(srv, "tools", "run", "lift", "{}")
+	cmd.Env = append(os.Environ(), "NAMESPACE="+dir, "OLLIE_TOOLS_PATH="+tools, "OLLIE_DATA="+data)
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "no desktop broker is connected to this host") || strings.Contains(string(out), "lifted") {
+		t.Errorf("tools run of an elevated tool with the gate denying: %s", out)
+	}
+}

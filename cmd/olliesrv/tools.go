@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
 	"ollie/agent"
+	"ollie/ns"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 )
@@ -127,6 +129,11 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	r := &toolsrv.Runner{Tools: session, Cwd: *cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: path}
+	// With a daemon running, its approval gate answers as it does for agents.
+	if gate := filepath.Join(ns.NamespaceDir(), "elevate"); daemonPID() != 0 {
+		r.Approver = toolsrv.GateApprover{Socket: gate}
+		r.ElevateSocket = gate
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res := r.Run(ctx, name, input)
