@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -234,7 +235,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 
 	var up []upload
 	if m.Versions[ver] != bin.SHA256 {
-		up = append(up, upload{src: bin, path: ver + "/olliesrv"})
+		up = append(up, upload{src: bin, path: ver + "/olliesrv", runs: true})
 	}
 	for _, rel := range sortedKeys(b.Data) {
 		f := b.Data[rel]
@@ -264,7 +265,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 	}
 	plan := installPlan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
 	for attempt := 1; ; attempt++ {
-		sent, err := uploadAll(ctx, c, root, up)
+		sent, err := uploadAll(ctx, c, root, up, progress)
 		res.Sent += sent
 		res.Files += len(up)
 		if err != nil {
@@ -303,7 +304,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 		for _, u := range up {
 			for _, bad := range rep.Bad {
 				if u.path == bad {
-					again = append(again, upload{src: u.src, path: u.path})
+					again = append(again, upload{src: u.src, path: u.path, runs: u.runs})
 				}
 			}
 		}
@@ -319,11 +320,12 @@ type upload struct {
 	src  localFile
 	path string // under the root
 	tmp  string // under the root, set by uploadAll
+	runs bool   // the binary: it runs (its own commit) before it is committed
 }
 
 // uploadAll copies every file to a temporary name beside its destination,
 // several at once over the connection's one SFTP session.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload) (int64, error) {
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, progress func(string)) (int64, error) {
 	if len(up) == 0 {
 		return 0, nil
 	}
@@ -331,30 +333,56 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload) 
 	if err != nil {
 		return 0, fmt.Errorf("sftp: %w", err)
 	}
+	// Directories in one exec: SFTP's MkdirAll costs round trips per path
+	// element, which over a slow link cost more than the files.
 	dirs := map[string]bool{}
+	var mkdir []string
 	for i := range up {
-		d := path.Dir(path.Join(root, up[i].path))
-		if !dirs[d] {
-			if err := sc.MkdirAll(d); err != nil {
-				return 0, fmt.Errorf("mkdir %s: %w", d, err)
-			}
+		if d := path.Dir(path.Join(root, up[i].path)); !dirs[d] {
 			dirs[d] = true
+			mkdir = append(mkdir, d)
 		}
 		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+randomHex(6))
+	}
+	sort.Strings(mkdir)
+	if _, err := c.Run(ctx, sh(`exec mkdir -p -- "$@"`, mkdir...), nil); err != nil {
+		return 0, remoteError("making directories", err)
 	}
 	var mu sync.Mutex
 	var sent int64
 	var firstErr error
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	// Each file costs an open and a close round trip: many at once.
+	sem := make(chan struct{}, 16)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A long upload says how far it has got every few seconds.
+	var moved atomic.Int64
+	var total int64
+	for _, u := range up {
+		total += u.src.Size
+	}
+	start := time.Now()
+	ticker := time.NewTicker(3 * time.Second)
+	defer ticker.Stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				n := moved.Load()
+				rate := float64(n) / time.Since(start).Seconds()
+				progress(fmt.Sprintf("sent %s of %s (%s/s)", humanBytes(n), humanBytes(total), humanBytes(int64(rate))))
+			}
+		}
+	}()
 	for _, u := range up {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := uploadOne(ctx, sc, root, u, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
+			if err := uploadOne(ctx, sc, root, u, &moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -368,7 +396,7 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload) 
 	return sent, firstErr
 }
 
-func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, count func(int64)) error {
+func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, moved *atomic.Int64, count func(int64)) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -381,19 +409,36 @@ func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, coun
 	if err != nil {
 		return fmt.Errorf("%s: %w", u.path, err)
 	}
-	n, err := dst.ReadFrom(src)
+	n, err := dst.ReadFrom(&countingReader{r: src, n: moved, size: u.src.Size})
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		// Executable before it is committed: the binary runs its own commit.
-		err = sc.Chmod(path.Join(root, u.tmp), u.src.Mode|0700)
+	if err == nil && u.runs {
+		// Executable before it is committed: the binary runs its own
+		// commit. The others get their mode from the commit.
+		err = sc.Chmod(path.Join(root, u.tmp), 0700)
 	}
 	count(n)
 	if err != nil {
 		return fmt.Errorf("%s: %w", u.path, err)
 	}
 	return nil
+}
+
+// countingReader counts what an upload has read, for its progress.
+type countingReader struct {
+	r    io.Reader
+	n    *atomic.Int64
+	size int64
+}
+
+// Size lets pkg/sftp send the file with many writes in flight.
+func (c *countingReader) Size() int64 { return c.size }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func randomHex(n int) string {

@@ -102,7 +102,7 @@ func (r *remote) must(args ...string) string {
 
 // freshHome gives a lab user (shared with earlier runs) a stock Debian
 // home again, with no daemon running.
-func freshHome(t *testing.T, h *sshlab.Host) {
+func freshHome(t testing.TB, h *sshlab.Host) {
 	exec.Command("pkill", "-KILL", "-u", h.User, "olliesrv").Run()
 	for _, p := range []string{".local", ".config", ".bashrc", ".zshenv"} {
 		os.RemoveAll(filepath.Join(h.Home, p))

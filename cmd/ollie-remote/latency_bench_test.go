@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/internal/sshlab"
+)
+
+// BenchmarkDeployOverLatency deploys to one host behind a link with a
+// 20 ms round trip (a TCP relay that delays each direction by 10 ms), cold,
+// beside rsync -a of the same files over the same link, in the same run.
+// On loopback every protocol looks fast; a round trip per SFTP write is
+// what a real fleet pays.
+func BenchmarkDeployOverLatency(b *testing.B) {
+	if buildFailed != nil {
+		b.Fatal(buildFailed)
+	}
+	if _, err := exec.LookPath("rsync"); err != nil {
+		b.Fatal("rsync not found: apt-get install rsync")
+	}
+	lab := sshlab.Start(b, sshlab.Config{Hosts: 1, UserPrefix: "orlat"})
+	h := lab.Host(0)
+	port := delayedRelay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port), 10*time.Millisecond)
+	dir := b.TempDir()
+	known := filepath.Join(dir, "known_hosts")
+	key := strings.Fields(h.HostKeyPub)
+	os.WriteFile(known, []byte(fmt.Sprintf("[127.0.0.1]:%d %s %s\n", port, key[0], key[1])), 0600)
+	cfg := filepath.Join(dir, "ssh_config")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("Host far\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  UserKnownHostsFile %s\n  BatchMode yes\n",
+		port, h.User, lab.ClientKey, known)), 0600)
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(src, 0755)
+	exec.Command("cp", "-a", filepath.Join(binDir, "olliesrv"), src).Run()
+	exec.Command("cp", "-a", dataDir, filepath.Join(src, "data")).Run()
+
+	var td, tr time.Duration
+	for i := range b.N {
+		freshHome(b, h)
+		os.RemoveAll(filepath.Join(h.Home, "bench-rsync"))
+		deploy := func() {
+			t0 := time.Now()
+			out, err := exec.Command(remoteBin, "-F", cfg, "-bin", binDir, "-data", dataDir, "deploy", "far").CombinedOutput()
+			td += time.Since(t0)
+			if err != nil {
+				b.Fatalf("deploy: %v\n%s", err, out)
+			}
+		}
+		rsync := func() {
+			t0 := time.Now()
+			out, err := exec.Command("rsync", "-a", "-e", "ssh -F "+cfg, src+"/", "far:bench-rsync/").CombinedOutput()
+			tr += time.Since(t0)
+			if err != nil {
+				b.Fatalf("rsync: %v\n%s", err, out)
+			}
+		}
+		if i%2 == 0 {
+			deploy()
+			rsync()
+		} else {
+			rsync()
+			deploy()
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(td.Seconds()/n, "deploy-s/op")
+	b.ReportMetric(tr.Seconds()/n, "rsync-s/op")
+	b.ReportMetric(td.Seconds()/tr.Seconds(), "deploy/rsync")
+	b.ReportMetric(0, "ns/op")
+}
+
+// delayedRelay relays TCP connections to target, delaying what goes each
+// way by d, and returns its port.
+func delayedRelay(b *testing.B, target string, d time.Duration) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	pipe := func(dst, src net.Conn) {
+		type chunk struct {
+			at time.Time
+			p  []byte
+		}
+		q := make(chan chunk, 1<<14)
+		go func() {
+			defer dst.Close()
+			for c := range q {
+				time.Sleep(time.Until(c.at))
+				if _, err := dst.Write(c.p); err != nil {
+					return
+				}
+			}
+		}()
+		defer close(q)
+		for {
+			p := make([]byte, 32<<10)
+			n, err := src.Read(p)
+			if n > 0 {
+				q <- chunk{time.Now().Add(d), p[:n]}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
