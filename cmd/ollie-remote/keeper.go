@@ -181,6 +181,16 @@ func keeperMain(args []string) int {
 	}
 	ln.Close()
 	os.Remove(sock)
+	// The request that emptied the keeper (the last down) still owes its
+	// client an answer: let the requests in progress finish first.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		k.mu.Lock()
+		active := k.active
+		k.mu.Unlock()
+		if active == 0 {
+			break
+		}
+	}
 	k.mu.Lock()
 	for _, h := range k.hosts {
 		h.close()
