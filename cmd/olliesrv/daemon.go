@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/agent"
-	"ollie/broker"
 	"ollie/agent/backend"
+	"ollie/broker"
 	"ollie/ns"
 )
 

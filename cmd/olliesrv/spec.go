@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"ollie/agent"
-	"ollie/broker"
 	"ollie/agent/backend"
+	"ollie/broker"
 	"ollie/ns"
 	"ollie/toolsrv"
 )
