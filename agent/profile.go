@@ -49,30 +49,7 @@ var ErrUnknownProfile = errors.New("no agent profile")
 
 // A ProfileError is a mistake in a profile file. Field is the path of the
 // offending field, with an index for list items ("prompt[1]", "hooks.preTool").
-type ProfileError struct {
-	File  string
-	Line  int // 0 when not known
-	Field string
-	Err   error
-}
-
-func (e *ProfileError) Error() string {
-	var b strings.Builder
-	b.WriteString("agent: ")
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Field)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-func (e *ProfileError) Unwrap() error { return e.Err }
+type ProfileError = paths.FileError
 
 // Profiles finds profiles in a list of directories; the first directory
 // holding NAME.json wins, whole: a user's file replaces the deployed one,
@@ -207,7 +184,7 @@ type parser struct {
 }
 
 func (pp *parser) errorf(off int64, field, format string, args ...any) error {
-	return &ProfileError{File: pp.file, Line: pp.line(off), Field: field, Err: fmt.Errorf(format, args...)}
+	return &ProfileError{Kind: "agent", File: pp.file, Line: pp.line(off), Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // line is the 1-based line of byte offset off.

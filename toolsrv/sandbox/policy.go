@@ -199,11 +199,11 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 			field := fmt.Sprintf("%s[%d]", l.field, i)
 			tmpl, rest, err := splitTemplate(entry)
 			if err != nil {
-				return nil, &ProfileError{File: p.File, Field: field, Err: err}
+				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
 			}
 			vals, reason, err := v.expand(tmpl)
 			if err != nil {
-				return nil, &ProfileError{File: p.File, Field: field, Err: err}
+				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
 			}
 			if reason != "" {
 				pol.Skipped = append(pol.Skipped, Skipped{field, entry, "", reason})

@@ -65,30 +65,7 @@ func (p Ports) String() string {
 
 // A ProfileError is a mistake in a profile file. Field is the dotted path
 // of the offending field, with an index for list items ("net.connect[1]").
-type ProfileError struct {
-	File  string
-	Line  int // 0 when not known
-	Field string
-	Err   error
-}
-
-func (e *ProfileError) Error() string {
-	var b strings.Builder
-	b.WriteString("sandbox: ")
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Field)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-func (e *ProfileError) Unwrap() error { return e.Err }
+type ProfileError = paths.FileError
 
 // fileProfile is the YAML shape, decoded strictly once the node walk in
 // checkNode has named any mistake precisely.
@@ -132,7 +109,7 @@ var netFields = []struct {
 // the profile and in errors.
 func ParseProfile(name, file string, data []byte) (*Profile, error) {
 	perr := func(line int, field string, err error) error {
-		return &ProfileError{File: file, Line: line, Field: field, Err: err}
+		return &ProfileError{Kind: "sandbox", File: file, Line: line, Field: field, Err: err}
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
