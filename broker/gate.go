@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"ollie/internal/peer"
 )
 
 // NoBroker says what a host does with a request while no desktop broker
@@ -387,31 +386,17 @@ func (g *Gate) Decide(id, text string) error {
 // Landlock-confined tool runs with no_new_privs) and, when TrustExe is
 // set, only that executable.
 func (g *Gate) checkPeer(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return errors.New("not a Unix socket")
-	}
-	raw, err := uc.SyscallConn()
+	cred, err := peer.Cred(c)
 	if err != nil {
 		return err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	if cerr != nil {
-		return cerr
 	}
 	if int(cred.Uid) != os.Getuid() {
 		return fmt.Errorf("pid %d runs as uid %d, not %d", cred.Pid, cred.Uid, os.Getuid())
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cred.Pid))
-	if err != nil {
+	if nnp, err := peer.NoNewPrivs(int(cred.Pid)); err != nil {
 		return err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "NoNewPrivs:"); ok && strings.TrimSpace(v) == "1" {
-			return fmt.Errorf("pid %d is sandboxed (no_new_privs): a tool cannot ask for its own elevation", cred.Pid)
-		}
+	} else if nnp {
+		return fmt.Errorf("pid %d is sandboxed (no_new_privs): a tool cannot ask for its own elevation", cred.Pid)
 	}
 	if g.TrustExe != "" {
 		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cred.Pid))
