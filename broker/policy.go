@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"gopkg.in/yaml.v3"
+
+	"ollie/internal/paths"
 )
 
 // Policy is the desktop broker's rules file: answers to the elevation
@@ -296,38 +298,11 @@ func rulesNode(doc *yaml.Node) *yaml.Node {
 }
 
 func writeFileAtomic(name string, data []byte) error {
-	dir := filepath.Dir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 		return fmt.Errorf("broker: policy directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".broker-policy-*.tmp")
-	if err != nil {
-		return fmt.Errorf("broker: saving policy: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("broker: saving policy: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
+	if err := paths.WriteFileAtomic(name, data, 0o600); err != nil {
 		return fmt.Errorf("broker: saving policy %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("broker: saving policy %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("broker: saving policy %s: %w", name, err)
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return fmt.Errorf("broker: saving policy %s: %w", name, err)
-	}
-	// The rename is only durable once the directory is.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

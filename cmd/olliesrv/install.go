@@ -21,6 +21,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"ollie/internal/paths"
 )
 
 // InstallManifest is what a host has: the versions under the root with the
@@ -166,7 +168,7 @@ func binarySHA256(bin string) string {
 	if err != nil {
 		return ""
 	}
-	writeFileAtomic(cache, []byte(sum+" "+stamp+"\n"), 0644)
+	paths.WriteFileAtomic(cache, []byte(sum+" "+stamp+"\n"), 0644)
 	return sum
 }
 
@@ -222,7 +224,7 @@ func installCommit(plan InstallPlan) (*InstallReport, error) {
 		}
 		if filepath.Base(dst) == "olliesrv" {
 			if fi, err := os.Stat(dst); err == nil {
-				writeFileAtomic(filepath.Join(filepath.Dir(dst), ".olliesrv.sha256"),
+				paths.WriteFileAtomic(filepath.Join(filepath.Dir(dst), ".olliesrv.sha256"),
 					fmt.Appendf(nil, "%s %d %d\n", f.SHA256, fi.Size(), fi.ModTime().UnixNano()), 0644)
 			}
 		}
@@ -455,7 +457,7 @@ func installOllieCommand(root string) ([]string, error) {
 	}
 	cmd, script := filepath.Join(bin, "ollie"), ollieScript(root)
 	if b, err := os.ReadFile(cmd); err != nil || string(b) != script {
-		if err := writeFileAtomic(cmd, []byte(script), 0755); err != nil {
+		if err := paths.WriteFileAtomic(cmd, []byte(script), 0755); err != nil {
 			return nil, err
 		}
 		changed = append(changed, "installed ~/.local/bin/ollie (runs "+filepath.Join(root, "current", "olliesrv")+" ollie)")
@@ -477,37 +479,12 @@ func installOllieCommand(root string) ([]string, error) {
 		if fi, err := os.Stat(p); err == nil {
 			mode = fi.Mode().Perm()
 		}
-		if err := writeFileAtomic(p, append([]byte(pathLine), b...), mode); err != nil {
+		if err := paths.WriteFileAtomic(p, append([]byte(pathLine), b...), mode); err != nil {
 			return nil, err
 		}
 		changed = append(changed, "put ~/.local/bin on PATH at the top of ~/"+rc)
 	}
 	return changed, nil
-}
-
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
-	tmp := path + ".ollie-tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 // restartIfStale restarts a running daemon whose binary is not exe, so that

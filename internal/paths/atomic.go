@@ -1,0 +1,41 @@
+package paths
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// WriteFileAtomic replaces name with data: written to a temporary file
+// beside it, fsynced, renamed over it, and the directory fsynced, so that
+// a reader (or a crash) sees the old file or the new one, never a part.
+func WriteFileAtomic(name string, data []byte, mode fs.FileMode) error {
+	dir := filepath.Dir(name)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".ollie-tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a successful rename, nothing is there
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
