@@ -45,6 +45,19 @@ func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []back
 		ToolCalls: []backend.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{"text": "` + last.Content + `"}`)}}}}, nil
 }
 
+// modelDaemon starts olliesrv whose every backend is be, and attaches to
+// it as the admin; the test's end shuts it down.
+func modelDaemon(t *testing.T, be backend.Backend) (*daemon, *client.Fsys) {
+	t.Helper()
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: func(name string) (backend.Backend, error) { return be, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	return d, attach(t, d.Socket, "")
+}
+
 func TestAgentThroughNamespace(t *testing.T) {
 	tools := t.TempDir()
 	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
@@ -54,14 +67,8 @@ func TestAgentThroughNamespace(t *testing.T) {
 	t.Setenv("OLLIE_DATA", data)
 
 	be := &twoStep{}
-	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: func(name string) (backend.Backend, error) { return be, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
+	d, fs := modelDaemon(t, be)
 	n := d.ns
-	fs := attach(t, d.Socket, "")
 	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
 	}
@@ -265,13 +272,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 
 func TestGenerate(t *testing.T) {
 	be := &twoStep{}
-	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: func(name string) (backend.Backend, error) { return be, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
-	fs := attach(t, d.Socket, "")
+	_, fs := modelDaemon(t, be)
 	got, err := rdwr(fs, "generate", `{"prompt": "hi", "system": "be brief"}`)
 	if err != nil || got != "generated: hi\n" {
 		t.Fatalf("generate = %q %v", got, err)
@@ -463,13 +464,7 @@ func TestBackgroundCall(t *testing.T) {
 		{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "b1", Name: "build", Args: json.RawMessage(`{"background": true}`)}}},
 		{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "w1", Name: "wait", Args: json.RawMessage(`{}`)}}},
 	}}
-	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: func(name string) (backend.Backend, error) { return be, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
-	fs := attach(t, d.Socket, "")
+	d, fs := modelDaemon(t, be)
 	rdwr(fs, "session/new", "name=s cwd=/tmp")
 	rdwr(fs, "session/s/agent/new", "name=a")
 	if err := writeFile(fs, "session/s/agent/a/prompt", "build it"); err != nil {

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +8,6 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
-
-	"ollie/agent/backend"
 )
 
 // TestBypassPending: with no desktop broker connected, an elevated tool's
@@ -30,13 +25,7 @@ func TestBypassPending(t *testing.T) {
 	t.Setenv("OLLIE_DATA", data)
 
 	be := &twoStep{}
-	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: func(name string) (backend.Backend, error) { return be, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Shutdown(context.Background())
-	fs := attach(t, d.Socket, "")
+	_, fs := modelDaemon(t, be)
 	if got := readFile(t, fs, "bypass/policy"); got != "nobroker=pending timeout=5m0s\n" {
 		t.Errorf("default policy %q", got)
 	}
