@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // A Record is one entry of a session file. The store owns Kind, Seq and Time;
@@ -159,12 +160,14 @@ func skipString(b []byte, i int) int {
 	}
 }
 
-// unquote decodes a JSON string.
+// unquote decodes a JSON string as encoding/json does: invalid UTF-8
+// becomes U+FFFD, so that a kind or key reads back as every other JSON
+// reader of the file sees it, and encodes back to the same bytes.
 func unquote(q []byte) (string, error) {
 	if len(q) < 2 || q[0] != '"' {
 		return "", errors.New("not a string")
 	}
-	if bytes.IndexByte(q, '\\') < 0 {
+	if bytes.IndexByte(q, '\\') < 0 && utf8.Valid(q) {
 		return string(q[1 : len(q)-1]), nil
 	}
 	var s string
@@ -227,7 +230,9 @@ func (r Record) payload() ([]member, error) {
 // appendRecord appends r as one flat JSON object and returns r with its
 // payload normalised (compacted, nil when empty), as it will read back.
 func appendRecord(buf []byte, r Record) ([]byte, Record, error) {
-	if r.Kind == "" || r.Kind == kindHeader {
+	// A kind that is not UTF-8 would be written as U+FFFD and read back
+	// as another kind.
+	if r.Kind == "" || r.Kind == kindHeader || !utf8.ValidString(r.Kind) {
 		return nil, r, fmt.Errorf("invalid kind %q", r.Kind)
 	}
 	ms, err := r.payload()
