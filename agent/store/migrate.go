@@ -58,7 +58,7 @@ func migrate(path string, rp *replayed, opts *Options) (*os.File, []Record, Head
 		recs[i] = out[0]
 		buf = append(buf, line...)
 	}
-	f, tmp, err := writeTemp(path, "migrate", buf)
+	f, tmp, err := writeTemp(path, "migrate", buf, opts)
 	if err != nil {
 		return nil, nil, Header{}, err
 	}

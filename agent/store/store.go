@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,7 +39,7 @@ var (
 	ErrCorrupt      = errors.New("store: the session file is corrupt")
 	ErrLocked       = errors.New("store: the session file is open in another store")
 	ErrClosed       = errors.New("store: closed")
-	ErrBroken       = errors.New("store: an earlier write failed; reopen the session file")
+	ErrBroken       = errors.New("store: a write failed and the session file could not be put back")
 	ErrNoMigration  = errors.New("store: missing migration")
 )
 
@@ -125,6 +126,17 @@ type Options struct {
 
 	// Now stamps records whose Time is zero; nil means time.Now.
 	Now func() time.Time
+
+	// writer, when set, stands between the store and its file for every
+	// write, so that a test can fill the disk.
+	writer func(f *os.File) io.Writer
+}
+
+func (o *Options) out(f *os.File) io.Writer {
+	if o == nil || o.writer == nil {
+		return f
+	}
+	return o.writer(f)
 }
 
 func (o *Options) version() int {
@@ -148,7 +160,9 @@ type Store struct {
 	opts Options
 
 	mu       sync.Mutex
-	f        *os.File // nil once closed
+	f        *os.File  // nil once closed
+	w        io.Writer // f, or what a test put in front of it
+	size     int64     // the length of the file's header and whole commits
 	header   Header
 	warnings []string
 	seq      uint64 // the last committed seq
@@ -182,7 +196,7 @@ func Create(path string, h Header, opts *Options) (*Store, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return nil, fmt.Errorf("store: create %s: %w", path, os.ErrExist)
 	}
-	f, tmp, err := writeTemp(path, "create", line)
+	f, tmp, err := writeTemp(path, "create", line, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +211,8 @@ func Create(path string, h Header, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s := newStore(path, opts)
-	s.f = f
+	s.f, s.w = f, s.opts.out(f)
+	s.size = int64(len(line))
 	s.header = h
 	return s, nil
 }
@@ -214,20 +229,20 @@ func newStore(path string, opts *Options) *Store {
 
 // writeTemp writes data to a new locked temporary file beside path, syncs
 // it, and returns it open for appending.
-func writeTemp(path, why string, data []byte) (*os.File, string, error) {
+func writeTemp(path, why string, data []byte, opts *Options) (*os.File, string, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
 	f, err := os.CreateTemp(dir, "."+base+"."+why+"-*")
 	if err != nil {
-		return nil, "", fmt.Errorf("store: %s %s: %w", why, path, err)
+		return nil, "", fileError(why, path, err)
 	}
 	tmp := f.Name()
 	fail := func(err error) (*os.File, string, error) {
 		f.Close()
 		os.Remove(tmp)
-		return nil, "", fmt.Errorf("store: %s %s: %w", why, path, err)
+		return nil, "", fileError(why, path, err)
 	}
 	// CreateTemp opens without O_APPEND; reopen so every later write appends.
 	f.Close()
@@ -240,13 +255,27 @@ func writeTemp(path, why string, data []byte) (*os.File, string, error) {
 	if err := f.Chmod(0600); err != nil {
 		return fail(err)
 	}
-	if _, err := f.Write(data); err != nil {
+	if _, err := opts.out(f).Write(data); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
 	return f, tmp, nil
+}
+
+// fileError is an error about writing the session file at path. The os
+// error names the file it was given, which may be the temporary name the
+// file was written under (Create links it into place, so a store keeps
+// writing through it): the person who must free space or fix permissions is
+// told the session file's name instead, and errors.Is still finds the
+// cause (syscall.ENOSPC).
+func fileError(what, path string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("store: %s %s: %s: %w", what, path, pe.Op, pe.Err)
+	}
+	return fmt.Errorf("store: %s %s: %w", what, path, err)
 }
 
 // syncDir makes a new or renamed directory entry for path durable.
@@ -326,7 +355,11 @@ func Open(path string, opts *Options) (*Store, []Record, error) {
 		}
 		s.seq = r.Seq
 	}
-	s.f = f
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s.f, s.w, s.size = f, s.opts.out(f), fi.Size()
 	ok = true
 	return s, recs, nil
 }
@@ -377,9 +410,12 @@ func (s *Store) Seq() uint64 {
 // It gives each record the next seq and, when zero, the current time, and
 // returns once the line is written and (unless Options.NoSync) fsynced.
 //
-// A non-nil error means the commit may or may not be in the file; after a
-// failed write every later Commit returns ErrBroken until the file is
-// reopened, which settles the question.
+// A non-nil error from the write means the commit may or may not be in the
+// file until the store writes again: the next Commit first cuts the file
+// back to its last whole commit and reads it again to check it (see
+// Broken), so a commit that failed is then not in the file, and a disk that
+// was full takes commits again once it has room. Should a crash come first,
+// the next Open settles the question.
 func (s *Store) Commit(records ...Record) error {
 	_, err := s.Append(records...)
 	return err
@@ -396,9 +432,6 @@ func (s *Store) Append(records ...Record) ([]Record, error) {
 func (s *Store) commitLocked(records []Record) ([]Record, error) {
 	if s.f == nil {
 		return nil, ErrClosed
-	}
-	if s.broken != nil {
-		return nil, fmt.Errorf("%w (%s: %v)", ErrBroken, s.path, s.broken)
 	}
 	if len(records) == 0 {
 		return nil, errors.New("store: commit of no records")
@@ -424,10 +457,16 @@ func (s *Store) commitLocked(records []Record) ([]Record, error) {
 	if err != nil {
 		return nil, err // already says store: and which call
 	}
-	if err := s.write(line); err != nil {
-		s.broken = err
-		return nil, fmt.Errorf("store: commit to %s: %w", s.path, err)
+	if s.broken != nil {
+		if err := s.repairLocked(); err != nil {
+			return nil, err
+		}
 	}
+	if err := s.write(line); err != nil {
+		s.broken = fileError("commit to", s.path, err)
+		return nil, s.broken
+	}
+	s.size += int64(len(line))
 	s.fx.apply(changes)
 	for _, c := range changes {
 		if c.kind == KindSettle {
@@ -449,13 +488,59 @@ func (s *Store) write(line []byte) error {
 	if testHookWrite != nil {
 		testHookWrite(line)
 	}
-	if _, err := s.f.Write(line); err != nil {
+	if _, err := s.w.Write(line); err != nil {
 		return err
 	}
 	if s.opts.NoSync {
 		return nil
 	}
 	return s.f.Sync()
+}
+
+// Broken returns the error of the last write when it failed and the file
+// has not been put back since: the store is then unsure whether that
+// commit is in the file. The next Commit puts it back first; nil means the
+// file holds exactly what was committed.
+func (s *Store) Broken() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.broken
+}
+
+// repairLocked puts the file back after a failed write: it cuts off
+// whatever the failed commit left (a torn line, or a whole line whose
+// fsync failed, which its caller was told did not commit), syncs, and reads
+// the file again to check that it holds exactly the commits this store
+// made. Until that succeeds every commit is refused, since appending after
+// an unknown tail could bury a torn line in the middle of the file.
+func (s *Store) repairLocked() error {
+	fail := func(err error) error {
+		return fmt.Errorf("%w: %v; putting the file back: %v", ErrBroken, s.broken, err)
+	}
+	if err := s.f.Truncate(s.size); err != nil {
+		return fail(err)
+	}
+	if err := s.f.Sync(); err != nil {
+		return fail(err)
+	}
+	data, err := readAll(s.f)
+	if err != nil {
+		return fail(err)
+	}
+	rp, err := replay(s.path, data, s.opts.version())
+	if err != nil {
+		return fail(err)
+	}
+	var last uint64
+	if n := len(rp.records); n > 0 {
+		last = rp.records[n-1].Seq
+	}
+	if rp.good != s.size || int64(len(data)) != s.size || last != s.seq {
+		return fail(fmt.Errorf("the file holds %d bytes up to seq %d, not the %d bytes up to seq %d committed",
+			len(data), last, s.size, s.seq))
+	}
+	s.broken = nil
+	return nil
 }
 
 // Close syncs and closes the file, releasing its lock. Later calls return
