@@ -103,9 +103,9 @@ func TestWalk(t *testing.T) {
 func TestOpenModes(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	sock := serveUnix(t, newServer(w))
-	owner := mount(t, "unix", sock, "glenda")
-	admin := mount(t, "unix", sock, "")
+	srv := newServer(w)
+	owner := mountAgent(t, srv, "glenda", key("glenda"))
+	admin := mount(t, "unix", serveUnix(t, srv), "")
 	tests := []struct {
 		fs   *client.Fsys
 		who  string
@@ -668,20 +668,35 @@ func TestPermissions(t *testing.T) {
 	sock := serveUnix(t, srv)
 	tcp := serveTCP(t, srv)
 	users := map[string]*client.Fsys{
-		"glenda":        mount(t, "unix", sock, "glenda"),
-		"alice":         mount(t, "unix", sock, "alice"),
-		"bob":           mount(t, "unix", sock, "bob"),
-		"unix/admin":    mount(t, "unix", sock, "admin"),
-		"unix/empty":    mount(t, "unix", sock, ""),
-		"tcp/admin":     mount(t, "tcp", tcp, "admin"),
-		"tcp/empty":     mount(t, "tcp", tcp, ""),
-		"pipe/admin":    mountPipe(t, srv, "admin"),
-		"tcp/glenda":    mount(t, "tcp", tcp, "glenda"),
-		"untrusted/bob": mountPipe(t, srv, "bob"),
+		// Sandboxed peers that prove who they are.
+		"glenda": mountAgent(t, srv, "glenda", key("glenda")),
+		"alice":  mountAgent(t, srv, "alice", key("alice")),
+		"bob":    mountAgent(t, srv, "bob", key("bob")),
+		// The owner is the admin under any name, its login name included.
+		"unix/admin":  mount(t, "unix", sock, "admin"),
+		"unix/empty":  mount(t, "unix", sock, ""),
+		"unix/glenda": mount(t, "unix", sock, "glenda"),
+		// Everyone else is none.
+		"tcp/admin":  mount(t, "tcp", tcp, "admin"),
+		"tcp/empty":  mount(t, "tcp", tcp, ""),
+		"tcp/glenda": mount(t, "tcp", tcp, "glenda"),
+		"pipe/admin": mountPipe(t, srv, "admin"),
+		"pipe/alice": mountPipe(t, srv, "alice"),
+		// A sandboxed peer is none without its proof, with another's, or
+		// when what it proves is a name reserved for the server.
+		"agent/nokey":  mountAgent(t, srv, "alice", ""),
+		"agent/forged": mountAgent(t, srv, "alice", key("bob")),
+		"agent/admin":  mountAgent(t, srv, "admin", key("admin")),
+		"agent/none":   mountAgent(t, srv, "none", key("none")),
+		// A group's name is no key to the group.
+		"agent/staff": mountAgent(t, srv, "staff", key("staff")),
 	}
+	admins := []string{"unix/admin", "unix/empty", "unix/glenda"}
+	nones := []string{"tcp/admin", "tcp/empty", "tcp/glenda", "pipe/admin", "pipe/alice", "agent/nokey", "agent/forged", "agent/admin", "agent/none"}
 	const (
-		R = plan9.OREAD
-		W = plan9.OWRITE
+		R  = plan9.OREAD
+		W  = plan9.OWRITE
+		RW = plan9.ORDWR
 	)
 	tests := []struct {
 		path string
@@ -689,18 +704,22 @@ func TestPermissions(t *testing.T) {
 		ok   []string // the others are denied
 	}{
 		// other bits
-		{"hello", R, []string{"glenda", "alice", "bob", "unix/admin", "unix/empty", "tcp/admin", "tcp/empty", "pipe/admin", "tcp/glenda", "untrusted/bob"}},
+		{"hello", R, slices.Concat([]string{"glenda", "alice", "bob", "agent/staff"}, admins, nones)},
+		// none never writes, even where the mode lets everyone
+		{"calc", RW, slices.Concat([]string{"glenda", "alice", "bob", "agent/staff"}, admins)},
+		{"event", RW, slices.Concat([]string{"glenda", "alice", "bob", "agent/staff"}, admins)},
+		{"event", R, slices.Concat([]string{"glenda", "alice", "bob", "agent/staff"}, admins, nones)},
 		// owner and group bits (alice is in staff through InGroup)
-		{"secret", R, []string{"glenda", "alice", "unix/admin", "unix/empty", "tcp/glenda"}},
-		{"notes", W, []string{"glenda", "unix/admin", "unix/empty", "tcp/glenda"}},
+		{"secret", R, slices.Concat([]string{"glenda", "alice"}, admins)},
+		{"notes", W, slices.Concat([]string{"glenda"}, admins)},
 		// group write only: not even the owner
-		{"drop", W, []string{"alice", "unix/admin", "unix/empty"}},
+		{"drop", W, slices.Concat([]string{"alice"}, admins)},
 		// a closed directory stops the walk
-		{"private/note", R, []string{"glenda", "unix/admin", "unix/empty", "tcp/glenda"}},
+		{"private/note", R, slices.Concat([]string{"glenda"}, admins)},
 		// owner from the entry: session alpha is alice's, beta is bob's
 		// with group staff from the entry
-		{"session/alpha/plan", R, []string{"alice", "unix/admin", "unix/empty"}},
-		{"session/beta/plan", W, []string{"bob", "unix/admin", "unix/empty", "untrusted/bob"}},
+		{"session/alpha/plan", R, slices.Concat([]string{"alice"}, admins)},
+		{"session/beta/plan", W, slices.Concat([]string{"bob"}, admins)},
 	}
 	for _, tt := range tests {
 		for who, fs := range users {
@@ -717,19 +736,18 @@ func TestPermissions(t *testing.T) {
 	// The denial names the file.
 	_, err := users["bob"].Open("secret", R)
 	wantErr(t, err, "secret: permission denied")
-	r := dialRaw(t, "unix", sock)
-	r.start(8192, "bob")
-	r.ok(&plan9.Fcall{Type: plan9.Twalk, Tag: 1, Fid: 0, Newfid: 1, Wname: []string{"private"}})
-	r.fail(&plan9.Fcall{Type: plan9.Twalk, Tag: 1, Fid: 1, Newfid: 2, Wname: []string{"note"}}, "private: permission denied")
 
-	// Handlers see who asks: the admin principal only on the trusted socket.
+	// Handlers see who asks.
 	for who, want := range map[string]string{
-		"unix/admin": "admin admin=true\n",
-		"unix/empty": "admin admin=true\n",
-		"tcp/admin":  "none admin=false\n",
-		"tcp/empty":  "none admin=false\n",
-		"pipe/admin": "none admin=false\n",
-		"alice":      "alice admin=false\n",
+		"unix/admin":   "admin admin=true\n",
+		"unix/empty":   "admin admin=true\n",
+		"unix/glenda":  "admin admin=true\n",
+		"tcp/admin":    "none admin=false\n",
+		"tcp/glenda":   "none admin=false\n",
+		"pipe/admin":   "none admin=false\n",
+		"agent/forged": "none admin=false\n",
+		"agent/admin":  "none admin=false\n",
+		"alice":        "alice admin=false\n",
 	} {
 		if got := readFile(t, users[who], "whoami"); got != want {
 			t.Errorf("%s: whoami = %q, want %q", who, got, want)
@@ -770,7 +788,7 @@ func TestOwnership(t *testing.T) {
 func TestWstat(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	fs := mount(t, "unix", serveUnix(t, newServer(w)), "glenda")
+	fs := mountAgent(t, newServer(w), "glenda", key("glenda"))
 	var d plan9.Dir
 	d.Null()
 	d.Length = 0

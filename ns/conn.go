@@ -19,7 +19,7 @@ import (
 // conn is one 9P conversation.
 type conn struct {
 	srv     *Server
-	trusted bool
+	peer    Peer
 	rwc     io.ReadWriteCloser
 	guard   *guard
 	ctx     context.Context // ends when the connection or server does
@@ -188,14 +188,7 @@ func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname st
 			return plan9.Qid{}, err
 		}
 	}
-	who := principal{user: user, inGroup: c.srv.InGroup}
-	if user == "" || user == "admin" {
-		if c.trusted {
-			who.admin, who.user = true, "admin"
-		} else {
-			who.user = "none"
-		}
-	}
+	who := c.srv.principalFor(c.peer, user, aname)
 	root := c.srv.Tree.Root
 	st := &fidState{who: who, path: []elem{{node: root, owner: root.Owner, group: root.Group}}}
 	fid.SetAux(st)

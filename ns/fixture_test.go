@@ -59,6 +59,17 @@ func inGroup(user, group string) bool {
 	return user == "alice" && group == "staff"
 }
 
+// identify is the test server's Identify: a sandboxed peer proves to be
+// user by presenting key(user) as its aname.
+func identify(uname, aname string) string {
+	if uname != "" && aname == key(uname) {
+		return uname
+	}
+	return ""
+}
+
+func key(user string) string { return "key-" + user }
+
 func newWorld(t testing.TB) *world {
 	w := &world{
 		bus:     &ns.Bus{},
@@ -243,7 +254,8 @@ func (w *world) writePlan(_ context.Context, c *ns.Call, data []byte) error {
 func newServer(w *world) *ns.Server {
 	return &ns.Server{
 		Tree:    w.tree,
-		InGroup: inGroup,
+		InGroup:  inGroup,
+		Identify: identify,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
@@ -307,13 +319,25 @@ func mount(t testing.TB, network, addr, user string) *client.Fsys {
 	return fs
 }
 
-// mountPipe serves one untrusted connection over net.Pipe and attaches
-// to it as user.
+// mountPipe serves one Remote connection over net.Pipe and attaches to it
+// as user.
 func mountPipe(t testing.TB, srv *ns.Server, user string) *client.Fsys {
+	t.Helper()
+	return mountPeer(t, srv, ns.Peer{Kind: ns.Remote, UID: -1}, user, "")
+}
+
+// mountAgent serves one Sandboxed connection over net.Pipe and attaches to
+// it as user with aname as its proof.
+func mountAgent(t testing.TB, srv *ns.Server, user, aname string) *client.Fsys {
+	t.Helper()
+	return mountPeer(t, srv, ns.Peer{Kind: ns.Sandboxed, UID: -1}, user, aname)
+}
+
+func mountPeer(t testing.TB, srv *ns.Server, peer ns.Peer, user, aname string) *client.Fsys {
 	t.Helper()
 	a, b := net.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeConn(a, false) }()
+	go func() { done <- srv.ServeConn(a, peer) }()
 	c, err := client.NewConn(b)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +350,7 @@ func mountPipe(t testing.TB, srv *ns.Server, user string) *client.Fsys {
 			t.Errorf("ServeConn did not return after the client closed")
 		}
 	})
-	fs, err := c.Attach(nil, user, "")
+	fs, err := c.Attach(nil, user, aname)
 	if err != nil {
 		t.Fatalf("attach as %q: %v", user, err)
 	}

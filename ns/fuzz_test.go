@@ -36,7 +36,7 @@ func FuzzServe(f *testing.F) {
 		}
 		conn := &fuzzConn{srv: srv, chunks: append(chunks, data)}
 		done := make(chan error, 1)
-		go func() { done <- srv.ServeConn(conn, true) }()
+		go func() { done <- srv.ServeConn(conn, ns.Peer{Kind: ns.Owner, UID: -1}) }()
 		select {
 		case <-done:
 		case <-time.After(timeout):

@@ -66,7 +66,7 @@ func TestShutdown(t *testing.T) {
 	}
 	a, b := net.Pipe()
 	defer b.Close()
-	if err := srv.ServeConn(a, true); !errors.Is(err, ns.ErrServerClosed) {
+	if err := srv.ServeConn(a, ns.Peer{Kind: ns.Owner, UID: -1}); !errors.Is(err, ns.ErrServerClosed) {
 		t.Errorf("ServeConn after Shutdown: %v", err)
 	}
 	if _, err := a.Write([]byte{0}); err == nil {
@@ -134,7 +134,7 @@ func TestNoHandlerAfterServeConn(t *testing.T) {
 		a, b := net.Pipe()
 		done := make(chan error, 1)
 		go func() {
-			err := srv.ServeConn(a, true)
+			err := srv.ServeConn(a, ns.Peer{Kind: ns.Owner, UID: -1})
 			returned.Store(true)
 			if n := running.Load(); n != 0 {
 				err = fmt.Errorf("ServeConn returned with %d handlers running", n)

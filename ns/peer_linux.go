@@ -10,21 +10,27 @@ import (
 
 // checkPeer admits a Unix-socket peer only if it runs as the server's own
 // OS user or as root: the socket is the trust boundary of the namespace.
-// It reports the peer trusted unless it runs with no_new_privs, the mark
+// Such a peer is the Owner unless it runs with no_new_privs, the mark
 // every Landlock-sandboxed process carries and cannot shed.
-func checkPeer(nc net.Conn) (bool, error) {
+func checkPeer(nc net.Conn) (Peer, error) {
+	p := Peer{Kind: Remote, UID: -1}
 	cred, err := peer.Cred(nc)
 	if err != nil {
-		return false, fmt.Errorf("ns: peer check: %w", err)
+		return p, fmt.Errorf("ns: peer check: %w", err)
 	}
-	if err := admitUID(int(cred.Uid), int(cred.Pid)); err != nil {
-		return false, err
+	p.PID, p.UID = int(cred.Pid), int(cred.Uid)
+	if err := admitUID(p.UID, p.PID); err != nil {
+		return p, err
 	}
-	nnp, err := peer.NoNewPrivs(int(cred.Pid))
+	nnp, err := peer.NoNewPrivs(p.PID)
 	if err != nil {
-		return false, fmt.Errorf("ns: peer check: pid %d: %w", cred.Pid, err)
+		return p, fmt.Errorf("ns: peer check: pid %d: %w", cred.Pid, err)
 	}
-	return !nnp, nil
+	p.Kind = Owner
+	if nnp {
+		p.Kind = Sandboxed
+	}
+	return p, nil
 }
 
 func admitUID(uid, pid int) error {

@@ -9,19 +9,25 @@ const (
 	aRead  = plan9.AREAD
 )
 
-// A principal is the identity a connection attached as.
+// A principal is the identity a connection attached as (see trust.go).
 type principal struct {
-	user    string
-	admin   bool
-	inGroup func(user, group string) bool
+	user     string
+	admin    bool
+	readOnly bool // none: never writes, whatever the mode says
+	inGroup  func(user, group string) bool
 }
 
 // may reports whether p may access a file with the given owner, group and
 // mode for want (a mask of aRead, aWrite, aExec): other bits first, then
 // owner bits for the owner, then group bits for members, as Plan 9 does.
+// Membership comes from inGroup alone: a user whose name equals a group's
+// is not thereby a member, or the group's name would be a key to it.
 func (p principal) may(owner, group string, mode plan9.Perm, want int) bool {
 	if p.admin {
 		return true
+	}
+	if p.readOnly && want&aWrite != 0 {
+		return false
 	}
 	m := int(mode & 0777)
 	if want&m == want {
@@ -30,7 +36,7 @@ func (p principal) may(owner, group string, mode plan9.Perm, want int) bool {
 	if owner == p.user && want&(m>>6) == want {
 		return true
 	}
-	if (group == p.user || (p.inGroup != nil && p.inGroup(p.user, group))) && want&(m>>3) == want {
+	if p.inGroup != nil && p.inGroup(p.user, group) && want&(m>>3) == want {
 		return true
 	}
 	return false

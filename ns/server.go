@@ -34,13 +34,13 @@ var errShuttingDown = errors.New("interrupted: server shutting down")
 
 // A Server serves a Tree over any number of connections.
 //
-// The zero value of each limit means its default. ServeUnix admits only
-// peers running as the server's own OS user or root; such a connection is
-// trusted, and the admin principal (uname "" or "admin") bypasses
-// permission checks there, unless the peer runs with no_new_privs: every
-// sandboxed tool does (Landlock requires it), and a tool must reach the
-// namespace as its agent, never as the admin. Everything else is
-// untrusted: there "" and "admin" attach as "none".
+// The zero value of each limit means its default. Who an attach is
+// follows from what the transport proves (see PeerKind), never from the
+// name it claims: ServeUnix admits only peers running as the server's own
+// OS user or root, and every attach of such a peer is the admin, unless
+// the peer runs with no_new_privs. Every sandboxed tool does (Landlock
+// requires it), so such a peer is only who Identify says its attach
+// proves, or none. Serve's peers (TCP) are none. none never writes.
 type Server struct {
 	Tree *Tree
 
@@ -48,9 +48,15 @@ type Server struct {
 	MaxFids     int    // fids per connection (DefaultMaxFids)
 	MaxRequests int    // outstanding requests per connection (DefaultMaxRequests)
 
-	// InGroup reports whether user belongs to group. Nil means a user
-	// belongs only to the group of its own name.
+	// InGroup reports whether user belongs to group. Nil means no user
+	// belongs to any group.
 	InGroup func(user, group string) bool
+
+	// Identify names the principal a sandboxed peer's attach proves to
+	// be, from its uname and aname (an agent's capability, say), or ""
+	// for none. The names admin and none are never taken from it. Nil
+	// makes every sandboxed peer none.
+	Identify func(uname, aname string) string
 
 	// CheckAttach, if set, vets every Tattach; its error refuses it. A
 	// server for one trusted parent uses it to demand a secret as the
@@ -94,13 +100,14 @@ func (s *Server) init() {
 }
 
 // ServeUnix accepts connections on l and serves those whose peer is the
-// server's own OS user or root, as trusted connections. It always returns a
+// server's own OS user or root: as the admin, or as a sandboxed peer when
+// it runs with no_new_privs. It always returns a
 // non-nil error; after Shutdown, ErrServerClosed.
 func (s *Server) ServeUnix(l *net.UnixListener) error {
 	return s.serve(l, true)
 }
 
-// Serve accepts connections on l and serves them as untrusted connections.
+// Serve accepts connections on l and serves them as Remote peers.
 // It always returns a non-nil error; after Shutdown, ErrServerClosed.
 func (s *Server) Serve(l net.Listener) error {
 	return s.serve(l, false)
@@ -136,9 +143,9 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 			return err
 		}
 		delay = 0
-		trusted := false
+		peer := Peer{Kind: Remote, UID: -1}
 		if unix {
-			if trusted, err = checkPeer(nc); err != nil {
+			if peer, err = checkPeer(nc); err != nil {
 				s.Log.Warn("ns: refused connection", "err", err)
 				nc.Close()
 				continue
@@ -156,7 +163,7 @@ func (s *Server) serve(l net.Listener, unix bool) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			s.ServeConn(nc, trusted)
+			s.ServeConn(nc, peer)
 		}()
 	}
 }
@@ -176,11 +183,10 @@ func (s *Server) isClosed() bool {
 }
 
 // ServeConn serves one 9P conversation on rwc until it ends, then closes
-// rwc. trusted says whether the transport authenticated the peer as the
-// server's owner (see Server).
-func (s *Server) ServeConn(rwc io.ReadWriteCloser, trusted bool) error {
+// rwc. peer is what the transport proved about the client (see Server).
+func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	s.init()
-	c := &conn{srv: s, trusted: trusted, rwc: rwc, ended: make(chan struct{})}
+	c := &conn{srv: s, peer: peer, rwc: rwc, ended: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancelCause(s.ctx)
 	c.guard = newGuard(rwc, s.MaxMsize, MinMsize, s.MaxRequests)
 	s.mu.Lock()

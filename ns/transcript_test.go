@@ -6,7 +6,7 @@ package ns_test
 // is the reply expected, and consecutive R lines may arrive in any order.
 // Beside those:
 //
-//	serve [untrusted] [maxmsize N] [maxfids N] [maxrequests N]
+//	serve [untrusted|sandboxed] [maxmsize N] [maxfids N] [maxrequests N]
 //	raw HEX           send bytes as they are (frames no client would send)
 //	act VERB [ARG]    change the world: log-write, log-close, trim-write,
 //	                  wait-return, publish, rename, counter; ARG may be a
@@ -145,12 +145,16 @@ func (tr *transcript) serve(pos string, opts []string) {
 	srv := newServer(tr.w)
 	ns.SetStarted(srv, transcriptTime)
 	tr.srv = srv
-	trusted := true
+	peer := ns.Peer{Kind: ns.Owner, UID: -1}
 	for len(opts) > 0 {
 		opt := opts[0]
 		opts = opts[1:]
-		if opt == "untrusted" {
-			trusted = false
+		switch opt {
+		case "untrusted":
+			peer.Kind = ns.Remote
+			continue
+		case "sandboxed":
+			peer.Kind = ns.Sandboxed
 			continue
 		}
 		if len(opts) == 0 {
@@ -174,7 +178,7 @@ func (tr *transcript) serve(pos string, opts []string) {
 	}
 	a, b := net.Pipe()
 	tr.done = make(chan error, 1)
-	go func() { tr.done <- srv.ServeConn(a, trusted) }()
+	go func() { tr.done <- srv.ServeConn(a, peer) }()
 	tr.r = newRaw(t, b)
 }
 

@@ -503,7 +503,7 @@ func TestConnectionDies(t *testing.T) {
 		sc, err := l.Accept()
 		if err == nil {
 			accepted <- sc
-			f.srv.ServeConn(sc, true)
+			f.srv.ServeConn(sc, ns.Peer{Kind: ns.Owner, UID: -1})
 		}
 	}()
 	cside, err := net.Dial("unix", f.sock+".pair")
