@@ -75,6 +75,12 @@ type Conn struct {
 	fsys *p9.Fsys
 }
 
+// TokenEnv names the variable holding an agent's capability: olliesrv puts
+// it in the environment of every tool the agent runs, and a client
+// presents it as its attach's aname. It is how a sandboxed tool acts as
+// its agent, and as no one else.
+const TokenEnv = "OLLIE_AGENT_TOKEN"
+
 // Dial connects to the namespace at addr and attaches as $OLLIE_UNAME. See
 // DialAs.
 func Dial(addr string) (*Conn, error) { return DialAs(addr, os.Getenv("OLLIE_UNAME")) }
@@ -82,8 +88,10 @@ func Dial(addr string) (*Conn, error) { return DialAs(addr, os.Getenv("OLLIE_UNA
 // DialAs connects to the namespace at addr and attaches as uname.
 //
 // addr is a Unix socket path, "unix!PATH", "tcp!HOST!PORT" or "HOST:PORT";
-// empty means ns.SocketPath(). An empty uname on the Unix socket is the
-// admin principal, the server's owner; on TCP it is "none".
+// empty means ns.SocketPath(). Who the attach is follows from the
+// transport, not from uname: the server's own user on the Unix socket is
+// the admin, a sandboxed tool is the agent whose $OLLIE_AGENT_TOKEN it
+// presents (see NewConn), and a TCP client is "none".
 func DialAs(addr, uname string) (*Conn, error) {
 	network, address, err := splitAddr(addr)
 	if err != nil {
@@ -136,7 +144,7 @@ func NewConn(rwc io.ReadWriteCloser, uname string) (*Conn, error) {
 		rwc.Close()
 		return nil, err
 	}
-	fsys, err := c.Attach(nil, uname, "")
+	fsys, err := c.Attach(nil, uname, os.Getenv(TokenEnv))
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -113,7 +113,13 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv = &ns.Server{Tree: tree, Trace: traceW(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.srv = &ns.Server{Tree: tree, Trace: traceW(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Identify: func(uname, aname string) string {
+			if aname == "alice-token" {
+				return "alice"
+			}
+			return ""
+		}}
 	f.sock = listenUnix(t, f.srv)
 	return f
 }
@@ -423,16 +429,33 @@ func TestDial(t *testing.T) {
 	f := newFixture(t)
 
 	// The default address follows $NAMESPACE; the user comes from
-	// $OLLIE_UNAME.
+	// $OLLIE_UNAME, and on the Unix socket the server's own user is the
+	// admin whatever it names.
 	t.Setenv("OLLIE_UNAME", "alice")
 	c, err := Dial("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if b, err := c.ReadAll(context.Background(), "whoami"); err != nil || string(b) != "alice\n" {
+	if b, err := c.ReadAll(context.Background(), "whoami"); err != nil || string(b) != "admin\n" {
 		t.Errorf("whoami as alice = %q, %v", b, err)
 	}
+
+	// A sandboxed peer is who its $OLLIE_AGENT_TOKEN proves.
+	for token, want := range map[string]string{"alice-token": "alice\n", "forged": "none\n", "": "none\n"} {
+		t.Setenv(TokenEnv, token)
+		a, b := net.Pipe()
+		go f.srv.ServeConn(a, ns.Peer{Kind: ns.Sandboxed, UID: -1})
+		c, err := NewConn(b, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := c.ReadAll(context.Background(), "whoami"); err != nil || string(b) != want {
+			t.Errorf("whoami with token %q = %q, %v; want %q", token, b, err, want)
+		}
+		c.Close()
+	}
+	t.Setenv(TokenEnv, "")
 
 	// TCP, untrusted: the empty user is none.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
