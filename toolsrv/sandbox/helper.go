@@ -16,6 +16,8 @@ import (
 const (
 	// helperArg, as the first argument, makes the binary the sandbox helper.
 	helperArg = "__ollie_sandbox"
+	// confineArg, after helperArg, makes it the helper's confining stage.
+	confineArg = "confine"
 	// policyFD is where the helper finds the policy: ExtraFiles[0].
 	policyFD = 3
 	// maxPolicy bounds the policy the helper reads: 1 MiB is thousands of
@@ -24,25 +26,41 @@ const (
 )
 
 // Command returns a command that runs the tool at path with args under
-// policy p: it runs the current executable as the sandbox helper, which
-// reads p from an inherited pipe, enables Landlock, keeps only the
-// environment variables p allows, and execs the tool in its own place (same
-// process, same pid). The tool's own executable may always be read and
-// executed; everything else is as p says.
+// policy p. It runs the current executable as the sandbox helper, which
+// reads p from an inherited pipe and stays the parent of the call while a
+// child of its own applies p's limits and Landlock to itself, keeps only the
+// environment variables p allows, and execs the tool in its own place. The
+// tool's own executable may always be read and executed; everything else is
+// as p says. The tool gets the helper's stdin, stdout, stderr and working
+// directory.
+//
+// Every process the tool starts ends with the call, setsid or not: the
+// helper is their subreaper, and once the tool has exited it kills and
+// reaps whatever is left before it exits itself. The helper exits with the
+// tool's exit status, or 128+N if signal N ended the tool. It forwards
+// SIGTERM and SIGINT to the tool (signal the helper alone: a signal to the
+// process group reaches the tool twice), and [Kill] ends the call at once.
+// p.Limits bound the call's memory, processes and files (see [Limits];
+// [Policy.Enforcement] says how this host applies them).
 //
 // Command refuses, with an error wrapping [ErrNoLandlock] or [ErrABITooOld],
 // when the kernel cannot enforce p and p is not best effort. The helper
 // checks again and exits 126 with a message on stderr on any failure, so a
 // tool never runs with less than p asks.
 //
-// The command runs in its own process group (kill -pgid reaches the tool
-// and its children) and gets SIGKILL if the OS thread that started it
-// exits (Pdeathsig: the Go runtime keeps its threads, except one whose
-// goroutine exits while locked to it, so do not Start from such a
-// goroutine).
-// Stdin, Stdout, Stderr, Dir, Cancel and WaitDelay are the caller's to set:
-// typically Dir to the CWD the policy was resolved with, Cancel to kill the
-// process group, and a WaitDelay. cmd.Env starts as the parent's
+// The command runs in its own process group, which the tool shares, and
+// gets SIGKILL if the OS thread that started it exits (Pdeathsig: the Go
+// runtime keeps its threads, except one whose goroutine exits while locked
+// to it, so do not Start from such a goroutine); the tool dies with the
+// helper. A helper killed outright (SIGKILL to it or its group, or its
+// parent's death) cannot clean up: processes that left the group, by
+// setsid, outlive it, except for root with a pids cgroup, where the next
+// call's helper kills them. So cancel with [Kill], which Cancel is preset
+// to.
+//
+// Stdin, Stdout, Stderr, Dir and WaitDelay are the caller's to set:
+// typically Dir to the CWD the policy was resolved with, and a WaitDelay
+// after which Wait kills the helper itself. cmd.Env starts as the parent's
 // environment filtered by p's allowlist; the caller may append variables
 // (PWD, TMPDIR, OLLIE_TOOLS_PATH), and the helper drops any the allowlist
 // does not name. cmd.ExtraFiles[0] is the parent's end of the policy pipe:
@@ -96,15 +114,24 @@ func Command(ctx context.Context, p *Policy, path string, args []string) (*exec.
 	cmd.ExtraFiles = []*os.File{r}
 	cmd.Env = filterEnv(os.Environ(), p.Env)
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error { return Kill(cmd.Process) }
 	return cmd, nil
 }
+
+// Kill ends a call started by [Command] at once: the helper p kills the
+// tool and every process it started, reaps them, and exits with status 137
+// (128+SIGKILL). Unlike SIGKILL to the helper or its process group, it
+// leaves nothing behind.
+func Kill(p *os.Process) error { return p.Signal(killSignal) }
 
 // Unsandboxed returns a command that runs the tool at path with args
 // without Landlock, for a bypass or elevation that has been approved. It
 // escapes Landlock only: cmd.Env is still the parent's environment filtered
 // by p's allowlist (what the caller appends is passed as is), and the
 // process-group and parent-death settings are those of [Command]. The
-// caller sets Stdin, Stdout, Stderr, Dir, Cancel and WaitDelay.
+// caller sets Stdin, Stdout, Stderr, Dir, Cancel and WaitDelay. No helper
+// runs: there are no limits, and nothing ends the tool's descendants but
+// what the caller does to the process group.
 func Unsandboxed(ctx context.Context, p *Policy, path string, args []string) (*exec.Cmd, error) {
 	if err := checkCall(p, path); err != nil {
 		return nil, err
@@ -129,59 +156,78 @@ func checkCall(p *Policy, path string) error {
 // sandbox helper. The binary's main calls it before anything else.
 func IsHelper() bool { return len(os.Args) > 1 && os.Args[1] == helperArg }
 
-// HelperMain is the sandbox helper: it reads the policy from its inherited
-// pipe, enables Landlock, closes the pipe, filters the environment and
-// execs the tool. It never returns: on any failure it writes the reason to
-// stderr and exits 126, the shell's status for "found but could not run".
+// HelperMain is the sandbox helper. It never returns: it exits with the
+// tool's exit status (see [Command]), or on any failure of its own writes
+// the reason to stderr and exits 126, the shell's status for "found but
+// could not run".
 func HelperMain() {
-	err := helper(os.Args[2:])
-	fmt.Fprintf(os.Stderr, "%v\n", err)
-	os.Exit(126)
+	code, err := helper(os.Args[2:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(126)
+	}
+	os.Exit(code)
 }
 
-// helper returns only on failure.
-func helper(args []string) error {
-	if len(args) < 2 || args[0] != "--" {
-		return errors.New("sandbox: usage: " + helperArg + " -- TOOL [ARGS...] with the policy on fd 3 (run tools through sandbox.Command)")
+// helper runs the outer stage (supervise) or, with confineArg, the
+// confining stage, which returns only on failure.
+func helper(args []string) (int, error) {
+	confining := len(args) > 0 && args[0] == confineArg
+	if confining {
+		args = args[1:]
 	}
-	tool, argv := args[1], args[1:]
+	if len(args) < 2 || args[0] != "--" {
+		return 0, errors.New("sandbox: usage: " + helperArg + " -- TOOL [ARGS...] with the policy on fd 3 (run tools through sandbox.Command)")
+	}
 	// Only a pipe is taken for the policy: run by hand, fd 3 may be
 	// something the Go runtime opened for itself.
 	var st syscall.Stat_t
 	if err := syscall.Fstat(policyFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-		return fmt.Errorf("sandbox: no policy on fd %d (run tools through sandbox.Command)", policyFD)
+		return 0, fmt.Errorf("sandbox: no policy on fd %d (run tools through sandbox.Command)", policyFD)
 	}
-	p, err := readPolicy(os.NewFile(policyFD, "policy"))
+	p, data, err := readPolicy(os.NewFile(policyFD, "policy"))
 	if err != nil {
+		return 0, err
+	}
+	if confining {
+		return 0, confine(p, args[1], args[1:])
+	}
+	return supervise(data, p, args)
+}
+
+// confine applies p's limits and Landlock to this process and execs tool
+// with argv in its place. It returns only on failure.
+func confine(p *Policy, tool string, argv []string) error {
+	if err := setLimits(p.Limits.effective()); err != nil {
 		return err
 	}
 	if err := apply(p, tool); err != nil {
 		return err
 	}
-	err = syscall.Exec(tool, argv, filterEnv(os.Environ(), p.Env))
+	err := syscall.Exec(tool, argv, filterEnv(os.Environ(), p.Env))
 	if errors.Is(err, syscall.EACCES) {
 		return fmt.Errorf("sandbox: exec %s: %w (the profile's exec paths must hold the tool's interpreter and loader, and its directory if it runs other programs from there)", tool, err)
 	}
 	return fmt.Errorf("sandbox: exec %s: %w", tool, err)
 }
 
-// readPolicy reads and closes the policy pipe. It is closed before Landlock
-// is enabled so that it cannot reach the tool: inherited descriptors are not
-// close-on-exec.
-func readPolicy(f *os.File) (*Policy, error) {
+// readPolicy reads and closes the policy pipe, and returns the policy and
+// its JSON. It is closed before Landlock is enabled so that it cannot reach
+// the tool: inherited descriptors are not close-on-exec.
+func readPolicy(f *os.File) (*Policy, []byte, error) {
 	data, err := io.ReadAll(io.LimitReader(f, maxPolicy+1))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: no policy on fd %d (run tools through sandbox.Command): %w", policyFD, err)
+		return nil, nil, fmt.Errorf("sandbox: no policy on fd %d (run tools through sandbox.Command): %w", policyFD, err)
 	}
 	if len(data) > maxPolicy {
-		return nil, fmt.Errorf("sandbox: policy exceeds %d bytes", maxPolicy)
+		return nil, nil, fmt.Errorf("sandbox: policy exceeds %d bytes", maxPolicy)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var p Policy
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("sandbox: reading policy from fd %d: %w", policyFD, err)
+		return nil, nil, fmt.Errorf("sandbox: reading policy from fd %d: %w", policyFD, err)
 	}
-	return &p, nil
+	return &p, data, nil
 }

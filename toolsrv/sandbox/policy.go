@@ -50,7 +50,7 @@ type Skipped struct {
 // crosses the pipe to the helper, as JSON.
 //
 // The zero Policy allows nothing: no path, no TCP bind or connect, no
-// environment variable, and no best effort.
+// environment variable, and no best effort; its limits are [DefaultLimits].
 type Policy struct {
 	Profile    string     `json:"profile,omitempty"`
 	File       string     `json:"file,omitempty"`
@@ -58,6 +58,7 @@ type Policy struct {
 	Bind       Ports      `json:"bind"`
 	Connect    Ports      `json:"connect"`
 	Env        []string   `json:"env,omitempty"` // allowlist: NAME, PREFIX* or *
+	Limits     Limits     `json:"limits"`
 	BestEffort bool       `json:"best_effort,omitempty"`
 	Skipped    []Skipped  `json:"skipped,omitempty"`
 }
@@ -186,6 +187,7 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 		Bind:       p.Bind,
 		Connect:    p.Connect,
 		Env:        slices.Clone(p.Env),
+		Limits:     p.Limits,
 		BestEffort: p.BestEffort,
 	}
 	access := map[string]Access{}
@@ -269,6 +271,11 @@ type Enforcement struct {
 	Level   Level    // of what the profile asks
 	Missing []string // what the profile asks that is not enforced, and why
 	Extra   []string // hardening beyond the profile that this ABI lacks
+
+	// Limits says how each resource limit is applied on this host, and
+	// Unlimited which limits of the profile this host cannot apply, and
+	// why. They do not change Level: Level is about Landlock.
+	Limits, Unlimited []string
 }
 
 func (e Enforcement) String() string {
@@ -278,6 +285,9 @@ func (e Enforcement) String() string {
 	}
 	if len(e.Missing) > 0 {
 		s += ": " + strings.Join(e.Missing, "; ")
+	}
+	if len(e.Unlimited) > 0 {
+		s += "; LIMITS NOT ENFORCED: " + strings.Join(e.Unlimited, "; ")
 	}
 	return s
 }
@@ -334,8 +344,13 @@ func check(abi int, p *Policy) error {
 	return fmt.Errorf("sandbox: refusing to run tools: %w: %s (%s)", ErrABITooOld, strings.Join(e.Missing, "; "), hint)
 }
 
-// Enforcement reports what the running kernel enforces of p.
-func (p *Policy) Enforcement() Enforcement { return enforcement(Status().ABI, p) }
+// Enforcement reports what the running kernel enforces of p, its limits
+// included.
+func (p *Policy) Enforcement() Enforcement {
+	e := enforcement(Status().ABI, p)
+	e.Limits, e.Unlimited = limitsEnforcement(p.Limits.effective())
+	return e
+}
 
 // Check returns nil if tools may run under p on this kernel: the kernel
 // enforces all of p, or p is best effort (see [Policy.Enforcement] for how
@@ -366,6 +381,13 @@ func (p *Policy) Explain() string {
 	}
 	for _, x := range e.Extra {
 		fmt.Fprintf(&b, "  not enforced on this kernel: %s\n", x)
+	}
+	b.WriteString("limits per call:\n")
+	for _, l := range e.Limits {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	for _, l := range e.Unlimited {
+		fmt.Fprintf(&b, "  NOT ENFORCED: %s\n", l)
 	}
 	b.WriteString("paths:\n")
 	if len(p.Paths) == 0 {

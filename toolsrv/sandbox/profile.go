@@ -25,10 +25,16 @@ import (
 //	  bind:      [ports]   TCP ports the tool may bind; [any] for all
 //	  connect:   [ports]   TCP ports the tool may connect to; [any] for all
 //	env:         [names]   environment variables passed on; NAME or PREFIX*
+//	limits:
+//	  memory:     size     data each process may map (RLIMIT_DATA), e.g. 1.5GiB
+//	  processes:  count    processes and threads of the call at once
+//	  open_files: count    descriptors each process may hold (RLIMIT_NOFILE)
+//	  file_size:  size     largest file a process may write (RLIMIT_FSIZE)
 //	best_effort: bool      run with what the kernel can enforce (see [Policy.Check])
 //
 // An absent list is an empty one: no net section denies every TCP bind and
-// connect, no env passes no variable. A path is absolute or begins with one
+// connect, no env passes no variable. An absent limit is the one in
+// [DefaultLimits]; unlimited lifts it. Sizes take B, KiB, MiB, GiB or TiB. A path is absolute or begins with one
 // template: {CWD}, {HOME}, {TMPDIR}, {XDG_CONFIG_HOME}, {XDG_CACHE_HOME},
 // {XDG_DATA_HOME}, {XDG_STATE_HOME}, {XDG_RUNTIME_DIR}, {OLLIE_TOOLS_PATH}
 // (one path per element of the list), {OLLIE_BIN} (the directory of the
@@ -40,6 +46,7 @@ type Profile struct {
 	Read, Write, Exec []string
 	Bind, Connect     Ports
 	Env               []string
+	Limits            Limits
 	BestEffort        bool
 }
 
@@ -77,8 +84,9 @@ type fileProfile struct {
 		Bind    []string `yaml:"bind"`
 		Connect []string `yaml:"connect"`
 	} `yaml:"net"`
-	Env        []string `yaml:"env"`
-	BestEffort bool     `yaml:"best_effort"`
+	Env        []string   `yaml:"env"`
+	Limits     fileLimits `yaml:"limits"`
+	BestEffort bool       `yaml:"best_effort"`
 }
 
 // fieldKind is what checkNode expects of a field.
@@ -90,6 +98,9 @@ const (
 	kindEnv
 	kindBool
 	kindNet
+	kindLimits
+	kindSize
+	kindCount
 )
 
 var topFields = []struct {
@@ -97,7 +108,7 @@ var topFields = []struct {
 	kind fieldKind
 }{
 	{"read", kindPaths}, {"write", kindPaths}, {"exec", kindPaths},
-	{"net", kindNet}, {"env", kindEnv}, {"best_effort", kindBool},
+	{"net", kindNet}, {"env", kindEnv}, {"limits", kindLimits}, {"best_effort", kindBool},
 }
 
 var netFields = []struct {
@@ -121,7 +132,7 @@ func ParseProfile(name, file string, data []byte) (*Profile, error) {
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return nil, perr(root.Line, "", errors.New("expected a mapping of fields (read, write, exec, net, env, best_effort)"))
+		return nil, perr(root.Line, "", errors.New("expected a mapping of fields (read, write, exec, net, env, limits, best_effort)"))
 	}
 	if err := checkMapping(root, "", topFields, perr); err != nil {
 		return nil, err
@@ -143,6 +154,11 @@ func ParseProfile(name, file string, data []byte) (*Profile, error) {
 	}
 	if p.Connect, err = parsePorts(fp.Net.Connect); err != nil {
 		return nil, perr(0, "net.connect", err)
+	}
+	if p.Limits, err = fp.Limits.parse(); err != nil {
+		var le *limitError
+		errors.As(err, &le)
+		return nil, perr(0, "limits."+le.field, le.err)
 	}
 	return p, nil
 }
@@ -199,6 +215,23 @@ func checkValue(v *yaml.Node, name string, kind fieldKind, perr func(int, string
 			return perr(v.Line, name, errors.New("expected a mapping with bind and connect"))
 		}
 		return checkMapping(v, name+".", netFields, perr)
+	case kindLimits:
+		if v.Kind != yaml.MappingNode {
+			return perr(v.Line, name, errLimitsMapping)
+		}
+		return checkMapping(v, name+".", limitFields, perr)
+	case kindSize, kindCount:
+		if v.Kind != yaml.ScalarNode {
+			return perr(v.Line, name, errors.New("expected a single value, not a list or mapping"))
+		}
+		parse := parseSize
+		if kind == kindCount {
+			parse = parseCount
+		}
+		if _, err := parse(v.Value); err != nil {
+			return perr(v.Line, name, err)
+		}
+		return nil
 	}
 	if v.Kind != yaml.SequenceNode {
 		return perr(v.Line, name, errors.New("expected a list"))

@@ -16,7 +16,7 @@ func TestParseProfileErrors(t *testing.T) {
 		want       []string // substrings of the message
 	}{
 		{"unknown field", "read: [/etc]\nreed: [/usr]\n", ErrUnknownField,
-			[]string{"sandbox: x.yaml:2: reed: unknown field (known: read, write, exec, net, env, best_effort)"}},
+			[]string{"sandbox: x.yaml:2: reed: unknown field (known: read, write, exec, net, env, limits, best_effort)"}},
 		{"unknown net field", "net:\n  conect: [443]\n", ErrUnknownField,
 			[]string{"x.yaml:2: net.conect: unknown field (known: bind, connect)"}},
 		{"unknown template", "write:\n  - /tmp\n  - '{CDW}/x'\n", ErrUnknownTemplate,
@@ -34,6 +34,17 @@ func TestParseProfileErrors(t *testing.T) {
 		{"twice", "read: []\nread: []\n", nil, []string{"read: given twice"}},
 		{"not a mapping", "- /etc\n", nil, []string{"expected a mapping"}},
 		{"bad yaml", "read: [\n", nil, []string{"sandbox: x.yaml"}},
+		{"unknown limit", "limits:\n  memroy: 1GiB\n", ErrUnknownField,
+			[]string{"x.yaml:2: limits.memroy: unknown field (known: memory, processes, open_files, file_size)"}},
+		{"limits not a mapping", "limits: 1GiB\n", nil, []string{"x.yaml:1: limits: expected a mapping"}},
+		{"size without unit", "limits: {memory: lots}\n", nil, []string{"x.yaml:1: limits.memory", `"lots" is not a size`, "GiB"}},
+		{"decimal unit", "limits: {memory: 2GB}\n", nil, []string{"limits.memory", `"2GB" is ambiguous: write 2GiB`}},
+		{"short unit", "limits: {file_size: 10M}\n", nil, []string{"limits.file_size", "write 10MiB"}},
+		{"zero size", "limits: {memory: 0}\n", nil, []string{"limits.memory", "at least 1 byte", "unlimited"}},
+		{"negative size", "limits: {memory: -1GiB}\n", nil, []string{"limits.memory", "at least 1 byte"}},
+		{"zero processes", "limits: {processes: 0}\n", nil, []string{"limits.processes", `"0" is not a count`}},
+		{"fractional processes", "limits: {processes: 1.5}\n", nil, []string{"limits.processes", "whole number"}},
+		{"list for a limit", "limits: {open_files: [1]}\n", nil, []string{"limits.open_files: expected a single value"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseProfile("x", "x.yaml", []byte(tt.yaml))
@@ -74,6 +85,9 @@ best_effort: true
 		!slices.Equal(p.Bind.Ports, []uint16{0, 8080}) || p.Bind.Any || !p.Connect.Any ||
 		!slices.Equal(p.Env, []string{"PATH", "LC_*"}) || !p.BestEffort {
 		t.Errorf("parsed %+v", p)
+	}
+	if p.Limits != (Limits{}) {
+		t.Errorf("no limits section: %+v, want the zero Limits (the defaults)", p.Limits)
 	}
 	// Empty: the zero profile, which allows nothing.
 	p, err = ParseProfile("e", "e.yaml", []byte("# nothing\n"))
@@ -234,5 +248,37 @@ func TestEnvAllowed(t *testing.T) {
 	}
 	if got := filterEnv([]string{"A=1"}, nil); got == nil || len(got) != 0 {
 		t.Errorf("filterEnv with no allowlist = %#v, want an empty non-nil slice (nil would inherit)", got)
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want Limits
+		str  string // of the effective limits
+	}{
+		{"limits:\n", Limits{}, "memory 1.5GiB, processes 512, open_files unlimited, file_size unlimited"},
+		{"limits: {memory: 1GiB}", Limits{Memory: 1 << 30}, "memory 1GiB, processes 512,"},
+		{"limits: {memory: 1.5GiB, processes: 64}", Limits{Memory: 3 << 29, Processes: 64}, "memory 1.5GiB, processes 64,"},
+		{"limits: {memory: 4096, file_size: 512KiB}", Limits{Memory: 4096, FileSize: 512 << 10}, "memory 4KiB, processes 512, open_files unlimited, file_size 512KiB"},
+		{"limits: {memory: 1000B, open_files: 256}", Limits{Memory: 1000, OpenFiles: 256}, "memory 1000B, processes 512, open_files 256,"},
+		{"limits: {memory: unlimited, processes: unlimited}", Limits{Memory: Unlimited, Processes: Unlimited}, "memory unlimited, processes unlimited,"},
+		{"limits: {file_size: 2TiB}", Limits{FileSize: 2 << 40}, "file_size 2TiB"},
+	} {
+		p, err := ParseProfile("l", "l.yaml", []byte(tt.yaml))
+		if err != nil {
+			t.Errorf("%q: %v", tt.yaml, err)
+			continue
+		}
+		if p.Limits != tt.want {
+			t.Errorf("%q: %+v, want %+v", tt.yaml, p.Limits, tt.want)
+		}
+		if s := p.Limits.String(); !strings.Contains(s, tt.str) {
+			t.Errorf("%q: String %q lacks %q", tt.yaml, s, tt.str)
+		}
+		pol, err := p.Resolve(Vars{CWD: "/", ToolsPath: []string{}})
+		if err != nil || pol.Limits != tt.want {
+			t.Errorf("%q: resolved limits %+v (%v), want %+v", tt.yaml, pol.Limits, err, tt.want)
+		}
 	}
 }

@@ -230,24 +230,31 @@ func TestFilesystem(t *testing.T) {
 	}
 }
 
-// The tool runs as the helper's pid (exec, not fork), so /proc/self in the
-// profile is the tool's own; it leads its own process group; the policy
-// pipe is closed before the tool runs.
+// The tool is the confining stage's process (exec, not fork), so /proc/self
+// in the profile is the tool's own; its parent is the helper, whose process
+// group it shares; the policy pipe is closed before the tool runs.
 func TestProcess(t *testing.T) {
 	requireLandlock(t, 3)
 	e := newEnv(t)
-	r := sh(t, e.policy(t), e.cwd, `read -r stat < /proc/self/stat; set -- $stat; echo "pid=$$ stat=$1 pgrp=$5"
-if { true >&3; } 2>/dev/null; then echo fd3=open; else echo fd3=closed; fi`)
+	cmd, err := Command(context.Background(), e.policy(t), "/bin/sh", []string{"-c", `read -r stat < /proc/self/stat; set -- $stat; echo "pid=$$ stat=$1 ppid=$4 pgrp=$5"
+if { true >&3; } 2>/dev/null; then echo fd3=open; else echo fd3=closed; fi`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, cmd, e.cwd)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	var pid, stat, pgrp int
+	var pid, stat, ppid, pgrp int
 	var fd3 string
-	if _, err := fmt.Sscanf(r.stdout, "pid=%d stat=%d pgrp=%d\nfd3=%s", &pid, &stat, &pgrp, &fd3); err != nil {
+	if _, err := fmt.Sscanf(r.stdout, "pid=%d stat=%d ppid=%d pgrp=%d\nfd3=%s", &pid, &stat, &ppid, &pgrp, &fd3); err != nil {
 		t.Fatalf("parsing %q: %v", r.stdout, err)
 	}
-	if pid != stat || pid != pgrp {
-		t.Errorf("pid %d, /proc/self/stat pid %d, pgrp %d: want all equal", pid, stat, pgrp)
+	if pid != stat {
+		t.Errorf("pid %d, /proc/self/stat pid %d: want equal", pid, stat)
+	}
+	if helper := cmd.Process.Pid; ppid != helper || pgrp != helper || pid == helper {
+		t.Errorf("tool pid %d, ppid %d, pgrp %d; helper %d: want the helper as parent and group", pid, ppid, pgrp, helper)
 	}
 	if fd3 != "closed" {
 		t.Errorf("policy fd 3 is %s in the tool", fd3)
