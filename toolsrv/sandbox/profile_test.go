@@ -282,3 +282,14 @@ func TestParseLimits(t *testing.T) {
 		}
 	}
 }
+
+// The deployed profile writes out the built-in defaults, as it says.
+func TestDeployedLimitsAreTheDefaults(t *testing.T) {
+	p, err := Profiles{Dirs: []string{"../../data/sandbox"}}.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Limits.effective() != DefaultLimits || p.Limits.Memory == 0 || p.Limits.Processes == 0 {
+		t.Errorf("default.yaml limits %+v, built-in defaults %+v", p.Limits, DefaultLimits)
+	}
+}
