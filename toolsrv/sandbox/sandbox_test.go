@@ -11,11 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestMain lets the test binary play the sandbox helper, as olliesrv's main
@@ -62,8 +65,54 @@ func testTool(args []string) int {
 		fmt.Println("listened")
 		return 0
 	}
+	if len(args) == 2 && args[0] == "abstract" {
+		c, err := net.Dial("unix", "@"+args[1])
+		if err != nil {
+			fmt.Println("connect:", err)
+			return 1
+		}
+		c.Close()
+		fmt.Println("connected")
+		return 0
+	}
+	if len(args) == 1 && args[0] == "peek" {
+		return peek()
+	}
 	fmt.Println("bad test tool args", args)
 	return 2
+}
+
+// peek tries to read the memory of its parent (the helper) and of every
+// thread near it, and its own, with process_vm_readv at an unmapped
+// address: EFAULT means the kernel allowed the access, EPERM that it
+// refused. It prints one line per target.
+func peek() int {
+	buf := make([]byte, 8)
+	read := func(pid int) syscall.Errno {
+		local := unix.Iovec{Base: &buf[0], Len: uint64(len(buf))}
+		remote := unix.RemoteIovec{Base: 8, Len: len(buf)} // never mapped
+		_, err := unix.ProcessVMReadv(pid, []unix.Iovec{local}, []unix.RemoteIovec{remote}, 0)
+		errno, _ := err.(syscall.Errno)
+		return errno
+	}
+	fmt.Printf("self %v\n", read(os.Getpid()))
+	// The helper's threads have ids near its pid; a thread id names the
+	// thread, whose Landlock domain is what the kernel checks.
+	own, err := os.ReadDir("/proc/self/task") // the tool's own threads
+	if err != nil {
+		fmt.Println("own threads:", err)
+		return 1
+	}
+	ppid := os.Getppid()
+	for tid := ppid; tid < ppid+64; tid++ {
+		if slices.ContainsFunc(own, func(d os.DirEntry) bool { return d.Name() == strconv.Itoa(tid) }) {
+			continue
+		}
+		if errno := read(tid); errno != syscall.ESRCH {
+			fmt.Printf("%d %v\n", tid, errno)
+		}
+	}
+	return 0
 }
 
 // requireLandlock fails (never skips) a test that needs Landlock.
