@@ -8,11 +8,14 @@
 // fills in the templates ({CWD}, {HOME}, {TMPDIR}, the XDG directories,
 // {OLLIE_TOOLS_PATH}, {env:NAME}) and yields a concrete [Policy].
 //
-// Landlock restricts the whole process that enables it, so the policy is
-// applied in a re-executed child of the running binary just before it execs
-// the tool: [Command] builds that child, [IsHelper] and [HelperMain] are the
-// child's side, and the binary's main calls them first thing. The policy
-// travels over an inherited pipe, never in argv or the environment.
+// Landlock restricts the process that enables it, so the policy is applied
+// in a re-executed child of the running binary just before it execs the
+// tool; above it, the helper stays the parent of the call, a subreaper that
+// kills whatever the tool leaves behind when it exits. [Command] builds the
+// helper, [IsHelper] and [HelperMain] are its side, and the binary's main
+// calls them first thing. The policy travels over inherited pipes, never in
+// argv or the environment. A profile's [Limits] bound each call's memory,
+// processes and files.
 // [Unsandboxed] is the approved bypass: no Landlock, the same environment
 // allowlist and process-group settings.
 //
@@ -45,8 +48,8 @@
 //     outside the sandbox are scoped from ABI 6 and are denied here.
 //   - ioctl on device files before ABI 5, and on descriptors that were open
 //     before the sandbox at any ABI.
-//   - System V IPC and POSIX message queues, resource use (CPU, memory,
-//     processes: the dispatcher's timeout and process group bound those), and
+//   - System V IPC and POSIX message queues, CPU time (the dispatcher's
+//     timeout bounds it), memory, processes and files beyond [Limits], and
 //     the user's identity: a tool run by root keeps root's capabilities
 //     other than those Landlock itself denies (mount, ptrace of outside
 //     processes).

@@ -104,7 +104,9 @@ func rights(a Access, mode os.FileMode) landlock.AccessFSSet {
 // execve runs the new program with the calling thread's credentials (its
 // Landlock domain and no_new_privs) and ends every other thread, and it
 // spares the signalling of every runtime thread that restricting the whole
-// process takes.
+// process takes. Forking the tool from the thread instead would not be: the
+// tool could ptrace that thread, which shares memory with free ones (see
+// supervise).
 func apply(p *Policy, tool string) error {
 	abi := Status().ABI
 	if err := check(abi, p); err != nil {
