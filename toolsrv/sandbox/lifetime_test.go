@@ -235,7 +235,8 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-// startReady starts cmd and waits for the tool to print "ready".
+// startReady starts cmd and waits for the tool to print "ready"; rest
+// waits for the command and returns the rest of its output.
 func startReady(t *testing.T, cmd *exec.Cmd, dir string) (rest func() string) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
@@ -259,6 +260,7 @@ func startReady(t *testing.T, cmd *exec.Cmd, dir string) (rest func() string) {
 	return func() string {
 		b, _ := io.ReadAll(br)
 		pr.Close()
+		cmd.Wait()
 		return string(b) + stderr.String()
 	}
 }
@@ -278,7 +280,6 @@ func TestSignals(t *testing.T) {
 	rest := startReady(t, cmd, e.cwd)
 	cmd.Process.Signal(syscall.SIGTERM)
 	out := rest()
-	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(out, "got TERM") {
 		t.Errorf("after SIGTERM: exit %d, output %q; want 3 and got TERM", code, out)
 	}
@@ -295,7 +296,6 @@ func TestSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	rest()
-	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 128+9 {
 		t.Errorf("after Kill: exit %d, want 137", code)
 	}
