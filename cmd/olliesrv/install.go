@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"ollie/internal/paths"
@@ -190,13 +191,37 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// inside joins rel to root and refuses anything that leaves root.
+// inside joins rel to root and refuses anything that leaves root: an
+// absolute path, "..", or a directory on the way that is a symlink
+// leading out (the file itself is never followed: it is renamed, removed
+// or opened with O_NOFOLLOW).
 func inside(root, rel string) (string, error) {
+	bad := fmt.Errorf("%q is not a path inside %s", rel, root)
+	if filepath.IsAbs(filepath.FromSlash(rel)) {
+		return "", bad
+	}
 	p := filepath.Join(root, filepath.FromSlash(rel))
-	if r, err := filepath.Rel(root, p); err != nil || r == "." || strings.HasPrefix(r, "..") {
-		return "", fmt.Errorf("%q is not a path inside %s", rel, root)
+	if !under(root, p) {
+		return "", bad
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return p, nil // nothing there yet to lead anywhere; renaming into it fails
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	if dir != realRoot && !under(realRoot, dir) {
+		return "", bad
 	}
 	return p, nil
+}
+
+// under reports whether p lies below dir.
+func under(dir, p string) bool {
+	r, err := filepath.Rel(dir, p)
+	return err == nil && r != "." && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
 }
 
 func installCommit(plan InstallPlan) (*InstallReport, error) {
@@ -279,15 +304,20 @@ func installCommit(plan InstallPlan) (*InstallReport, error) {
 // A mismatch removes tmp and reports false.
 func commitFile(tmp, dst, want string, mode fs.FileMode) (bool, error) {
 	// Read-only: tmp may be the running binary, which cannot be opened
-	// for writing; fsync works on any descriptor.
-	f, err := os.Open(tmp)
+	// for writing; fsync and fchmod work on any descriptor. Never through
+	// a symlink: that would hash, chmod and commit a file elsewhere.
+	f, err := os.OpenFile(tmp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return false, fmt.Errorf("the upload %s is not a regular file", tmp)
 	}
 	h := sha256.New()
 	_, err = io.Copy(h, f)
 	if err == nil {
-		err = os.Chmod(tmp, mode.Perm())
+		err = f.Chmod(mode.Perm())
 	}
 	if err == nil {
 		err = f.Sync()
