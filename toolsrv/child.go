@@ -40,6 +40,7 @@ type childConfig struct {
 	ToolsPath     []string `json:"tools_path"`
 	Tools         []string `json:"tools"` // to load; nil loads every available tool
 	ElevateSocket string   `json:"elevate_socket"`
+	SpillDir      string   `json:"spill_dir"` // the session's, made by Spawn
 }
 
 // SpawnConfig describes a session's toolsrv.
@@ -50,6 +51,10 @@ type SpawnConfig struct {
 	Tools         []string // to load at start; nil loads every available tool
 	ElevateSocket string
 	Stderr        io.Writer // the child's log; nil discards it
+	// SpillBase is a private directory (a daemon's SpillArea) under which
+	// Spawn makes the session's directory for cut tool output, removed by
+	// Close; "" makes it under os.TempDir.
+	SpillBase string
 }
 
 // A Child is a running toolsrv process serving one session.
@@ -60,6 +65,7 @@ type Child struct {
 	stdin  io.WriteCloser
 	secret string
 	dir    string
+	spill  string // the session's directory for cut tool output
 	done   chan error
 }
 
@@ -101,8 +107,16 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 	if cfg.ToolsPath == nil {
 		cfg.ToolsPath = ToolsPath()
 	}
+	if c.spill, err = makeSessionSpill(cfg.SpillBase); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(c.spill)
+		}
+	}()
 	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, SessionID: cfg.SessionID,
-		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket})
+		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, SpillDir: c.spill})
 	if err != nil {
 		return nil, err
 	}
@@ -351,6 +365,7 @@ func (c *Child) Close() error {
 		err = <-c.done
 	}
 	os.RemoveAll(c.dir)
+	os.RemoveAll(c.spill)
 	return err
 }
 
@@ -387,7 +402,7 @@ func child() error {
 		}
 	}
 	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
-		ElevateSocket: cfg.ElevateSocket, SessionID: cfg.SessionID}
+		ElevateSocket: cfg.ElevateSocket, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
 	}

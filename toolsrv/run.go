@@ -9,8 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -74,12 +74,20 @@ type Runner struct {
 	Approver Approver         // nil denies every elevation
 
 	OutputCap int    // bytes of output shown (DefaultOutputCap)
-	SpillDir  string // where cut output is kept whole ("" means a private dir under os.TempDir)
+	SpillDir  string // where cut output is kept: the session's private directory ("" means one made under SpillBase on first need)
+	SpillBase string // where that directory is made when SpillDir is "" ("" means os.TempDir)
+
+	CallOutputLimit   int64 // bytes of output one call may write before it is killed (DefaultCallOutputLimit)
+	SessionSpillLimit int64 // bytes of cut output kept on disk across the Runner's calls (DefaultSessionSpillLimit)
 
 	ToolsPath     []string // OLLIE_TOOLS_PATH for tools
 	ElevateSocket string   // OLLIE_ELEVATE_SOCKET for tools
 	SessionID     string
 	AgentID       string
+
+	spillMu   sync.Mutex
+	spilled   int64  // bytes kept in spill files, against SessionSpillLimit
+	spillMade string // the directory spillDir made when SpillDir is ""
 }
 
 // A Result is the outcome of one call, in the words the model reads.
@@ -154,6 +162,7 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 	if err != nil {
 		return nil, "", err
 	}
+	r.allowSpill(policy)
 	var cmd *exec.Cmd
 	if t.Sudo {
 		// sudo resets the environment and reads the password, if one is
@@ -227,6 +236,10 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// Past its output limit the call is stopped through its context
+	// (callOutput.admit), which kills its process group.
+	ctx, stopCall := context.WithCancelCause(ctx)
+	defer stopCall(nil)
 	cmd, profile, err := r.command(ctx, t, flags, own, scratch, grant)
 	if err != nil {
 		return failed(t.Name, err.Error())
@@ -236,12 +249,9 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 	if outCap <= 0 {
 		outCap = DefaultOutputCap
 	}
-	spillDir, err := r.spillDir()
-	if err != nil {
-		return failed(t.Name, err.Error())
-	}
-	stdout := &capture{cap: outCap, dir: spillDir, name: t.Name + ".stdout"}
-	stderr := &capture{cap: outCap / 4, dir: spillDir, name: t.Name + ".stderr"}
+	out := r.newCallOutput(stopCall)
+	stdout := &capture{cap: outCap, out: out, name: t.Name + ".stdout"}
+	stderr := &capture{cap: outCap / 4, out: out, name: t.Name + ".stderr"}
 	defer stdout.close()
 	defer stderr.close()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -257,6 +267,9 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 	}
 
 	switch {
+	case errors.Is(context.Cause(ctx), ErrOutputLimit):
+		res.Failed = true
+		res.Output = out.stopped() + streams(stdout, stderr)
 	case ctx.Err() == context.DeadlineExceeded:
 		res.Failed = true
 		res.Output = fmt.Sprintf("timed out after %s; the tool and every process it started were killed", flags.TimeoutFor(t))
@@ -312,52 +325,72 @@ func structured(out []byte) json.RawMessage {
 	return nil
 }
 
-func (r *Runner) spillDir() (string, error) {
-	dir := r.SpillDir
-	if dir == "" {
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("ollie-output-%d", os.Getuid()))
-	}
-	if err := os.MkdirAll(dir, 0700); err != nil {
-		return "", fmt.Errorf("cannot keep tool output in %s: %w", dir, err)
-	}
-	return dir, nil
-}
-
 // capture keeps the first cap bytes of a stream in memory and, once the
-// stream grows past cap, the whole stream in a file.
+// stream grows past cap, the stream in a file, as far as the call's output
+// limit and the session's budget for kept output allow.
 type capture struct {
 	cap  int
-	dir  string
+	out  *callOutput
 	name string
 
 	head      bytes.Buffer
-	total     int64
+	total     int64 // bytes within the call's limit
+	truncated bool  // the call's limit cut what the tool wrote here
 	spill     *os.File
 	spillPath string
-	spillErr  error
+	kept      int64  // bytes in the spill file
+	lost      string // why the spill file lacks the rest, or is not there
 }
 
 func (c *capture) Write(p []byte) (int, error) {
+	n := len(p)
+	if p = c.out.admit(p); len(p) < n {
+		c.truncated = true
+	}
 	c.total += int64(len(p))
 	if room := c.cap - c.head.Len(); room > 0 {
 		c.head.Write(p[:min(room, len(p))])
 	}
-	if c.total > int64(c.cap) && c.spillErr == nil {
-		if c.spill == nil {
-			c.spill, c.spillErr = os.CreateTemp(c.dir, c.name+"-*")
-			if c.spillErr != nil {
-				return len(p), nil
-			}
-			c.spillPath = c.spill.Name()
-			// The head is in memory; what came before p is all of it.
-			already := c.total - int64(len(p))
-			c.spill.Write(c.head.Bytes()[:already])
+	if c.total > int64(c.cap) {
+		if before := c.total - int64(len(p)); before <= int64(c.cap) {
+			// p crosses the cap: what came before it is all in the head.
+			c.keep(c.head.Bytes()[:before])
 		}
-		if _, err := c.spill.Write(p); err != nil {
-			c.spillErr = err
-		}
+		c.keep(p)
 	}
-	return len(p), nil
+	return n, nil
+}
+
+// keep appends b to the spill file, making it on first need, as far as
+// the session's budget allows.
+func (c *capture) keep(b []byte) {
+	if c.lost != "" || len(b) == 0 {
+		return
+	}
+	k := c.out.r.reserveSpill(int64(len(b)))
+	if k == 0 {
+		c.lost = fmt.Sprintf("this session has kept %s of cut output on disk, its limit", size(c.out.r.sessionSpillLimit()))
+		return
+	}
+	if c.spill == nil {
+		dir, err := c.out.r.spillDir()
+		if err == nil {
+			c.spill, err = os.CreateTemp(dir, c.name+"-*")
+		}
+		if err != nil {
+			c.lost = err.Error()
+			return
+		}
+		c.spillPath = c.spill.Name()
+	}
+	w, err := c.spill.Write(b[:k])
+	c.kept += int64(w)
+	switch {
+	case err != nil:
+		c.lost = "writing it failed: " + err.Error()
+	case k < int64(len(b)):
+		c.lost = fmt.Sprintf("this session has kept %s of cut output on disk, its limit", size(c.out.r.sessionSpillLimit()))
+	}
 }
 
 func (c *capture) String() string { return c.head.String() }
@@ -370,8 +403,15 @@ func (c *capture) note() string {
 	if n == 0 {
 		return ""
 	}
-	where := "it could not be kept"
-	if c.spillErr == nil && c.spillPath != "" {
+	var where string
+	switch {
+	case c.spillPath == "":
+		where = "it was not kept: " + c.lost
+	case c.lost != "":
+		where = fmt.Sprintf("its first %d bytes are in %s; the rest was not kept: %s", c.kept, c.spillPath, c.lost)
+	case c.truncated:
+		where = "what the tool wrote up to the call's limit is in " + c.spillPath
+	default:
 		where = "the whole output is in " + c.spillPath
 	}
 	return fmt.Sprintf("\n[output cut: %d of %d bytes not shown; %s]\n", n, c.total, where)
