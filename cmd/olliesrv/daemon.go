@@ -23,6 +23,7 @@ import (
 	"ollie/agent/backend"
 	"ollie/broker"
 	"ollie/ns"
+	"ollie/toolsrv"
 )
 
 // maxSocketPath is the longest path a Unix socket address can hold on
@@ -101,6 +102,7 @@ type daemon struct {
 	unixL    *net.UnixListener
 	gateL    net.Listener
 	gate     *broker.Gate
+	spill    *toolsrv.SpillArea // the sessions' cut tool output
 	tcpL     net.Listener
 	log      *slog.Logger
 	killed   chan struct{}
@@ -180,13 +182,24 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		d.closeListeners()
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
+	// Tool output past what the model is shown: ours and private, swept of
+	// what dead daemons left, removed at Shutdown.
+	if d.spill, err = toolsrv.OpenSpillArea(cfg.StateDir, cfg.Log); err != nil {
+		d.closeListeners()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.spill.Close()
+		}
+	}()
 	gate := broker.NewGate(cfg.Log)
 	gate.Publish = bus.Publish
 	if exe, err := os.Executable(); err == nil {
 		gate.TrustExe = exe
 	}
 	d.gate = gate
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate}, gate: gate,
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, spill: d.spill.Dir}, gate: gate,
 		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
@@ -238,6 +251,7 @@ func (d *daemon) Shutdown(ctx context.Context) error {
 	err := d.srv.Shutdown(ctx)
 	d.ns.agents.closeAll()
 	d.ns.tools.closeAll()
+	d.spill.Close()
 	d.ns.logs.closeAll()
 	d.closeListeners() // removes the socket file
 	d.serving.Wait()

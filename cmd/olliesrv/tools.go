@@ -129,6 +129,13 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	r := &toolsrv.Runner{Tools: session, Cwd: *cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: path}
+	// Cut output is kept after exit, as the note tells, in a private
+	// directory made only if some is cut.
+	if root, err := toolsrv.SpillRoot(defaultStateDir()); err == nil {
+		r.SpillBase = root
+	} else {
+		fmt.Fprintf(stderr, "olliesrv tools run: %v; cut output goes under %s\n", err, os.TempDir())
+	}
 	// With a daemon running, its approval gate answers as it does for agents.
 	if gate := filepath.Join(ns.NamespaceDir(), "elevate"); daemonPID() != 0 {
 		r.Approver = toolsrv.GateApprover{Socket: gate}
@@ -167,6 +174,7 @@ type toolServers struct {
 	children map[string]*toolsrv.Child
 	private  map[string]map[string]bool // by session: tools loaded for one agent
 	elevate  string                     // the approval gate's socket, for OLLIE_ELEVATE_SOCKET
+	spill    string                     // the daemon's SpillArea, where each session's toolsrv keeps cut output
 	closed   bool
 }
 
@@ -179,7 +187,7 @@ func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Chil
 	if c := ts.children[s.ID]; c != nil {
 		return c, nil
 	}
-	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate})
+	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, SpillBase: ts.spill})
 	if err != nil {
 		return nil, err
 	}
