@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type Journal interface {
 	Entry(kind string, v any) error
 	Intent(id, tool string, args json.RawMessage, replaySafe bool) error
 	Settle(id string, result any) error
+	// Chat is given everything the agent writes to its chat stream, in
+	// order; the journal keeps it with its next entry, so that a restart
+	// rebuilds the stream (see Resume).
+	Chat(text string)
 }
 
 // Config sets up an agent.
@@ -71,6 +76,8 @@ type Agent struct {
 
 	Chat    *ns.Stream // what a person reads: text, tool calls, results, errors
 	ChatRaw *ns.Stream // everything, with markers
+
+	chatMu sync.Mutex // keeps the chat stream and the journal's copy in one order
 
 	mu       sync.Mutex
 	state    string
@@ -253,6 +260,25 @@ func (a *Agent) Queued() []string {
 // Note writes a line for people to both chat streams, outside any turn.
 func (a *Agent) Note(s string) { a.say("[" + s + "]\n") }
 
+// Resume puts back what a restored agent's session file kept of it: its
+// chat stream up to the last record (chat.raw gets it too, between
+// <restored> markers, as the raw details were not kept), and the error its
+// last turn ended with. It records nothing, and is for an agent no one can
+// reach yet.
+func (a *Agent) Resume(chat, lastErr string) {
+	a.mu.Lock()
+	a.lastErr = lastErr
+	a.mu.Unlock()
+	if chat == "" {
+		return
+	}
+	a.Chat.Write([]byte(chat))
+	if !strings.HasSuffix(chat, "\n") {
+		chat += "\n"
+	}
+	a.ChatRaw.Write([]byte("<restored>\n" + chat + "</restored>\n"))
+}
+
 // Interrupt ends the running turn with cause; it reports whether one was
 // running.
 func (a *Agent) Interrupt(cause error) bool {
@@ -335,6 +361,14 @@ func (a *Agent) run() {
 		}
 
 		a.turn(ctx, prompt)
+		if a.cfg.Journal != nil {
+			// How the turn ended, and the chat to its end: a restart then
+			// tells a failed turn from one a crash cut short.
+			a.mu.Lock()
+			lastErr := a.lastErr
+			a.mu.Unlock()
+			a.cfg.Journal.Entry("end", lastErr)
+		}
 
 		// The turn ends at once for every observer: counted, not
 		// interruptible, and idle, in one step. (Counting it after the
@@ -363,19 +397,22 @@ func (a *Agent) run() {
 // ErrBusy refuses a change of the history while a turn runs.
 var ErrBusy = errors.New("agent: busy: stop the running turn first")
 
-// rewrite replaces the history when the agent is idle, and records it.
+// rewrite replaces the history when the agent is idle, once the new one is
+// recorded. The lock is held across the record so that no turn starts and
+// no message joins between the record and the change.
 func (a *Agent) rewrite(f func([]backend.Message) []backend.Message) error {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.cancel != nil {
-		a.mu.Unlock()
 		return ErrBusy
 	}
 	h := f(append([]backend.Message(nil), a.history...))
-	a.history = h
-	a.mu.Unlock()
 	if a.cfg.Journal != nil {
-		return a.cfg.Journal.Entry("history", h)
+		if err := a.cfg.Journal.Entry("history", h); err != nil {
+			return fmt.Errorf("agent: the history was not changed: %w", err)
+		}
 	}
+	a.history = h
 	return nil
 }
 
@@ -400,9 +437,17 @@ func (a *Agent) Compact() (int, error) {
 }
 
 // Inject adds text to the context as a user message, without running a
-// turn.
+// turn, once it is recorded.
 func (a *Agent) Inject(text string) error {
-	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: text})
+	m := backend.Message{Role: backend.RoleUser, Content: text}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cfg.Journal != nil {
+		if err := a.cfg.Journal.Entry("message", m); err != nil {
+			return fmt.Errorf("agent: not injected: %w", err)
+		}
+	}
+	a.history = append(a.history, m)
 	return nil
 }
 

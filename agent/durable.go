@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"ollie/agent/backend"
@@ -19,6 +20,7 @@ const (
 	kindSessionName   = "session.name"
 	kindSessionPaused = "session.paused"
 	kindSessionGoal   = "session.goal"
+	kindSessionSave   = "session.save" // ctl save proved the file writable; nothing to restore
 	kindAgentNew      = "agent.new"
 	kindAgentName     = "agent.name"
 	kindAgentKill     = "agent.kill"
@@ -31,6 +33,7 @@ const (
 	kindAgentPeer     = "agent.peer"    // a peer link was added or removed
 	kindAgentProfile  = "agent.profile" // the profile was switched
 	kindAgentTools    = "agent.tools"   // the agent's own tool list changed
+	kindAgentEnd      = "agent.end"     // a turn ended, with its error if it failed
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -48,6 +51,13 @@ type AgentMeta struct {
 	Backend string `json:"backend,omitempty"`
 	Model   string `json:"model,omitempty"`
 	Profile string `json:"profile,omitempty"`
+	// Parent is the agent whose tool created this one through the
+	// namespace, and Limit the tools it may ever have: its creator's,
+	// which it can never outgrow (nil: no limit, for an agent the admin
+	// created).
+	Parent string   `json:"parent,omitempty"`
+	Depth  int      `json:"depth,omitempty"`
+	Limit  []string `json:"limit,omitempty"`
 }
 
 // A SessionLog is a session's durable file: everything that determines
@@ -81,6 +91,17 @@ func (l *SessionLog) Record(kind string, v any) error {
 // Path is the session file's path.
 func (l *SessionLog) Path() string { return l.st.Path() }
 
+// Save proves that the file takes writes now: it commits a record that
+// restoring ignores, and returns once it is on disk. Every change is
+// written before it takes effect, so there is nothing else to save; after a
+// failed write (a full disk) this also puts the file back, as any change
+// would. The error names the file and why it cannot be written.
+func (l *SessionLog) Save() error { return l.Record(kindSessionSave, nil) }
+
+// Broken returns why the last write to the file failed, until a write
+// succeeds again; nil when the file holds every change.
+func (l *SessionLog) Broken() error { return l.st.Broken() }
+
 // Close closes the file.
 func (l *SessionLog) Close() error { return l.st.Close() }
 
@@ -101,39 +122,74 @@ func (l *SessionLog) Journal(agentID string) Journal { return &agentJournal{l: l
 type agentJournal struct {
 	l     *SessionLog
 	agent string
+
+	// rec is held from taking the chat to committing it, so that the
+	// chat's pieces reach the file in the order they were written.
+	rec  sync.Mutex
+	mu   sync.Mutex
+	chat string // written to the chat stream since the last entry
 }
 
+// agentRecord is every agent.* record's payload. Chat is what the agent
+// wrote to its chat stream before the record, so that the stream is the
+// records' chats in order after a restart.
 type agentRecord struct {
 	Agent    string            `json:"agent"`
 	Text     string            `json:"text,omitempty"`
 	Message  *backend.Message  `json:"message,omitempty"`
 	Messages []backend.Message `json:"messages,omitempty"`
+	Error    string            `json:"error,omitempty"`
+	Chat     string            `json:"chat,omitempty"`
+}
+
+func (j *agentJournal) Chat(text string) {
+	j.mu.Lock()
+	j.chat += text
+	j.mu.Unlock()
 }
 
 func (j *agentJournal) Entry(kind string, v any) error {
 	rec := agentRecord{Agent: j.agent}
+	var recKind string
 	switch kind {
 	case "prompt":
 		rec.Text, _ = v.(string)
-		return j.l.Record(kindAgentPrompt, rec)
+		recKind = kindAgentPrompt
 	case "dequeue":
-		return j.l.Record(kindAgentDequeue, rec)
+		recKind = kindAgentDequeue
+	case "end":
+		rec.Error, _ = v.(string)
+		recKind = kindAgentEnd
 	case "history":
 		h, ok := v.([]backend.Message)
 		if !ok {
 			return fmt.Errorf("agent: journal: history entry of type %T", v)
 		}
 		rec.Messages = h
-		return j.l.Record(kindAgentHistory, rec)
+		recKind = kindAgentHistory
 	case "message":
 		m, ok := v.(backend.Message)
 		if !ok {
 			return fmt.Errorf("agent: journal: message entry of type %T", v)
 		}
 		rec.Message = &m
-		return j.l.Record(kindAgentMessage, rec)
+		recKind = kindAgentMessage
+	default:
+		return fmt.Errorf("agent: journal: unknown entry kind %q", kind)
 	}
-	return fmt.Errorf("agent: journal: unknown entry kind %q", kind)
+	j.rec.Lock()
+	defer j.rec.Unlock()
+	j.mu.Lock()
+	rec.Chat, j.chat = j.chat, ""
+	j.mu.Unlock()
+	if err := j.l.Record(recKind, rec); err != nil {
+		// Not in the file: the next entry carries it.
+		j.mu.Lock()
+		j.chat = rec.Chat + j.chat
+		j.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 func (j *agentJournal) Intent(id, tool string, args json.RawMessage, replaySafe bool) error {
@@ -172,25 +228,50 @@ type RestoredAgent struct {
 	Peers       map[string]bool // agent IDs linked as peers
 	Tools       []string        // the agent's own tool list, when changed from its profile's
 	Interrupted bool            // a turn was running when olliesrv stopped
+	LastError   string          // how the last turn failed, if it did
+	Chat        string          // the chat stream up to the last record, for Agent.Resume
+}
+
+// A DamagedFile is a session file that could not be restored. Its session
+// is not served, and the file is left as it is for a person to repair or
+// move aside.
+type DamagedFile struct {
+	Path string
+	Err  error // why; a store.CorruptError names the line
+}
+
+func (d *DamagedFile) Error() string { return d.Err.Error() }
+func (d *DamagedFile) Unwrap() error { return d.Err }
+
+// State says in a word why the file is not served: "newer" (written by a
+// newer ollie), "locked" (open in another olliesrv) or "damaged".
+func (d *DamagedFile) State() string {
+	switch {
+	case errors.Is(d.Err, store.ErrNewerVersion):
+		return "newer"
+	case errors.Is(d.Err, store.ErrLocked):
+		return "locked"
+	}
+	return "damaged"
 }
 
 // RestoreSessions opens every session file in dir. A file that cannot be
-// opened is reported in errs and left as it is; the others come back.
-func RestoreSessions(dir string) (sessions []*RestoredSession, errs []error) {
+// opened is reported in damaged and left as it is; the others come back.
+func RestoreSessions(dir string) (sessions []*RestoredSession, damaged []*DamagedFile) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
-		return nil, []error{err}
+		return nil, []*DamagedFile{{Path: dir, Err: err}}
 	}
 	sort.Strings(files)
 	for _, f := range files {
 		rs, err := restoreSession(f)
 		if err != nil {
-			errs = append(errs, err)
+			damaged = append(damaged, &DamagedFile{Path: f, Err: err})
 			continue
 		}
 		sessions = append(sessions, rs)
 	}
-	return sessions, errs
+	return sessions, damaged
 }
 
 func restoreSession(path string) (*RestoredSession, error) {
@@ -207,6 +288,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 		rs.Notices = append(rs.Notices, w)
 	}
 	byID := map[string]*RestoredAgent{}
+	chats := map[*RestoredAgent]*strings.Builder{}
 	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}, latest: map[string]string{}}
 	for _, r := range recs {
 		calls.add(r)
@@ -238,7 +320,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd:
 			var v struct {
 				agentRecord
 				Name    string   `json:"name"`
@@ -253,6 +335,12 @@ func restoreSession(path string) (*RestoredSession, error) {
 			a := byID[v.Agent]
 			if a == nil {
 				continue
+			}
+			if v.Chat != "" {
+				if chats[a] == nil {
+					chats[a] = &strings.Builder{}
+				}
+				chats[a].WriteString(v.Chat)
 			}
 			switch r.Kind {
 			case kindAgentName:
@@ -294,10 +382,15 @@ func restoreSession(path string) (*RestoredSession, error) {
 				if len(a.Queue) > 0 {
 					a.Queue = a.Queue[1:]
 				}
-				a.Interrupted = true // until a final answer shows otherwise
+				a.Interrupted = true // until the turn's end shows otherwise
+				a.LastError = ""
+			case kindAgentEnd:
+				a.Interrupted = false
+				a.LastError = v.Error
 			case kindAgentMessage:
 				if v.Message != nil {
 					a.History = append(a.History, *v.Message)
+					// Files written before agent.end existed end a turn here.
 					if m := v.Message; m.Role == backend.RoleAssistant && len(m.ToolCalls) == 0 {
 						a.Interrupted = false
 					}
@@ -314,6 +407,9 @@ func restoreSession(path string) (*RestoredSession, error) {
 	}
 	rs.Rerun = rerun
 	for _, a := range rs.Agents {
+		if b := chats[a]; b != nil {
+			a.Chat = b.String()
+		}
 		a.History = closeOpenCalls(a.ID, a.History, rerun, calls)
 		if a.Interrupted {
 			rs.Notices = append(rs.Notices, fmt.Sprintf("agent %s: a turn was running when olliesrv stopped; it was interrupted", a.Name))

@@ -26,8 +26,18 @@ const (
 
 // say writes to both chat streams.
 func (a *Agent) say(s string) {
-	a.Chat.Write([]byte(s))
+	a.chat(s)
 	a.ChatRaw.Write([]byte(s))
+}
+
+// chat writes to the chat stream, and gives the journal its copy.
+func (a *Agent) chat(s string) {
+	a.chatMu.Lock()
+	defer a.chatMu.Unlock()
+	a.Chat.Write([]byte(s))
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Chat(s)
+	}
 }
 
 func (a *Agent) raw(s string) { a.ChatRaw.Write([]byte(s)) }
@@ -405,7 +415,7 @@ func (a *Agent) dispatch(ctx context.Context, decls []toolsrv.FunctionDecl, call
 		for _, i := range batch {
 			r := results[i]
 			a.raw(fmt.Sprintf("<tool_result name=%q id=%q failed=%t>\n%s\n</tool_result>\n", calls[i].Name, calls[i].ID, r.Failed, resultText(r)))
-			a.Chat.Write([]byte(fmt.Sprintf("← %s: %s\n", calls[i].Name, summary(r))))
+			a.chat(fmt.Sprintf("← %s: %s\n", calls[i].Name, summary(r)))
 		}
 	}
 	return results

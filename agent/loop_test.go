@@ -116,6 +116,7 @@ func (j *journal) Intent(id, tool string, args json.RawMessage, replaySafe bool)
 	return nil
 }
 func (j *journal) Settle(id string, result any) error { j.add("settle " + id); return nil }
+func (j *journal) Chat(string)                        {}
 func (j *journal) add(s string) {
 	j.mu.Lock()
 	j.log = append(j.log, s)

@@ -218,7 +218,13 @@ func (r *Sessions) List() []*Session {
 }
 
 // Rename gives the session id a new name.
-func (r *Sessions) Rename(id, name string) error {
+func (r *Sessions) Rename(id, name string) error { return r.RenameRecorded(id, name, nil) }
+
+// RenameRecorded is Rename that calls record (when not nil) once the new
+// name is found valid and free, and renames only if it succeeds, so that
+// no one sees a name the session file does not hold. The registry stays
+// locked meanwhile: no other rename can take the name in between.
+func (r *Sessions) RenameRecorded(id, name string, record func() error) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -234,6 +240,11 @@ func (r *Sessions) Rename(id, name string) error {
 	}
 	if r.byName[name] != nil {
 		return fmt.Errorf("%w: %q", ErrNameTaken, name)
+	}
+	if record != nil {
+		if err := record(); err != nil {
+			return err
+		}
 	}
 	delete(r.byName, old)
 	r.byName[name] = s
