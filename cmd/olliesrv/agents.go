@@ -536,7 +536,9 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if arg == "" {
 			return nil, fmt.Errorf("%s: inject needs the text to add", c.Path())
 		}
-		e.Inject(arg)
+		if err := e.Inject(arg); err != nil {
+			return nil, err
+		}
 		return []byte("ok\n"), nil
 	case "tool_load", "tool_unload":
 		if arg == "" {
@@ -584,13 +586,13 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return []byte("ok\n"), nil
 	case "model":
 		if arg != "" {
+			if err := n.logs.record(e.session, "agent.model", map[string]string{"agent": e.ID(), "model": arg}); err != nil {
+				return nil, err
+			}
 			e.SetModel(arg)
 			e.mu.Lock()
 			e.model = arg
 			e.mu.Unlock()
-			if err := n.logs.record(e.session, "agent.model", map[string]string{"agent": e.ID(), "model": arg}); err != nil {
-				return nil, err
-			}
 		}
 		if m := e.Model(); m != "" {
 			return []byte(m + "\n"), nil

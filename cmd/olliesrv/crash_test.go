@@ -719,3 +719,86 @@ func TestCrashResume(t *testing.T) {
 		}
 	})
 }
+
+// chatNow is the agent's chat stream as it stands, once it has stopped
+// growing for a moment: the turn has ended and nothing more is coming.
+func (r *crashRig) chatNow(want string) string {
+	r.t.Helper()
+	chat := r.chatSays(want)
+	for {
+		time.Sleep(300 * time.Millisecond)
+		again := r.chatSays(want)
+		if again == chat {
+			return chat
+		}
+		chat = again
+	}
+}
+
+// TestCrashKeepsChat: the chat stream of a restarted agent is the one it
+// had, rebuilt from the session file, and a turn that ended in a model
+// error is still that error, not a turn the crash interrupted.
+func TestCrashKeepsChat(t *testing.T) {
+	binaries(t)
+
+	t.Run("chat rebuilt", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.create("default")
+		r.llm.Push(fakellm.ToolCall("mark", `{}`), fakellm.Text("the marker ", "is set"))
+		r.prompt("set the marker")
+		r.waitFor("the turn to end", func() bool { return strings.Contains(r.read("session/crash/agent/a/log"), "is set") })
+		r.waitFor("the agent to be idle", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
+		before := r.chatNow("is set")
+		for _, want := range []string{"set the marker\n", "→ mark {}", "← mark: real result of run 1", "the marker is set\n"} {
+			if !strings.Contains(before, want) {
+				t.Fatalf("the chat before the crash lacks %q:\n%s", want, before)
+			}
+		}
+		r.kill()
+
+		r.start()
+		r.checkRestored()
+		if after := r.chatNow("is set"); after != before {
+			t.Errorf("the chat after the restart:\n%q\nwant the chat before it:\n%q", after, before)
+		}
+		if raw := r.read("session/crash/agent/a/stats"); strings.Contains(raw, "last_error") {
+			t.Errorf("a turn that ended well has an error after the restart: %s", raw)
+		}
+		r.goesOn()
+		r.checkRuns(1)
+	})
+
+	t.Run("model error kept", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.create("default")
+		r.llm.Push(fakellm.Error(400, "this model does not exist"))
+		r.prompt("first prompt")
+		r.waitFor("the model error", func() bool {
+			return strings.Contains(r.read("session/crash/agent/a/stats"), "this model does not exist")
+		})
+		r.waitFor("the agent to be idle", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
+		before := r.chatNow("this model does not exist")
+		if !strings.Contains(before, "[model error:") {
+			t.Fatalf("the chat does not show the model error:\n%s", before)
+		}
+		r.kill()
+
+		r.start()
+		r.checkRestored()
+		after := r.chatNow("this model does not exist")
+		if after != before {
+			t.Errorf("the chat after the restart:\n%q\nwant the chat before it:\n%q", after, before)
+		}
+		if strings.Contains(after, "[interrupted") {
+			t.Errorf("a turn that ended in a model error is reported as interrupted:\n%s", after)
+		}
+		if stats := r.read("session/crash/agent/a/stats"); !strings.Contains(stats, "model error") || !strings.Contains(stats, "this model does not exist") {
+			t.Errorf("stats after the restart lost the model error: %s", stats)
+		}
+		r.goesOn()
+	})
+}

@@ -26,11 +26,43 @@ func defaultStateDir() string {
 	return filepath.Join(home, ".local", "state", "ollie", "sessions")
 }
 
-// sessionLogs holds each session's open file.
+// sessionLogs holds each session's open file, and the files that could
+// not be restored.
 type sessionLogs struct {
-	dir  string
-	mu   sync.Mutex
-	logs map[string]*agent.SessionLog
+	dir     string
+	mu      sync.Mutex
+	logs    map[string]*agent.SessionLog
+	damaged []*agent.DamagedFile
+}
+
+// damagedFiles returns the session files found at start that could not be
+// restored; they stay so until a restart finds them repaired.
+func (sl *sessionLogs) damagedFiles() []*agent.DamagedFile {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return append([]*agent.DamagedFile(nil), sl.damaged...)
+}
+
+// state says in a word whether a session's file holds every change:
+// "ok", or "unwritable" after a write failed (a full disk) until one
+// succeeds again.
+func (sl *sessionLogs) state(id string) string {
+	if l := sl.get(id); l != nil && l.Broken() != nil {
+		return "unwritable"
+	}
+	return "ok"
+}
+
+// save proves that a session's file takes writes now, and says where it is.
+func (sl *sessionLogs) save(id string) (string, error) {
+	l := sl.get(id)
+	if l == nil {
+		return "", fmt.Errorf("session %s: %w", id, agent.ErrNoSessionLog)
+	}
+	if err := l.Save(); err != nil {
+		return "", fmt.Errorf("session %s: not saved: %w", id, err)
+	}
+	return l.Path(), nil
 }
 
 func (sl *sessionLogs) get(id string) *agent.SessionLog {
@@ -100,10 +132,13 @@ func (u unavailable) Chat(context.Context, []backend.Message, []backend.Tool, ba
 // so, and tool calls that were running are settled once (replay-safe ones
 // run once more).
 func (n *namespace) restore(ctx context.Context) {
-	restored, errs := agent.RestoreSessions(n.logs.dir)
-	for _, err := range errs {
-		n.log.Error("olliesrv: a session could not be restored; its file is left as it is", "err", err)
+	restored, damaged := agent.RestoreSessions(n.logs.dir)
+	for _, d := range damaged {
+		n.log.Error("olliesrv: a session could not be restored; its file is left as it is", "file", d.Path, "state", d.State(), "err", d.Err)
 	}
+	n.logs.mu.Lock()
+	n.logs.damaged = damaged
+	n.logs.mu.Unlock()
 	for _, rs := range restored {
 		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner}, rs.Paused)
 		if err != nil {
@@ -126,6 +161,7 @@ func (n *namespace) restore(ctx context.Context) {
 				n.log.Error("olliesrv: an agent could not be restored", "session", s.Name(), "agent", ra.Name, "err", err)
 				continue
 			}
+			e.Resume(ra.Chat, ra.LastError)
 			if ra.Interrupted {
 				note := "interrupted: olliesrv stopped during this turn; tool calls that were running were not run again"
 				if len(rs.Rerun) > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -40,7 +41,7 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
-		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents; one 'key value' a line.", n.status),
+		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
 		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
 		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
@@ -64,7 +65,7 @@ func (n *namespace) spec() *ns.Node {
 		),
 		ns.Dir("session", 0555, "Session collection.",
 			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name.", n.newSession),
-			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd.", n.sessionIdx),
+			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served).", n.sessionIdx),
 			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
 				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
 				&ns.Node{Name: "name", Mode: 0644, Read: n.sessionRead(sessionName), Write: n.renameSession,
@@ -90,8 +91,19 @@ func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
 	for _, s := range sessions {
 		agents += len(n.agents.of(s.ID))
 	}
-	return fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\n",
-		version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents), nil
+	out := fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\n",
+		version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents)
+	// A session file that could not be restored is otherwise only in the
+	// log, and its session silently missing.
+	var names []string
+	for _, d := range n.logs.damagedFiles() {
+		names = append(names, filepath.Base(d.Path))
+	}
+	out = fmt.Appendf(out, "damaged %d\n", len(names))
+	if len(names) > 0 {
+		out = fmt.Appendf(out, "damaged_files %s\n", strings.Join(names, " "))
+	}
+	return out, nil
 }
 
 func (n *namespace) help(ctx context.Context, c *ns.Call) ([]byte, error) {
@@ -229,7 +241,12 @@ func (n *namespace) sessionIdx(ctx context.Context, c *ns.Call) ([]byte, error) 
 	var b strings.Builder
 	for _, s := range n.sessions.List() {
 		// Every session is local until ollie-remote attaches remote ones.
-		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd())
+		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd(), n.logs.state(s.ID))
+	}
+	// Files that could not be restored are listed by their file's name (the
+	// session's ID), so that a missing session shows why.
+	for _, d := range n.logs.damagedFiles() {
+		fmt.Fprintf(&b, "%s\t-\t-\t%t\t-\t-\t%s\n", strings.TrimSuffix(filepath.Base(d.Path), ".jsonl"), false, d.State())
 	}
 	return []byte(b.String()), nil
 }
@@ -260,10 +277,11 @@ func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) 
 		return err
 	}
 	name := strings.TrimSpace(string(data))
-	if err := n.sessions.Rename(s.ID, name); err != nil {
+	record := func() error { return n.logs.record(s.ID, "session.name", map[string]string{"name": name}) }
+	if err := n.sessions.RenameRecorded(s.ID, name, record); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
-	return n.logs.record(s.ID, "session.name", map[string]string{"name": name})
+	return nil
 }
 
 var sessionCommands = []string{"help", "kill", "pause", "resume", "save", "invalidate"}
@@ -283,8 +301,14 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		n.tools.stop(s.ID)
 		n.logs.retire(s.ID)
 	case "save":
-		// Every change is written before it takes effect; say so.
-		return []byte("saved: sessions are written before every change\n"), nil
+		// Every change is written before it takes effect, so saving only
+		// proves that the file takes writes now (and puts it back after a
+		// failed write); an error says why it does not.
+		path, err := n.logs.save(s.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Path(), err)
+		}
+		return []byte("saved: " + path + "\n"), nil
 	case "invalidate":
 		child, err := n.tools.get(ctx, s)
 		if err != nil {

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"9fans.net/go/plan9/client"
+
+	"ollie/agent/backend"
+)
+
+// tinyDisk mounts a 64 KiB tmpfs for the test, unmounted when it ends.
+// Mounting needs root, which make test (the lab tier) has: there the test
+// must run, so only an unprivileged run may skip it.
+func tinyDisk(t *testing.T) string {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; make test runs this as root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+		t.Fatalf("mount a 64 KiB tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fill writes a file until the disk holding dir is full, and returns a
+// function that frees the space again.
+func fill(t *testing.T, dir string) (free func()) {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling %s: %v", dir, err)
+			}
+			break
+		}
+	}
+	f.Close()
+	return func() {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// padToPage writes the agent's plan so that the session file ends a few
+// bytes short of a page: tmpfs takes writes into a page it has given a file
+// even when it is full, so only then does the next record (any is longer
+// than 48 bytes) need space it has not got, and it tears on the way, as a
+// full disk leaves a line. It returns the plan.
+func padToPage(t *testing.T, fs *client.Fsys, file string) string {
+	t.Helper()
+	size := func() int64 {
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	plan := "x"
+	before := size()
+	if err := writeFile(fs, "session/full/agent/a/plan", plan); err != nil {
+		t.Fatal(err)
+	}
+	// A record's length varies by a few bytes with its seq and time, so
+	// aim at 8 bytes short and try again until within 48.
+	for range 5 {
+		after := size()
+		if slack := 4096 - after%4096; slack <= 48 {
+			return plan
+		}
+		overhead := after - before - int64(len(plan))
+		need := 4096 - after%4096 - 8
+		if need < overhead+1 {
+			need += 4096
+		}
+		plan = strings.Repeat("x", int(need-overhead))
+		before = after
+		if err := writeFile(fs, "session/full/agent/a/plan", plan); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slack := 4096 - size()%4096; slack > 48 {
+		t.Fatalf("could not pad the session file to a few bytes short of a page: it has %d bytes", size())
+	}
+	return plan
+}
+
+// durableDaemon starts olliesrv keeping its sessions in state, with every
+// backend be and no tools, and attaches as the admin.
+func durableDaemon(t *testing.T, state string, be backend.Backend) (*daemon, *client.Fsys) {
+	t.Helper()
+	d, err := startDaemon(daemonConfig{StateDir: state, Dir: shortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backends: func(string) (backend.Backend, error) { return be, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	return d, attach(t, d.Socket, "")
+}
+
+// TestDiskFull runs a session on a disk that fills up, for real: every
+// change is refused with an error naming the session file and applied only
+// once written, the session says it cannot write, and once there is space
+// again the same daemon writes again and a restart finds every change that
+// succeeded.
+func TestDiskFull(t *testing.T) {
+	state := tinyDisk(t)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	be := &twoStep{}
+	d, fs := durableDaemon(t, state, be)
+	if _, err := rdwr(fs, "session/new", "name=full cwd=/tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdwr(fs, "session/full/agent/new", "name=a profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	sid := strings.TrimSpace(readFile(t, fs, "session/full/id"))
+	file := filepath.Join(state, sid+".jsonl")
+	plan := padToPage(t, fs, file)
+
+	free := fill(t, state)
+	// Each refusal names the session file, never a temporary one, and why.
+	refused := func(what string, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s on a full disk succeeded", what)
+		case !strings.Contains(err.Error(), file+":") || strings.Contains(err.Error(), ".create-"):
+			t.Errorf("%s on a full disk: %v; want the error to name %s", what, err, file)
+		case !strings.Contains(err.Error(), "no space left on device"):
+			t.Errorf("%s on a full disk: %v; want it to say the disk is full", what, err)
+		}
+	}
+	refused("renaming the session", writeFile(fs, "session/full/name", "renamed"))
+	if got := readFile(t, fs, "session/"+sid+"/name"); got != "full\n" {
+		t.Errorf("a rename that was not written took effect: the session is named %q", got)
+	}
+	if idx := readFile(t, fs, "session/idx"); !strings.HasSuffix(idx, "\tunwritable\n") {
+		t.Errorf("session/idx after a failed write = %q, want the state unwritable", idx)
+	}
+	refused("renaming the agent", writeFile(fs, "session/full/agent/a/name", "b"))
+	if got := readFile(t, fs, "session/full/agent/a/name"); got != "a\n" {
+		t.Errorf("an agent rename that was not written took effect: the agent is named %q", got)
+	}
+	_, err := rdwr(fs, "session/full/agent/a/ctl", "model m")
+	refused("switching the model", err)
+	if cfg := readFile(t, fs, "session/full/agent/a/cfg"); strings.Contains(cfg, `"model": "m"`) {
+		t.Errorf("a model switch that was not written took effect: %s", cfg)
+	}
+	_, err = rdwr(fs, "session/full/agent/a/ctl", "inject remember this")
+	refused("injecting", err)
+	_, err = rdwr(fs, "session/full/agent/a/ctl", "clear")
+	refused("clearing the history", err)
+	refused("writing the plan", writeFile(fs, "session/full/agent/a/plan", "1. wait"))
+	if got := readFile(t, fs, "session/full/agent/a/plan"); got != plan {
+		t.Errorf("a plan that was not written took effect: %q", got)
+	}
+	_, err = rdwr(fs, "session/full/ctl", "save")
+	refused("ctl save", err)
+	if _, err := rdwr(fs, "session/new", "name=another cwd=/tmp"); err == nil || !strings.Contains(err.Error(), state+"/") ||
+		strings.Contains(err.Error(), ".create-") || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("a new session on a full disk: %v; want the error to name its session file and the full disk", err)
+	}
+	if idx := readFile(t, fs, "session/idx"); strings.Count(idx, "\n") != 1 {
+		t.Errorf("session/idx after a failed session/new = %q, want only the first session", idx)
+	}
+
+	free()
+	if got, err := rdwr(fs, "session/full/ctl", "save"); err != nil || got != "saved: "+file+"\n" {
+		t.Errorf("ctl save once there is space: %q %v", got, err)
+	}
+	if idx := readFile(t, fs, "session/idx"); !strings.HasSuffix(idx, "\tok\n") {
+		t.Errorf("session/idx once the file takes writes = %q, want the state ok", idx)
+	}
+	if err := writeFile(fs, "session/full/name", "renamed"); err != nil {
+		t.Errorf("renaming once there is space: %v", err)
+	}
+	if err := writeFile(fs, "session/renamed/agent/a/name", "b"); err != nil {
+		t.Errorf("renaming the agent once there is space: %v", err)
+	}
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// What was refused is not in the file; what succeeded after is.
+	d, fs = durableDaemon(t, state, be)
+	if idx := readFile(t, fs, "session/idx"); !strings.HasPrefix(idx, sid+"\trenamed\t") || !strings.HasSuffix(idx, "\tok\n") || strings.Count(idx, "\n") != 1 {
+		t.Errorf("restored session/idx = %q", idx)
+	}
+	if got := readFile(t, fs, "session/renamed/agent/b/plan"); got != plan {
+		t.Errorf("restored plan %q, want the one before the disk was full", got)
+	}
+	if cfg := readFile(t, fs, "session/renamed/agent/b/cfg"); strings.Contains(cfg, `"model": "m"`) {
+		t.Errorf("restored model switch that was refused: %s", cfg)
+	}
+	if log := readFile(t, fs, "session/renamed/agent/b/log"); strings.Contains(log, "remember this") {
+		t.Errorf("restored an injection that was refused: %s", log)
+	}
+	if st := readFile(t, fs, "status"); !strings.Contains(st, "\ndamaged 0\n") {
+		t.Errorf("status after the restart:\n%s", st)
+	}
+	d.Shutdown(context.Background())
+}
+
+// TestDamagedSessionFiles: session files that cannot be restored show in
+// session/idx and status, not only in the log, and the others come back.
+func TestDamagedSessionFiles(t *testing.T) {
+	state := t.TempDir()
+	d, fs := durableDaemon(t, state, &twoStep{})
+	if _, err := rdwr(fs, "session/new", "name=good cwd=/tmp"); err != nil {
+		t.Fatal(err)
+	}
+	good := strings.TrimSpace(readFile(t, fs, "session/good/id"))
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		badHeader = "0b7c5f2e-0000-4000-8000-000000000001"
+		badMiddle = "0b7c5f2e-0000-4000-8000-000000000002"
+		newer     = "0b7c5f2e-0000-4000-8000-000000000003"
+	)
+	now := time.Now().UTC().Format(time.RFC3339)
+	files := map[string]string{
+		badHeader: "{\"kind\":\"head",
+		badMiddle: `{"kind":"header","storageVersion":1,"id":"` + badMiddle + `","createdAt":"` + now + `","meta":{"name":"m","cwd":"/tmp"}}` + "\n" +
+			"garbage\n" +
+			`{"kind":"session.paused","seq":2,"time":"` + now + `","paused":true}` + "\n",
+		newer: `{"kind":"header","storageVersion":99,"id":"` + newer + `","createdAt":"` + now + `"}` + "\n",
+	}
+	for id, content := range files {
+		if err := os.WriteFile(filepath.Join(state, id+".jsonl"), []byte(content), 0600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, fs = durableDaemon(t, state, &twoStep{})
+	idx := readFile(t, fs, "session/idx")
+	for _, want := range []string{
+		good + "\tgood\tfalse\ttrue\t-\t/tmp\tok\n",
+		badHeader + "\t-\t-\tfalse\t-\t-\tdamaged\n",
+		badMiddle + "\t-\t-\tfalse\t-\t-\tdamaged\n",
+		newer + "\t-\t-\tfalse\t-\t-\tnewer\n",
+	} {
+		if !strings.Contains(idx, want) {
+			t.Errorf("session/idx lacks %q:\n%s", want, idx)
+		}
+	}
+	st := readFile(t, fs, "status")
+	want := "damaged 3\ndamaged_files " + badHeader + ".jsonl " + badMiddle + ".jsonl " + newer + ".jsonl\n"
+	if !strings.Contains(st, want) {
+		t.Errorf("status:\n%s\nwant it to hold:\n%s", st, want)
+	}
+	if !strings.Contains(st, "\nsessions 1\n") {
+		t.Errorf("status counts the damaged files as sessions:\n%s", st)
+	}
+	for id, content := range files {
+		if got, _ := os.ReadFile(filepath.Join(state, id+".jsonl")); string(got) != content {
+			t.Errorf("the damaged file %s was changed: %q", id, got)
+		}
+	}
+}
