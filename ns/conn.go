@@ -18,13 +18,13 @@ import (
 
 // conn is one 9P conversation.
 type conn struct {
-	srv     *Server
-	peer    Peer
-	rwc     io.ReadWriteCloser
-	guard   *guard
-	ctx     context.Context // ends when the connection or server does
-	cancel  context.CancelCauseFunc
-	fids    atomic.Int64
+	srv    *Server
+	peer   Peer
+	rwc    io.ReadWriteCloser
+	guard  *guard
+	ctx    context.Context // ends when the connection or server does
+	cancel context.CancelCauseFunc
+	fids   atomic.Int64
 
 	mu       sync.Mutex
 	closing  bool           // set by drain: no handler starts after it

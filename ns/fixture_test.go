@@ -253,10 +253,10 @@ func (w *world) writePlan(_ context.Context, c *ns.Call, data []byte) error {
 // newServer returns a server of w's tree with the test users' groups.
 func newServer(w *world) *ns.Server {
 	return &ns.Server{
-		Tree:    w.tree,
+		Tree:     w.tree,
 		InGroup:  inGroup,
 		Identify: identify,
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 
