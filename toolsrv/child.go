@@ -40,6 +40,7 @@ type childConfig struct {
 	ToolsPath     []string `json:"tools_path"`
 	Tools         []string `json:"tools"` // to load; nil loads every available tool
 	ElevateSocket string   `json:"elevate_socket"`
+	Namespace     string   `json:"namespace"`
 	SpillDir      string   `json:"spill_dir"` // the session's, made by Spawn
 }
 
@@ -50,6 +51,7 @@ type SpawnConfig struct {
 	ToolsPath     []string // nil: ToolsPath()
 	Tools         []string // to load at start; nil loads every available tool
 	ElevateSocket string
+	Namespace     string    // the namespace socket's directory, given to tools as OLLIE_NAMESPACE
 	Stderr        io.Writer // the child's log; nil discards it
 	// SpillBase is a private directory (a daemon's SpillArea) under which
 	// Spawn makes the session's directory for cut tool output, removed by
@@ -116,7 +118,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		}
 	}()
 	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, SessionID: cfg.SessionID,
-		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, SpillDir: c.spill})
+		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill})
 	if err != nil {
 		return nil, err
 	}
@@ -252,9 +254,14 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// Call runs one call and returns its result.
+// Call runs one call for the session and returns its result.
 func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*Result, error) {
-	req, err := json.Marshal(CallRequest{Tool: tool, Args: args})
+	return c.CallFor(ctx, Caller{}, tool, args)
+}
+
+// CallFor runs one call for an agent and returns its result.
+func (c *Child) CallFor(ctx context.Context, who Caller, tool string, args json.RawMessage) (*Result, error) {
+	req, err := json.Marshal(CallRequest{Tool: tool, Args: args, Caller: &who})
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +278,12 @@ func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*R
 
 // Start starts a call in the background and returns its process id.
 func (c *Child) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
-	req, err := json.Marshal(CallRequest{Tool: tool, Args: args})
+	return c.StartFor(ctx, Caller{}, tool, args)
+}
+
+// StartFor starts a call in the background for an agent.
+func (c *Child) StartFor(ctx context.Context, who Caller, tool string, args json.RawMessage) (string, error) {
+	req, err := json.Marshal(CallRequest{Tool: tool, Args: args, Caller: &who})
 	if err != nil {
 		return "", err
 	}
@@ -402,7 +414,7 @@ func child() error {
 		}
 	}
 	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
-		ElevateSocket: cfg.ElevateSocket, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir}
+		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
 	}
@@ -425,7 +437,17 @@ func child() error {
 	if err := os.Chmod(cfg.Socket, 0600); err != nil {
 		return err
 	}
-	nsrv := &ns.Server{Tree: tree, CheckAttach: CheckSecret(cfg.Secret), Log: log}
+	// Every attach must hold the secret. The parent is the owner, unless
+	// olliesrv itself runs with no_new_privs (a systemd unit's
+	// NoNewPrivileges=yes, say): then the secret is what says it is the agent.
+	check := CheckSecret(cfg.Secret)
+	identify := func(uname, aname string) string {
+		if check(uname, aname) != nil {
+			return ""
+		}
+		return "agent"
+	}
+	nsrv := &ns.Server{Tree: tree, CheckAttach: check, Identify: identify, Log: log}
 	go nsrv.ServeUnix(l)
 	fmt.Println("ready")
 

@@ -8,11 +8,13 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"ollie/ns"
+	"ollie/toolsrv/sandbox"
 )
 
 // DefaultLinger is how long an exited background process stays listed
@@ -50,6 +52,7 @@ type Proc struct {
 	Out     *ns.Stream // stdout and stderr as they come; closed at exit
 
 	pid      int
+	proc     *os.Process
 	done     chan struct{}
 	mu       sync.Mutex
 	exit     int // valid once done is closed; -1 when killed by a signal
@@ -74,8 +77,17 @@ func (ps *Procs) now() time.Time {
 // Start validates, authorizes and starts a call in the background. Its
 // error is for the model.
 func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (*Proc, error) {
+	return ps.StartFor(ctx, Caller{}, name, args)
+}
+
+// StartFor is Start for an agent, as Runner.RunFor is Run.
+func (ps *Procs) StartFor(ctx context.Context, c Caller, name string, args json.RawMessage) (*Proc, error) {
 	ps.init()
 	r := ps.Runner
+	c, err := r.caller(c)
+	if err != nil {
+		return nil, err
+	}
 	t, err := r.Tools.Tool(name)
 	if err != nil {
 		return nil, err
@@ -89,7 +101,7 @@ func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (
 		return nil, err
 	}
 	flags.Background = true
-	grant, err := r.authorize(ctx, t, flags, own)
+	grant, err := r.authorize(ctx, c, t, flags, own)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +115,7 @@ func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (
 		closeGrant("failed")
 		return nil, fmt.Errorf("cannot make a scratch directory: %w", err)
 	}
-	cmd, profile, err := r.command(ps.ctx, t, flags, own, scratch, grant)
+	cmd, profile, err := r.command(ps.ctx, c, t, flags, own, scratch, grant)
 	closeGrant("started")
 	if err != nil {
 		os.RemoveAll(scratch)
@@ -115,7 +127,7 @@ func (ps *Procs) Start(ctx context.Context, name string, args json.RawMessage) (
 		os.RemoveAll(scratch)
 		return nil, fmt.Errorf("cannot start %s: %w", t.Path, err)
 	}
-	p.pid = cmd.Process.Pid
+	p.pid, p.proc = cmd.Process.Pid, cmd.Process
 	ps.mu.Lock()
 	ps.next++
 	p.ID = strconv.Itoa(ps.next)
@@ -175,7 +187,10 @@ func (ps *Procs) List() []*Proc {
 	return list
 }
 
-// Signal sends term (SIGTERM) or kill (SIGKILL) to the process's group.
+// Signal sends term (SIGTERM) or kill (SIGKILL) to the process. A
+// sandboxed one's helper passes SIGTERM on to the tool, and for kill
+// ends the tool and every process it started, setsid or not; an
+// unsandboxed one's process group gets the signal.
 func (ps *Procs) Signal(id string, sig syscall.Signal) error {
 	p, err := ps.Get(id)
 	if err != nil {
@@ -189,7 +204,13 @@ func (ps *Procs) Signal(id string, sig syscall.Signal) error {
 	p.mu.Lock()
 	p.reason = "killed by " + sigName(sig)
 	p.mu.Unlock()
-	return syscall.Kill(-p.pid, sig)
+	switch {
+	case strings.HasPrefix(p.Sandbox, "none"):
+		return syscall.Kill(-p.pid, sig)
+	case sig == syscall.SIGKILL:
+		return sandbox.Kill(p.proc)
+	}
+	return p.proc.Signal(sig)
 }
 
 func sigName(sig syscall.Signal) string {

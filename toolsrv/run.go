@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/ns/client"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -82,8 +83,9 @@ type Runner struct {
 
 	ToolsPath     []string // OLLIE_TOOLS_PATH for tools
 	ElevateSocket string   // OLLIE_ELEVATE_SOCKET for tools
+	Namespace     string   // OLLIE_NAMESPACE for tools: the directory of the namespace socket
 	SessionID     string
-	AgentID       string
+	AgentID       string // the caller when a call names none
 
 	spillMu   sync.Mutex
 	spilled   int64  // bytes kept in spill files, against SessionSpillLimit
@@ -107,9 +109,19 @@ func failed(tool, msg string) *Result {
 	return &Result{Tool: tool, Output: msg, Failed: true, ExitCode: -1}
 }
 
-// Run validates and runs one call. It never returns nil: every failure is
-// a Result the model can read.
+// Run validates and runs one call for the session. It never returns nil:
+// every failure is a Result the model can read.
 func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Result {
+	return r.RunFor(ctx, Caller{}, name, args)
+}
+
+// RunFor is Run for an agent: the call runs in the caller's directory, and
+// its tools reach the namespace as that agent.
+func (r *Runner) RunFor(ctx context.Context, c Caller, name string, args json.RawMessage) *Result {
+	c, err := r.caller(c)
+	if err != nil {
+		return failed(name, err.Error())
+	}
 	t, err := r.Tools.Tool(name)
 	if err != nil {
 		return failed(name, err.Error())
@@ -125,13 +137,13 @@ func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Re
 	if flags.Background {
 		return failed(name, "background calls are started through proc/new.bg, not Run")
 	}
-	return r.run(ctx, t, flags, own)
+	return r.run(ctx, c, t, flags, own)
 }
 
 // authorize asks the approver when a call would leave its sandbox; its
 // error is for the model. A nil Grant with a nil error is a call that
 // stays in its sandbox.
-func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) (Grant, error) {
+func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (Grant, error) {
 	if !t.Elevated && !t.Sudo && !flags.Bypass {
 		return nil, nil
 	}
@@ -139,8 +151,8 @@ func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.R
 	if approver == nil {
 		approver = noApprover{}
 	}
-	req := &ApprovalRequest{Session: r.SessionID, Agent: r.AgentID, Tool: t.Name, Variant: t.Variant,
-		Executable: t.Path, Args: own, Cwd: r.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
+	req := &ApprovalRequest{Session: r.SessionID, Agent: c.Agent, Tool: t.Name, Variant: t.Variant,
+		Executable: t.Path, Args: own, Cwd: c.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
 	return approver.Approve(ctx, req)
 }
 
@@ -149,7 +161,7 @@ func (r *Runner) authorize(ctx context.Context, t *Tool, flags Flags, own json.R
 // with the contract's stdin and environment, in its own process group
 // that ctx's end kills whole. It returns the name of the profile applied,
 // or "none".
-func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*exec.Cmd, string, error) {
+func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*exec.Cmd, string, error) {
 	profile := flags.Sandbox
 	if profile == "" {
 		profile = "default"
@@ -158,7 +170,7 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 	if err != nil {
 		return nil, "", err
 	}
-	policy, err := prof.Resolve(sandbox.Vars{CWD: r.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath})
+	policy, err := prof.Resolve(sandbox.Vars{CWD: c.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath})
 	if err != nil {
 		return nil, "", err
 	}
@@ -171,7 +183,7 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 		if err != nil {
 			return nil, "", err
 		}
-		cmd.Dir = r.Cwd
+		cmd.Dir = c.Cwd
 		return cmd, "none (sudo)", nil
 	}
 	if t.Elevated || flags.Bypass {
@@ -183,16 +195,27 @@ func (r *Runner) command(ctx context.Context, t *Tool, flags Flags, own json.Raw
 	if err != nil {
 		return nil, "", err
 	}
-	cmd.Dir = r.Cwd
+	cmd.Dir = c.Cwd
 	cmd.Stdin = bytes.NewReader(own)
 	cmd.Env = append(cmd.Env,
-		"PWD="+r.Cwd,
+		"PWD="+c.Cwd,
 		"TMPDIR="+scratch,
 		"OLLIE_TOOLS_PATH="+strings.Join(r.ToolsPath, ":"),
 		"OLLIE_ELEVATE_SOCKET="+r.ElevateSocket,
 	)
-	// The end of ctx kills the whole process group, grandchildren too.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if r.Namespace != "" {
+		cmd.Env = append(cmd.Env, "OLLIE_NAMESPACE="+r.Namespace)
+	}
+	if c.Token != "" {
+		cmd.Env = append(cmd.Env, client.TokenEnv+"="+c.Token)
+	}
+	if profile == "none" {
+		// No helper reaps what an unsandboxed tool starts: the end of ctx
+		// kills its process group. A sandboxed call keeps Command's
+		// Cancel, which has the helper kill every descendant, setsid or
+		// not; SIGKILL to the group would kill the helper first.
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	}
 	cmd.WaitDelay = 2 * time.Second
 	return cmd, profile, nil
 }
@@ -210,10 +233,10 @@ func start(cmd *exec.Cmd) error {
 	return err
 }
 
-func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMessage) (res *Result) {
+func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (res *Result) {
 	begin := time.Now()
 	res = &Result{Tool: t.Name, ExitCode: -1}
-	grant, err := r.authorize(ctx, t, flags, own)
+	grant, err := r.authorize(ctx, c, t, flags, own)
 	if err != nil {
 		return failed(t.Name, err.Error())
 	}
@@ -240,7 +263,7 @@ func (r *Runner) run(ctx context.Context, t *Tool, flags Flags, own json.RawMess
 	// (callOutput.admit), which kills its process group.
 	ctx, stopCall := context.WithCancelCause(ctx)
 	defer stopCall(nil)
-	cmd, profile, err := r.command(ctx, t, flags, own, scratch, grant)
+	cmd, profile, err := r.command(ctx, c, t, flags, own, scratch, grant)
 	if err != nil {
 		return failed(t.Name, err.Error())
 	}

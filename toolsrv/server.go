@@ -37,8 +37,16 @@ func CheckSecret(secret string) func(user, aname string) error {
 // CallRequest is what call and proc/new.bg read: a tool name and the
 // model's arguments (dispatch flags included).
 type CallRequest struct {
-	Tool string          `json:"tool"`
-	Args json.RawMessage `json:"args"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+	Caller *Caller         `json:"caller,omitempty"` // nil: the session's
+}
+
+func (cr CallRequest) caller() Caller {
+	if cr.Caller == nil {
+		return Caller{}
+	}
+	return *cr.Caller
 }
 
 var ctlCommands = []string{"help", "load NAME", "unload NAME", "reload"}
@@ -166,7 +174,7 @@ func (s *Server) call(ctx context.Context, c *ns.Call, req []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	res := s.Runner.Run(ctx, cr.Tool, cr.Args)
+	res := s.Runner.RunFor(ctx, cr.caller(), cr.Tool, cr.Args)
 	return json.Marshal(res)
 }
 
@@ -175,7 +183,7 @@ func (s *Server) newProc(ctx context.Context, c *ns.Call, req []byte) ([]byte, e
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.Procs.Start(ctx, cr.Tool, cr.Args)
+	p, err := s.Procs.StartFor(ctx, cr.caller(), cr.Tool, cr.Args)
 	if err != nil {
 		return nil, err
 	}
