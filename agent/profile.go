@@ -24,6 +24,7 @@ import (
 //	model        string            model name; absent means the backend's default
 //	backend      string            backend name; absent means the default backend
 //	maxSteps     int > 0           model requests per prompt; absent means the loop's default
+//	spawn        bool              its tools may create sessions and agents through the namespace
 //	hooks        {name: command}   shell commands run at agentSpawn, preTurn, postTurn,
 //	                               preTool, postTool, preCompact, postCompact, turnError
 //
@@ -41,6 +42,7 @@ type Profile struct {
 	Model       string            `json:"model,omitempty"`
 	Backend     string            `json:"backend,omitempty"`
 	MaxSteps    int               `json:"maxSteps,omitempty"` // 0: the loop's default
+	Spawn       bool              `json:"spawn,omitempty"`    // its tools may create sessions and agents
 	Hooks       map[string]string `json:"hooks,omitempty"`    // hook name → shell command
 }
 
@@ -115,7 +117,7 @@ const (
 var HookNames = []string{HookAgentSpawn, HookPreTurn, HookPreTool, HookPostTool,
 	HookPostTurn, HookPreCompact, HookPostCompact, HookTurnError}
 
-var profileFields = []string{"description", "prompt", "tools", "model", "backend", "maxSteps", "hooks"}
+var profileFields = []string{"description", "prompt", "tools", "model", "backend", "maxSteps", "spawn", "hooks"}
 
 // toolNameRE is toolsrv's rule for tool names.
 var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -145,6 +147,14 @@ func ParseProfile(name, file string, data []byte) (*Profile, error) {
 			p.Backend, err = pp.str(f)
 		case "maxSteps":
 			p.MaxSteps, err = pp.steps(f)
+		case "spawn":
+			switch string(f.val) {
+			case "true":
+				p.Spawn = true
+			case "false":
+			default:
+				err = pp.errorf(f.off, f.key, "must be true or false")
+			}
 		case "prompt":
 			if f.val[0] == '"' {
 				return nil, pp.errorf(f.off, f.key, `must be an array of shell commands, not a string (one command is written ["command"])`)

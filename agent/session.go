@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -135,8 +136,19 @@ func checkName(name string) error {
 	if isUUID(name) {
 		return fmt.Errorf("%w %q: a name cannot look like a session ID", ErrInvalidName, name)
 	}
+	if Reserved(name) {
+		return fmt.Errorf("%w %q: it is the name of a file beside the sessions (%s)", ErrInvalidName, name, strings.Join(reservedNames, ", "))
+	}
 	return nil
 }
+
+// reservedNames are the files beside the named directories of session/
+// and of session/S/agent/: a session or agent with one of these names
+// could never be reached.
+var reservedNames = []string{"new", "idx"}
+
+// Reserved reports whether name is one no session or agent may take.
+func Reserved(name string) bool { return slices.Contains(reservedNames, name) }
 
 // SessionOptions are the settings a new session starts with.
 type SessionOptions struct {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,19 +17,23 @@ import (
 
 	"ollie/agent"
 	"ollie/agent/backend"
+	"ollie/internal/paths"
 	"ollie/ns"
+	"ollie/toolsrv"
 )
 
 // agentGroup is the 9P group of every agent's files. No agent is a member
-// (a user is in the group of its own name only), so other agents get the
-// "other" bits: they cannot read an agent's chat, log, fifo or ctl.
+// (membership is only an agent's in its own session's group), so other
+// agents get the "other" bits: they cannot read an agent's chat, log, fifo
+// or ctl.
 const agentGroup = "agent"
 
 // agents holds the live agents of every session.
 type agents struct {
-	mu     sync.Mutex
-	byID   map[string]*agentEntry
-	closed bool
+	mu      sync.Mutex
+	byID    map[string]*agentEntry
+	byToken map[string]*agentEntry
+	closed  bool
 }
 
 type agentEntry struct {
@@ -41,6 +48,14 @@ type agentEntry struct {
 	profile string
 	peers   map[string]bool       // agent IDs this agent may message
 	outs    map[string]*ns.Stream // background process output, copied from toolsrv
+
+	// token is the agent's capability: its tools present it to attach as
+	// the agent (see identify). It lives in memory only; a restart makes
+	// new ones, as it ends every tool that held the old.
+	token  string
+	parent string   // the agent whose tool created this one, if any
+	depth  int      // how many such creations lie above it
+	limit  []string // the tools it may ever have (nil: no limit)
 }
 
 func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
@@ -80,6 +95,10 @@ func (as *agents) add(e *agentEntry) bool {
 		as.byID = map[string]*agentEntry{}
 	}
 	as.byID[e.ID()] = e
+	if as.byToken == nil {
+		as.byToken = map[string]*agentEntry{}
+	}
+	as.byToken[e.token] = e
 	return true
 }
 
@@ -88,7 +107,48 @@ func (as *agents) remove(id string) *agentEntry {
 	defer as.mu.Unlock()
 	e := as.byID[id]
 	delete(as.byID, id)
+	if e != nil {
+		delete(as.byToken, e.token)
+	}
 	return e
+}
+
+// get returns a live agent by ID.
+func (as *agents) get(id string) *agentEntry {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return as.byID[id]
+}
+
+// identify is the namespace's ns.Server.Identify: a sandboxed peer is the
+// live agent whose capability it presents as its aname, and none without
+// one. The name it attaches with proves nothing.
+func (as *agents) identify(uname, aname string) string {
+	if len(aname) != 2*tokenBytes {
+		return ""
+	}
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if e := as.byToken[aname]; e != nil {
+		return e.ID()
+	}
+	return ""
+}
+
+// inSession is the namespace's ns.Server.InGroup: a session's directory
+// has the session's ID as its group, and the session's agents are its
+// members, so that they may write its goalstatus.
+func (as *agents) inSession(user, group string) bool {
+	e := as.get(user)
+	return e != nil && e.session == group
+}
+
+const tokenBytes = 32
+
+func newToken() string {
+	var b [tokenBytes]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // killSession closes every agent of a session.
@@ -107,7 +167,7 @@ func (as *agents) closeAll() {
 	for _, e := range as.byID {
 		list = append(list, e)
 	}
-	as.byID = nil
+	as.byID, as.byToken = nil, nil
 	as.mu.Unlock()
 	for _, e := range list {
 		e.Close()
@@ -253,18 +313,35 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	if !agentName.MatchString(name) {
 		return nil, fmt.Errorf("agent/new: invalid name %q: use 1-64 letters, digits, '.', '_' or '-'", name)
 	}
+	if agent.Reserved(name) {
+		return nil, fmt.Errorf("agent/new: invalid name %q: it is the name of a file beside the agents", name)
+	}
 	if n.agents.lookup(s.ID, name) != nil {
 		return nil, fmt.Errorf("agent/new: an agent named %q exists in this session", name)
 	}
+	creator, err := n.creator(c)
+	if err != nil {
+		return nil, err
+	}
 	cwd := opt["cwd"]
-	if cwd == "" {
+	switch {
+	case cwd != "":
+	case creator != nil:
+		cwd = creator.cwd
+	default:
 		cwd = s.Cwd()
 	}
-	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("agent/new: cwd %q is not a directory on this host", cwd)
+	if cwd, err = agentCwd(s, creator, cwd); err != nil {
+		return nil, err
 	}
 	id := agent.NewID()
 	meta := agent.AgentMeta{ID: id, Name: name, Cwd: cwd, Backend: opt["backend"], Model: opt["model"], Profile: opt["profile"]}
+	if creator != nil {
+		meta.Parent, meta.Depth = creator.ID(), creator.depth+1
+		if meta.Limit, err = creator.toolNames(ctx); err != nil {
+			return nil, fmt.Errorf("agent/new: the tools of %s: %w", creator.Name(), err)
+		}
+	}
 	e, err := n.startAgent(ctx, s, meta, nil)
 	if err != nil {
 		return nil, fmt.Errorf("agent/new: %w", err)
@@ -282,6 +359,66 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return []byte(name + "\n"), nil
 	}
 	return n.runSubAgent(ctx, e, prompt)
+}
+
+// maxDepth bounds how deep agents may create agents, so that a prompt
+// injection cannot recurse without end.
+const maxDepth = 8
+
+// creator returns the agent whose tool makes a request that creates a
+// session or an agent, or nil for the admin. Such work is never wider
+// than its creator (see agentCwd and AgentMeta.Limit), and only a profile
+// that says "spawn": true may ask for it.
+func (n *namespace) creator(c *ns.Call) (*agentEntry, error) {
+	if c.Admin {
+		return nil, nil
+	}
+	e := n.agents.get(c.User)
+	if e == nil {
+		return nil, fmt.Errorf("%s: refused: %s is not a live agent", c.Path(), c.User)
+	}
+	e.mu.Lock()
+	profile := e.profile
+	e.mu.Unlock()
+	prof, err := agent.LoadProfile(profile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: refused: agent %s's profile: %w", c.Path(), e.Name(), err)
+	}
+	if !prof.Spawn {
+		return nil, fmt.Errorf(`%s: refused: agent %s has profile %q, which may not create sessions or agents (a profile needs "spawn": true, as orchestrator has)`, c.Path(), e.Name(), profile)
+	}
+	if e.depth >= maxDepth {
+		return nil, fmt.Errorf("%s: refused: agent %s is %d levels below the agents people made, the most allowed", c.Path(), e.Name(), e.depth)
+	}
+	return e, nil
+}
+
+// agentCwd checks an agent's directory: a directory inside its session's,
+// and inside its creator's when an agent creates it. The sandbox confines
+// the agent's tools to it.
+func agentCwd(s *agent.Session, creator *agentEntry, cwd string) (string, error) {
+	if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+		return "", fmt.Errorf("agent/new: cwd %q is not a directory on this host", cwd)
+	}
+	real, err := paths.Within(cwd, s.Cwd())
+	if err != nil {
+		return "", fmt.Errorf("agent/new: cwd: %w: an agent works inside its session's directory", err)
+	}
+	if creator != nil {
+		if real, err = paths.Within(real, creator.cwd); err != nil {
+			return "", fmt.Errorf("agent/new: cwd: %w: an agent made by %s works inside its directory", err, creator.Name())
+		}
+	}
+	return real, nil
+}
+
+// toolNames is the agent's current list of tools.
+func (e *agentEntry) toolNames(ctx context.Context) ([]string, error) {
+	at, ok := e.Tools().(*agentTools)
+	if !ok {
+		return []string{}, nil
+	}
+	return at.names(ctx)
 }
 
 // runSubAgent runs one prompt on a new agent and answers with its final
@@ -311,6 +448,24 @@ func (n *namespace) runSubAgent(ctx context.Context, e *agentEntry, prompt strin
 	return []byte(out), nil
 }
 
+// within is the tools of list that limit allows: list itself without a
+// limit, and limit for a list of every tool (nil).
+func within(list, limit []string) []string {
+	if limit == nil {
+		return list
+	}
+	if list == nil {
+		return slices.Clone(limit)
+	}
+	out := []string{}
+	for _, name := range list {
+		if slices.Contains(limit, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -324,7 +479,8 @@ func contains(list []string, s string) bool {
 func (e *agentEntry) meta() agent.AgentMeta {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return agent.AgentMeta{ID: e.ID(), Name: e.name, Cwd: e.cwd, Backend: e.backend, Model: e.model, Profile: e.profile}
+	return agent.AgentMeta{ID: e.ID(), Name: e.name, Cwd: e.cwd, Backend: e.backend, Model: e.model, Profile: e.profile,
+		Parent: e.parent, Depth: e.depth, Limit: e.limit}
 }
 
 // startAgent builds an agent from its profile: the system prompt is
@@ -371,13 +527,14 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 			return nil, fmt.Errorf("the agentSpawn hook refused: %s", reason)
 		}
 	}
+	token := newToken()
 	var tools agent.Tools
 	if child, err := n.tools.get(ctx, s); err == nil {
 		allowed := prof.Tools
 		if restored != nil && restored.Tools != nil {
 			allowed = restored.Tools
 		}
-		tools = n.tools.forAgent(ctx, s.ID, child, allowed)
+		tools = n.tools.forAgent(ctx, s.ID, child, within(allowed, m.Limit), toolsrv.Caller{Agent: m.ID, Token: token, Cwd: m.Cwd})
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
@@ -387,7 +544,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		cfg.Journal = l.Journal(m.ID)
 	}
 	e := &agentEntry{session: s.ID, created: time.Now(), name: m.Name, model: m.Model, backend: be.Name(),
-		cwd: m.Cwd, profile: m.Profile}
+		cwd: m.Cwd, profile: m.Profile, token: token, parent: m.Parent, depth: m.Depth, limit: m.Limit}
 	if restored != nil {
 		cfg.History = restored.History
 		e.peers = restored.Peers
@@ -403,7 +560,11 @@ func (n *namespace) agentIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
 	sid := c.Key("sname")
 	var b strings.Builder
 	for _, e := range n.agents.of(sid) {
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%d\t%s\n", sid, e.ID(), e.Name(), "-", 0, e.State())
+		parent := e.parent
+		if parent == "" {
+			parent = "-"
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%d\t%s\n", sid, e.ID(), e.Name(), parent, e.depth, e.State())
 	}
 	return []byte(b.String()), nil
 }
@@ -453,7 +614,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 		return err
 	}
 	name := strings.TrimSpace(string(data))
-	if !agentName.MatchString(name) {
+	if !agentName.MatchString(name) || agent.Reserved(name) {
 		return fmt.Errorf("%s: invalid name %q", c.Path(), name)
 	}
 	if other := n.agents.lookup(e.session, name); other != nil && other != e {
@@ -469,6 +630,9 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	return nil
 }
 
+// bareCommands are the agent controls that take no argument.
+var bareCommands = []string{"help", "stop", "kill", "compact", "clear", "peers", "models", "systemprompt", "tools", "backend", "cwd"}
+
 var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent [PROFILE]", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
@@ -477,6 +641,12 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return nil, err
 	}
 	verb, arg := command(req)
+	switch {
+	case arg != "" && (verb == "cwd" || verb == "backend"):
+		return nil, fmt.Errorf("%s: %s cannot change while the agent lives: create a new agent with %s=", c.Path(), verb, verb)
+	case arg != "" && slices.Contains(bareCommands, verb):
+		return nil, fmt.Errorf("%s: %s takes no argument, got %q", c.Path(), verb, arg)
+	}
 	switch verb {
 	case "help":
 		return []byte(strings.Join(agentCommands, "\n") + "\n"), nil
@@ -560,8 +730,18 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		var list []string
 		if verb == "tool_load" {
+			if e.limit != nil && !slices.Contains(e.limit, arg) {
+				return nil, fmt.Errorf("%s: tool_load: %s is not among the tools of the agent that made this one (%s), and an agent never outgrows its maker", c.Path(), arg, strings.Join(e.limit, ", "))
+			}
 			list, err = n.tools.load(ctx, s.ID, child, at, arg)
 		} else {
+			have, err := at.names(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !slices.Contains(have, arg) {
+				return nil, fmt.Errorf("%s: tool_unload: %s is not among this agent's tools (%s)", c.Path(), arg, strings.Join(have, ", "))
+			}
 			list, err = at.set(ctx, arg, false)
 		}
 		if err != nil {
@@ -586,6 +766,9 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return []byte("ok\n"), nil
 	case "model":
 		if arg != "" {
+			if err := n.checkModel(ctx, e, arg); err != nil {
+				return nil, fmt.Errorf("%s: model: %w", c.Path(), err)
+			}
 			if err := n.logs.record(e.session, "agent.model", map[string]string{"agent": e.ID(), "model": arg}); err != nil {
 				return nil, err
 			}
@@ -636,6 +819,11 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	case "systemprompt":
 		return []byte(e.System()), nil
 	case "agent":
+		if arg != "" && arg != e.profile && !c.Admin {
+			// A profile brings tools and the right to spawn: an agent's
+			// own tool must not give it more than it has.
+			return nil, fmt.Errorf("%s: agent: only olliesrv's own user may switch an agent's profile", c.Path())
+		}
 		if arg != "" && arg != e.profile {
 			if err := n.switchProfile(ctx, c, e, arg); err != nil {
 				return nil, err
@@ -646,6 +834,26 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return []byte(e.profile + "\n"), nil
 	}
 	return nil, unknownCommand(c.Path(), verb, agentCommands)
+}
+
+// checkModel refuses a model the agent's backend does not list, where it
+// lists any: a typo would otherwise surface only at the next turn.
+func (n *namespace) checkModel(ctx context.Context, e *agentEntry, model string) error {
+	be, err := n.backend(e.backend)
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	models, err := be.Models(mctx)
+	if err != nil || len(models) == 0 || slices.Contains(models, model) {
+		return nil // nothing to check against; the next turn says
+	}
+	shown := models
+	if len(shown) > 10 {
+		shown = append(slices.Clone(shown[:10]), "...")
+	}
+	return fmt.Errorf("backend %s has no model %q (it has %s)", be.Name(), model, strings.Join(shown, ", "))
 }
 
 // backend returns the named backend, or the default one.
@@ -881,7 +1089,7 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	tools := n.tools.forAgent(ctx, s.ID, child, prof.Tools)
+	tools := n.tools.forAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd})
 	if err := e.Reconfigure(system, agent.NewHooks(prof, env), tools, prof.MaxSteps); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}

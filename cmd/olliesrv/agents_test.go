@@ -204,7 +204,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherID := strings.TrimSpace(readFile(t, fs, "session/s/agent/other/id"))
-	as := attach(t, d.Socket, otherID)
+	as := attachAgent(t, d, otherID)
 	for _, f := range []string{"chat", "log", "fifo", "plan"} {
 		if _, err := tryRead(as, "session/s/agent/coder/"+f); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("agent other read coder's %s: %v", f, err)
@@ -216,7 +216,7 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if _, err := tryRead(as, "session/s/agent/coder/state"); err != nil {
 		t.Errorf("state should be world-readable: %v", err)
 	}
-	self := attach(t, d.Socket, id)
+	self := attachAgent(t, d, id)
 	if err := writeFile(self, "session/s/agent/coder/prompt", "again"); err != nil {
 		t.Errorf("an agent cannot prompt itself: %v", err)
 	}

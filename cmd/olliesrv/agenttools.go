@@ -18,6 +18,7 @@ import (
 type agentTools struct {
 	*toolsrv.Child
 	private func(string) bool // a tool loaded for one agent only
+	who     toolsrv.Caller    // the agent: its directory, and the capability its tools get
 
 	mu      sync.Mutex
 	allowed []string // nil: the session's shared tools
@@ -97,22 +98,22 @@ func (a *agentTools) Call(ctx context.Context, tool string, args json.RawMessage
 		return &toolsrv.Result{Tool: tool, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(list, ", "))}, nil
 	}
-	return a.Child.Call(ctx, tool, args)
+	return a.Child.CallFor(ctx, a.who, tool, args)
 }
 
 func (a *agentTools) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
 	if !a.has(tool) {
 		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
 	}
-	return a.Child.Start(ctx, tool, args)
+	return a.Child.StartFor(ctx, a.who, tool, args)
 }
 
 // forAgent gives an agent its view of the session's tools. A listed tool
 // the toolsrv has not loaded (a profile's, or one the agent loaded before a
 // restart) is loaded for that agent alone; one that no longer loads is left
 // out, as the model would only see it fail.
-func (ts *toolServers) forAgent(ctx context.Context, session string, child *toolsrv.Child, allowed []string) *agentTools {
-	a := &agentTools{Child: child, allowed: slices.Clone(allowed),
+func (ts *toolServers) forAgent(ctx context.Context, session string, child *toolsrv.Child, allowed []string, who toolsrv.Caller) *agentTools {
+	a := &agentTools{Child: child, allowed: slices.Clone(allowed), who: who,
 		private: func(name string) bool { return ts.isPrivate(session, name) }}
 	if allowed == nil {
 		return a

@@ -199,7 +199,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		gate.TrustExe = exe
 	}
 	d.gate = gate
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, spill: d.spill.Dir}, gate: gate,
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, namespace: cfg.Dir, spill: d.spill.Dir}, gate: gate,
 		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
@@ -208,7 +208,9 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	}
 	d.ns.tree = tree
 	d.ns.restore(context.Background())
-	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace}
+	// Who a sandboxed tool is comes from its agent's capability, and an
+	// agent is a member of its session's group only.
+	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace, Identify: d.ns.agents.identify, InGroup: d.ns.agents.inSession}
 
 	go gate.Serve(d.gateL)
 	d.serving.Add(1)

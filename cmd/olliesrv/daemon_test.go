@@ -15,6 +15,8 @@ import (
 
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
+
+	"ollie/ns"
 )
 
 // startTestDaemon runs a daemon in a fresh namespace directory and stops
@@ -58,6 +60,36 @@ func attach(t *testing.T, sock, user string) *client.Fsys {
 		t.Fatal(err)
 	}
 	return fs
+}
+
+// attachPeer attaches to d's namespace over a pipe as the given kind of
+// peer presenting aname: what the kernel would prove of a real client is
+// what peer says. Tests of real sandboxed tools are in attack_test.go.
+func attachPeer(t *testing.T, d *daemon, kind ns.PeerKind, uname, aname string) *client.Fsys {
+	t.Helper()
+	a, b := net.Pipe()
+	go d.srv.ServeConn(a, ns.Peer{Kind: kind, UID: -1})
+	c, err := client.NewConn(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fs, err := c.Attach(nil, uname, aname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// attachAgent attaches as a tool of the agent with the given ID would:
+// sandboxed, with the agent's capability.
+func attachAgent(t *testing.T, d *daemon, id string) *client.Fsys {
+	t.Helper()
+	e := d.ns.agents.get(id)
+	if e == nil {
+		t.Fatalf("no agent %s", id)
+	}
+	return attachPeer(t, d, ns.Sandboxed, id, e.token)
 }
 
 func readFile(t *testing.T, fs *client.Fsys, path string) string {
@@ -365,7 +397,7 @@ func TestRootCtl(t *testing.T) {
 		t.Fatal("event read did not return after an event")
 	}
 	// Non-admin users cannot use the server ctl.
-	other := attach(t, d.Socket, "mallory")
+	other := attachPeer(t, d, ns.Sandboxed, "mallory", "")
 	if _, err := rdwr(other, "ctl", "kill"); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("mallory ctl kill: %v", err)
 	}

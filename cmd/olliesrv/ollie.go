@@ -51,8 +51,10 @@ Flags:
   -a ADDR   the namespace: a Unix socket path, tcp!HOST!PORT or HOST:PORT
             (default %s, from $NAMESPACE)
   -H HOST   the namespace of HOST, forwarded by "ollie-remote up HOST"
-  -u UNAME  the user to attach as (default $OLLIE_UNAME; empty is the
-            server's owner on its Unix socket)
+  -u UNAME  the user name to attach with (default $OLLIE_UNAME). It
+            proves nothing: olliesrv's own user is the admin whatever the
+            name, a sandboxed tool is the agent whose $OLLIE_AGENT_TOKEN it
+            holds, and anyone else only reads
   -start    start olliesrv first if the default namespace has none (the
             command ollie-remote installs on hosts passes it)
 

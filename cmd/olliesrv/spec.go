@@ -14,6 +14,7 @@ import (
 	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/broker"
+	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/toolsrv"
 )
@@ -64,7 +65,7 @@ func (n *namespace) spec() *ns.Node {
 			),
 		),
 		ns.Dir("session", 0555, "Session collection.",
-			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name.", n.newSession),
+			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it).", n.newSession),
 			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served).", n.sessionIdx),
 			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
 				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
@@ -77,7 +78,7 @@ func (n *namespace) spec() *ns.Node {
 				&ns.Node{Name: "goalstatus", Mode: 0664, Read: n.sessionRead(func(s *agent.Session) string { _, st := s.Goal(); return st + "\n" }),
 					Write: n.setGoalStatus, Doc: "Goal status: " + strings.Join(agent.GoalStatuses, ", ") + "."},
 				ns.WaitFile("goalwait", 0444, "Blocks until the goal status changes, then reads the new status.", n.goalWait),
-				ns.RdWrFile("ctl", 0660, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
+				ns.RdWrFile("ctl", 0600, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
 				ns.ReadFile("tools", 0444, "Tools loaded in the session's toolsrv: name<TAB>description.", n.sessionTools),
 				n.agentSpec(),
 			),
@@ -182,7 +183,8 @@ func (n *namespace) lookupSession(ctx context.Context, c *ns.Call, name string) 
 }
 
 func sessionEntry(s *agent.Session) ns.Entry {
-	return ns.Entry{Name: s.Name(), Key: s.ID, Owner: s.Owner}
+	// The session's ID is its group: its agents are the members.
+	return ns.Entry{Name: s.Name(), Key: s.ID, Owner: s.Owner, Group: s.ID}
 }
 
 // session returns the session the call is under.
@@ -198,6 +200,10 @@ func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
 var sessionKeys = []string{"name", "cwd"}
 
 func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	creator, err := n.creator(c)
+	if err != nil {
+		return nil, err
+	}
 	opt := agent.SessionOptions{Owner: c.User}
 	for _, f := range strings.Fields(string(req)) {
 		k, v, ok := strings.Cut(f, "=")
@@ -219,7 +225,18 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 			return nil, fmt.Errorf("session/new: unknown key %q (keys: %s)", k, strings.Join(sessionKeys, ", "))
 		}
 	}
-	if opt.Cwd == "" {
+	switch {
+	case creator != nil:
+		// Work an agent's tool asks for is never wider than the agent.
+		if opt.Cwd == "" {
+			opt.Cwd = creator.cwd
+		}
+		real, err := paths.Within(opt.Cwd, creator.cwd)
+		if err != nil {
+			return nil, fmt.Errorf("session/new: cwd: %w: a session made by agent %s lies inside its directory", err, creator.Name())
+		}
+		opt.Cwd = real
+	case opt.Cwd == "":
 		opt.Cwd, _ = os.UserHomeDir()
 	}
 	s, err := n.sessions.Create(opt)

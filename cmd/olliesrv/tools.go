@@ -170,12 +170,13 @@ func isTerminal(r io.Reader) bool {
 
 // toolServers holds each session's toolsrv child, started on first use.
 type toolServers struct {
-	mu       sync.Mutex
-	children map[string]*toolsrv.Child
-	private  map[string]map[string]bool // by session: tools loaded for one agent
-	elevate  string                     // the approval gate's socket, for OLLIE_ELEVATE_SOCKET
-	spill    string                     // the daemon's SpillArea, where each session's toolsrv keeps cut output
-	closed   bool
+	mu        sync.Mutex
+	children  map[string]*toolsrv.Child
+	private   map[string]map[string]bool // by session: tools loaded for one agent
+	elevate   string                     // the approval gate's socket, for OLLIE_ELEVATE_SOCKET
+	namespace string                     // the namespace socket's directory, for OLLIE_NAMESPACE
+	spill     string                     // the daemon's SpillArea, where each session's toolsrv keeps cut output
+	closed    bool
 }
 
 func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Child, error) {
@@ -187,7 +188,7 @@ func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Chil
 	if c := ts.children[s.ID]; c != nil {
 		return c, nil
 	}
-	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, SpillBase: ts.spill})
+	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, Namespace: ts.namespace, SpillBase: ts.spill})
 	if err != nil {
 		return nil, err
 	}
