@@ -858,10 +858,13 @@ func (n *namespace) checkModel(ctx context.Context, e *agentEntry, model string)
 
 // backend returns the named backend, or the default one.
 func (n *namespace) backend(name string) (backend.Backend, error) {
-	if n.backends == nil {
+	n.bmu.Lock()
+	lookup := n.backends
+	n.bmu.Unlock()
+	if lookup == nil {
 		return nil, errors.New("no model backend is configured: set OPENAI_BASE_URL/OPENAI_API_KEY or OLLAMA_HOST, or write ~/.config/ollie/backends.json")
 	}
-	return n.backends(name)
+	return lookup(name)
 }
 
 func (n *namespace) agentPlan(ctx context.Context, c *ns.Call, data []byte) error {

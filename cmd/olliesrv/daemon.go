@@ -53,6 +53,7 @@ func serveMain(args []string, stderr io.Writer) int {
 		log.Warn("olliesrv: backends", "warning", w)
 	}
 	cfg.Registry = reg
+	cfg.LoadBackends = backend.Load
 	if *trace {
 		cfg.Trace = stderr
 	}
@@ -83,6 +84,9 @@ type daemonConfig struct {
 	// means Registry's, or none when Registry is nil too.
 	Backends func(name string) (backend.Backend, error)
 	Registry *backend.Registry // the configured backends, for the backends and models files
+	// LoadBackends reads the configured backends again, for ctl
+	// invalidate; nil keeps Registry for the daemon's life.
+	LoadBackends func() (*backend.Registry, error)
 
 	Dir      string // the namespace directory; the socket is Dir/ollie
 	StateDir string // where session files live ("" means defaultStateDir)
@@ -170,13 +174,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		cfg.StateDir = defaultStateDir()
 	}
 	if cfg.Backends == nil && cfg.Registry != nil {
-		reg := cfg.Registry
-		cfg.Backends = func(name string) (backend.Backend, error) {
-			if name == "" {
-				return reg.Default(), nil
-			}
-			return reg.Get(name)
-		}
+		cfg.Backends = lookupIn(cfg.Registry)
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0700); err != nil {
 		d.closeListeners()
@@ -200,7 +198,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	}
 	d.gate = gate
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, namespace: cfg.Dir, spill: d.spill.Dir}, gate: gate,
-		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
+		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()
@@ -233,6 +231,16 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	}
 	cfg.Log.Info("olliesrv: serving", "socket", sock, "version", version, "pid", os.Getpid())
 	return d, nil
+}
+
+// lookupIn finds backends in reg, the default one by "".
+func lookupIn(reg *backend.Registry) func(string) (backend.Backend, error) {
+	return func(name string) (backend.Backend, error) {
+		if name == "" {
+			return reg.Default(), nil
+		}
+		return reg.Get(name)
+	}
 }
 
 func (d *daemon) kill() { d.killOnce.Do(func() { close(d.killed) }) }

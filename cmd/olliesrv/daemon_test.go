@@ -16,6 +16,7 @@ import (
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
 
+	"ollie/agent/backend"
 	"ollie/ns"
 )
 
@@ -506,5 +507,55 @@ func TestTCPUntrusted(t *testing.T) {
 	case <-d.killed:
 		t.Fatal("a TCP client stopped the server")
 	default:
+	}
+}
+
+// TestInvalidateBackends checks that ctl invalidate reads backends.json
+// again: a good edit takes effect at once, and a bad one is reported
+// there, naming the file, while the backends already loaded stay.
+func TestInvalidateBackends(t *testing.T) {
+	conf := t.TempDir()
+	file := filepath.Join(conf, "ollie", "backends.json")
+	os.MkdirAll(filepath.Dir(file), 0700)
+	write := func(text string) {
+		if err := os.WriteFile(file, []byte(text), 0600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"XDG_CONFIG_HOME": conf}
+	load := func() (*backend.Registry, error) {
+		return backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	}
+	write(`{"backends": {"first": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m1"}}}`)
+	reg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: shortTempDir(t), Registry: reg, LoadBackends: load,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	fs := attach(t, d.Socket, "")
+	if got := readFile(t, fs, "backends"); !strings.HasPrefix(got, "first\t") {
+		t.Fatalf("backends = %q", got)
+	}
+
+	write(`{"backends": {"second": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m2"}}}`)
+	if got, err := rdwr(fs, "ctl", "invalidate"); err != nil || got != "ok\n" {
+		t.Fatalf("invalidate after a good edit: %q %v", got, err)
+	}
+	if got := readFile(t, fs, "backends"); !strings.HasPrefix(got, "second\t") || strings.Contains(got, "first") {
+		t.Errorf("backends after the edit = %q", got)
+	}
+
+	write(`{"backends": {"third": {"type": "openai", "modle": "m3"}}}`)
+	_, err = rdwr(fs, "ctl", "invalidate")
+	if err == nil || !strings.Contains(err.Error(), "backends.json") || !strings.Contains(err.Error(), "modle") {
+		t.Errorf("invalidate after a bad edit: %v, want an error naming the file and the field", err)
+	}
+	if got := readFile(t, fs, "backends"); !strings.HasPrefix(got, "second\t") {
+		t.Errorf("a bad edit replaced the backends: %q", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"ollie/agent"
@@ -21,19 +22,23 @@ import (
 
 // namespace is the state the root namespace serves.
 type namespace struct {
-	log      *slog.Logger
-	logs     *sessionLogs
-	tools    *toolServers
-	agents   *agents
-	backends func(name string) (backend.Backend, error) // nil: none configured
-	registry *backend.Registry                          // may be nil
-	bus      *ns.Bus
-	sessions *agent.Sessions
-	host     string
-	kill     func() // asks the daemon to shut down
-	tree     *ns.Tree
-	started  time.Time
-	gate     *broker.Gate
+	log    *slog.Logger
+	logs   *sessionLogs
+	tools  *toolServers
+	agents *agents
+	// bmu guards backends and registry, which ctl invalidate replaces
+	// when loadBackends is set.
+	bmu          sync.Mutex
+	backends     func(name string) (backend.Backend, error) // nil: none configured
+	registry     *backend.Registry                          // may be nil
+	loadBackends func() (*backend.Registry, error)
+	bus          *ns.Bus
+	sessions     *agent.Sessions
+	host         string
+	kill         func() // asks the daemon to shut down
+	tree         *ns.Tree
+	started      time.Time
+	gate         *broker.Gate
 }
 
 // spec declares the namespace. Every file is one line; help is generated
@@ -127,6 +132,17 @@ func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, er
 	case "help":
 		return []byte(strings.Join(rootCommands, "\n") + "\n"), nil
 	case "invalidate":
+		if n.loadBackends != nil {
+			// A bad edit of backends.json is reported now, not at the
+			// next start, which it would stop.
+			reg, err := n.loadBackends()
+			if err != nil {
+				return nil, fmt.Errorf("ctl: invalidate: %w (olliesrv keeps the backends it had)", err)
+			}
+			n.bmu.Lock()
+			n.registry, n.backends = reg, lookupIn(reg)
+			n.bmu.Unlock()
+		}
 		n.bus.Publish("server.invalidate", c.User)
 		return []byte("ok\n"), nil
 	case "kill":
@@ -394,15 +410,24 @@ func (n *namespace) agentProfiles(ctx context.Context, c *ns.Call) ([]byte, erro
 	return []byte(b.String()), nil
 }
 
+// currentRegistry is the configured backends, as ctl invalidate last read
+// them.
+func (n *namespace) currentRegistry() *backend.Registry {
+	n.bmu.Lock()
+	defer n.bmu.Unlock()
+	return n.registry
+}
+
 func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error) {
-	if n.registry == nil {
+	reg := n.currentRegistry()
+	if reg == nil {
 		return nil, nil
 	}
-	names := n.registry.Names()
-	sort.SliceStable(names, func(i, j int) bool { return names[i] == n.registry.DefaultName() && names[j] != names[i] })
+	names := reg.Names()
+	sort.SliceStable(names, func(i, j int) bool { return names[i] == reg.DefaultName() && names[j] != names[i] })
 	var b strings.Builder
 	for _, name := range names {
-		cfg, _ := n.registry.Config(name)
+		cfg, _ := reg.Config(name)
 		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", name, cfg.Type, cfg.URL, cfg.Model)
 	}
 	return []byte(b.String()), nil
@@ -411,12 +436,13 @@ func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error)
 // modelList asks every backend for its models; one that does not answer
 // is listed with the reason rather than failing the whole read.
 func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
-	if n.registry == nil {
+	reg := n.currentRegistry()
+	if reg == nil {
 		return nil, nil
 	}
 	var b strings.Builder
-	for _, name := range n.registry.Names() {
-		be, err := n.registry.Get(name)
+	for _, name := range reg.Names() {
+		be, err := reg.Get(name)
 		if err != nil {
 			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
 			continue
