@@ -33,7 +33,7 @@ const maxSocketPath = 107
 func serveMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("olliesrv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect gets the namespace (as a non-admin user)")
+	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect reads what is world-readable (as none, who writes nothing)")
 	trace := fs.Bool("trace", false, "log every 9P message to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -165,7 +165,7 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 			return nil, fmt.Errorf("listen on tcp %s: %w", cfg.TCP, err)
 		}
 		d.TCP = d.tcpL.Addr()
-		cfg.Log.Warn("olliesrv: serving UNAUTHENTICATED 9P on TCP: anyone who can connect reads and writes the namespace", "addr", d.TCP)
+		cfg.Log.Warn("olliesrv: serving UNAUTHENTICATED 9P on TCP: anyone who can connect reads what is world-readable", "addr", d.TCP)
 	}
 
 	host, _ := os.Hostname()
