@@ -120,6 +120,7 @@ func TestProfileParse(t *testing.T) {
   "model": "m1",
   "backend": "ollama",
   "maxSteps": 7,
+  "spawn": true,
   "hooks": {"preTool": "guard", "postTurn": "log"}
 }
 `))
@@ -127,13 +128,13 @@ func TestProfileParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Profile{Name: "full", File: "full.json", Description: "everything", Prompt: []string{"echo a", "cat x.md"},
-		Tools: []string{"shell", "file_read"}, Model: "m1", Backend: "ollama", MaxSteps: 7,
+		Tools: []string{"shell", "file_read"}, Model: "m1", Backend: "ollama", MaxSteps: 7, Spawn: true,
 		Hooks: map[string]string{"preTool": "guard", "postTurn": "log"}}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got %+v\nwant %+v", p, want)
 	}
 	p, err = ParseProfile("empty", "empty.json", []byte(" {}\n"))
-	if err != nil || p.Tools != nil || p.Prompt != nil || p.Hooks != nil {
+	if err != nil || p.Tools != nil || p.Prompt != nil || p.Hooks != nil || p.Spawn {
 		t.Errorf("{} = %+v, %v: want every field absent", p, err)
 	}
 }
@@ -167,7 +168,9 @@ func TestProfileStrict(t *testing.T) {
 		{`{"hooks": {"preTool": true}}`, 1, "hooks.preTool", "must be a shell command (a string), not a boolean"},
 		{`{"hooks": {"preTool": " "}}`, 1, "hooks.preTool", "empty command"},
 		{`{"hooks": {"preTool": "a", "preTool": "b"}}`, 1, "hooks.preTool", "given twice"},
-		{`[]`, 1, "", "must be a JSON object of fields (description, prompt, tools, model, backend, maxSteps, hooks)"},
+		{`[]`, 1, "", "must be a JSON object of fields (description, prompt, tools, model, backend, maxSteps, spawn, hooks)"},
+		{`{"spawn": "yes"}`, 1, "spawn", "must be true or false"},
+		{`{"spawn": 1}`, 1, "spawn", "must be true or false"},
 		{"{\n\"model\": \n}", 2, "model", "invalid JSON"},
 		{`{"model": "m"`, 1, "", "invalid JSON: the text ends early"},
 		{``, 1, "", "invalid JSON: the text ends early"},

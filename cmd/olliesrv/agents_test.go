@@ -27,7 +27,7 @@ type twoStep struct {
 
 func (b *twoStep) Name() string                              { return "twostep" }
 func (b *twoStep) DefaultModel() string                      { return "m" }
-func (b *twoStep) Models(context.Context) ([]string, error)  { return []string{"m"}, nil }
+func (b *twoStep) Models(context.Context) ([]string, error)  { return []string{"m", "other-model"}, nil }
 func (b *twoStep) ContextLength(context.Context, string) int { return 0 }
 func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []backend.Tool, p backend.Params, on func(backend.Delta)) (*backend.Reply, error) {
 	b.mu.Lock()
