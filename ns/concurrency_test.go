@@ -21,6 +21,7 @@ func TestManyClients(t *testing.T) {
 	const readers, workers, rounds = 100, 8, 40
 	w := newWorld(t)
 	srv := newServer(w)
+	srv.MaxOwnerConns = readers + workers // past the default: this is about load, not the cap
 	sock := serveUnix(t, srv)
 
 	type result struct {

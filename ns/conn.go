@@ -24,9 +24,10 @@ type conn struct {
 	guard  *guard
 	ctx    context.Context // ends when the connection or server does
 	cancel context.CancelCauseFunc
-	fids   atomic.Int64
+	fids   atomic.Int64 // fids attached or walked to, and places reserved for them
 
 	mu       sync.Mutex
+	logged   limit          // limits whose refusal has been logged
 	closing  bool           // set by drain: no handler starts after it
 	inflight sync.WaitGroup // handlers running
 	ended    chan struct{}  // closed when srv9p stops serving the connection
@@ -132,6 +133,57 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 	}, nil
 }
 
+// refused logs the first refusal by each limit on the connection, with
+// what the transport knows of the peer: one line per connection, not one
+// per message, however often the client runs into the limit.
+func (c *conn) refused(what limit, err error) {
+	c.mu.Lock()
+	first := c.logged&what == 0
+	c.logged |= what
+	c.mu.Unlock()
+	if first {
+		c.srv.Log.Warn("ns: refused", "err", err, "peer", c.peer.Kind.String(), "pid", c.peer.PID, "uid", c.peer.UID)
+	}
+}
+
+// reserveFid takes a place for one more fid on the connection and its
+// peer kind, or returns the limit in the way. A place is taken before the
+// walk or attach that needs it runs, so that requests in flight together
+// cannot all pass a check of the count and overshoot it.
+func (c *conn) reserveFid() error {
+	if !reserve(&c.fids, c.srv.MaxFids) {
+		err := &LimitError{What: "fids", Limit: c.srv.MaxFids}
+		c.refused(limitFids, err)
+		return err
+	}
+	if !reserve(&c.srv.kindFids[c.peer.Kind], c.srv.MaxKindFids) {
+		c.fids.Add(-1)
+		err := &LimitError{What: "fids held by " + c.peer.Kind.String() + " connections", Limit: c.srv.MaxKindFids}
+		c.refused(limitKindFids, err)
+		return err
+	}
+	return nil
+}
+
+// releaseFid gives back a place taken by reserveFid.
+func (c *conn) releaseFid() {
+	c.fids.Add(-1)
+	c.srv.kindFids[c.peer.Kind].Add(-1)
+}
+
+// reserve adds one to n unless that would take it past most.
+func reserve(n *atomic.Int64, most int) bool {
+	for {
+		v := n.Load()
+		if v >= int64(most) {
+			return false
+		}
+		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
 // drain stops handlers from starting and waits for those running.
 func (c *conn) drain() {
 	c.mu.Lock()
@@ -180,9 +232,15 @@ func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname st
 		return plan9.Qid{}, err
 	}
 	defer end(&err)
-	if int(c.fids.Load()) >= c.srv.MaxFids {
-		return plan9.Qid{}, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
+	if err := c.reserveFid(); err != nil {
+		return plan9.Qid{}, err
 	}
+	reserved := true
+	defer func() { // before end, so also when a panic unwinds
+		if reserved {
+			c.releaseFid()
+		}
+	}()
 	if c.srv.CheckAttach != nil {
 		if err := c.srv.CheckAttach(user, aname); err != nil {
 			return plan9.Qid{}, err
@@ -192,7 +250,7 @@ func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname st
 	root := c.srv.Tree.Root
 	st := &fidState{who: who, path: []elem{{node: root, owner: root.Owner, group: root.Group}}}
 	fid.SetAux(st)
-	c.fids.Add(1)
+	reserved = false // clunk gives the place back
 	return qidOf(st.path), nil
 }
 
@@ -201,7 +259,7 @@ func (c *conn) clunk(fid *srv9p.Fid) {
 	if st == nil {
 		return
 	}
-	c.fids.Add(-1)
+	c.releaseFid()
 	if st.src != nil {
 		st.src.Close()
 	}
@@ -248,8 +306,17 @@ func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string
 	if err != nil {
 		return nil, err
 	}
-	if fid != newfid && int(c.fids.Load()) >= c.srv.MaxFids {
-		return nil, fmt.Errorf("ns: too many fids (limit %d)", c.srv.MaxFids)
+	reserved := false
+	if fid != newfid {
+		if err := c.reserveFid(); err != nil {
+			return nil, err
+		}
+		reserved = true
+		defer func() { // before end, so also when a panic unwinds
+			if reserved {
+				c.releaseFid()
+			}
+		}()
 	}
 	path := slices.Clone(st.path)
 	var qids []plan9.Qid
@@ -276,9 +343,7 @@ func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string
 	}
 	if len(qids) == len(names) {
 		newfid.SetAux(&fidState{who: st.who, path: path})
-		if fid != newfid {
-			c.fids.Add(1)
-		}
+		reserved = false // clunk gives the place back
 	}
 	return qids, nil
 }

@@ -23,3 +23,10 @@ func Pending(s *Server) int {
 	}
 	return n
 }
+
+// KindFids returns the number of fids held by connections of peers of
+// kind k, with the places reserved for walks and attaches in flight.
+func KindFids(s *Server, k PeerKind) int {
+	s.init()
+	return int(s.kindFids[k].Load())
+}

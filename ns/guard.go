@@ -3,8 +3,10 @@ package ns
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -12,16 +14,24 @@ import (
 )
 
 // guard sits between a connection and srv9p and enforces what srv9p does
-// not: a minimum msize, a clear error for oversized messages, and a cap on
-// outstanding requests. Every frame srv9p reads passes through guard.Read;
-// every reply passes through guard.Write, one whole message per call.
+// not: a minimum msize, a clear error for oversized messages, a cap on
+// outstanding requests and a deadline for finishing a frame. Every frame
+// srv9p reads passes through guard.Read; every reply passes through
+// guard.Write, one whole message per call.
 type guard struct {
 	rd        *bufio.Reader
 	conn      io.ReadWriteCloser
 	maxMsize  uint32
 	minMsize  uint32
 	maxOut    int
-	onRequest func() // called for each request let through (for tests and stats)
+	onRequest func()                      // called for each request let through (for tests and stats)
+	refused   func(what limit, err error) // told of each refusal, to log it
+
+	// deadline, if the transport has one, bounds the rest of a frame to
+	// frameTimeout once its first byte has arrived.
+	deadline     readDeadliner
+	frameTimeout time.Duration
+	armed        bool
 
 	frame []byte // the current frame, being handed to srv9p
 
@@ -29,11 +39,32 @@ type guard struct {
 	// and is never held by the reader, so a reply stuck on a slow client
 	// does not stop requests (a Tflush, say) from being read.
 	mu          sync.Mutex
-	idle        chan struct{} // closed when outstanding reaches 0, if someone waits
+	idle        chan struct{} // closed when outstanding and writing reach 0, if someone waits
 	wmu         sync.Mutex
 	msize       uint32 // negotiated (maxMsize until Tversion)
-	outstanding int
+	outstanding int    // requests admitted whose reply has not started
+	writing     int    // replies being written
 }
+
+// readDeadliner is a transport whose reads can be given a deadline.
+type readDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// A limit names a limit that refuses requests, so that each is logged
+// once per connection.
+type limit uint8
+
+const (
+	limitRequests limit = 1 << iota
+	limitFids
+	limitKindFids
+	limitFrameTime
+)
+
+// errFrameTimeout ends a connection that began a frame and did not
+// finish it in time.
+var errFrameTimeout = errors.New("ns: message not finished in time")
 
 func newGuard(conn io.ReadWriteCloser, maxMsize, minMsize uint32, maxOut int) *guard {
 	return &guard{
@@ -63,66 +94,109 @@ func (g *guard) Read(p []byte) (int, error) {
 // next reads frames until one is admitted, answering refused ones itself.
 func (g *guard) next() ([]byte, error) {
 	for {
-		var hdr [7]byte
-		if _, err := io.ReadFull(g.rd, hdr[:4]); err != nil {
-			return nil, err
-		}
-		size := binary.LittleEndian.Uint32(hdr[:4])
-		if size < 7 {
-			return nil, plan9.ProtocolError(fmt.Sprintf("message of %d bytes is shorter than a header", size))
-		}
-		if _, err := io.ReadFull(g.rd, hdr[4:7]); err != nil {
-			return nil, err
-		}
-		typ, tag := hdr[4], binary.LittleEndian.Uint16(hdr[5:7])
-		g.mu.Lock()
-		msize := g.msize
-		g.mu.Unlock()
-		if size > msize {
-			// The rest of the stream cannot be trusted to resynchronise
-			// cheaply: answer, then end the connection.
-			g.reply(tag, fmt.Sprintf("message of %d bytes exceeds msize %d", size, msize))
-			return nil, plan9.ProtocolError("message too long")
-		}
-		frame := make([]byte, size)
-		copy(frame, hdr[:])
-		if _, err := io.ReadFull(g.rd, frame[7:]); err != nil {
-			return nil, err
-		}
-		if typ == plan9.Tversion && size >= 11 {
-			want := binary.LittleEndian.Uint32(frame[7:11])
-			if want < g.minMsize {
-				g.reply(tag, fmt.Sprintf("msize %d is too small (minimum %d)", want, g.minMsize))
-				continue
+		f, err := g.admit()
+		if err != nil {
+			if g.armed && errors.Is(err, os.ErrDeadlineExceeded) {
+				g.refused(limitFrameTime, fmt.Errorf("%w: a message was not finished within %v", errFrameTimeout, g.frameTimeout))
+				return nil, errFrameTimeout
 			}
-			// srv9p only ever lowers msize (its Rversion answers the
-			// smaller of the two), so a later Tversion cannot raise it here.
-			g.mu.Lock()
-			g.msize = min(want, g.msize)
-			g.mu.Unlock()
+			return nil, err
 		}
-		g.mu.Lock()
-		limit := g.maxOut
-		if typ == plan9.Tflush {
-			limit *= 2 // a client must always be able to flush what it has sent
+		g.disarm()
+		if f != nil {
+			return f, nil
 		}
-		if g.outstanding >= limit {
-			g.mu.Unlock()
-			g.reply(tag, fmt.Sprintf("too many outstanding requests (limit %d)", g.maxOut))
-			continue
-		}
-		g.outstanding++
-		g.mu.Unlock()
-		if g.onRequest != nil {
-			g.onRequest()
-		}
-		return frame, nil
 	}
+}
+
+// readFull reads len(p) bytes of the current frame. Once a frame has
+// begun, a read that must wait for the client runs under the deadline.
+func (g *guard) readFull(p []byte) error {
+	if g.deadline != nil && !g.armed && g.rd.Buffered() < len(p) {
+		g.deadline.SetReadDeadline(time.Now().Add(g.frameTimeout))
+		g.armed = true
+	}
+	_, err := io.ReadFull(g.rd, p)
+	return err
+}
+
+// disarm lifts the frame deadline: between frames a client may be idle
+// as long as it likes (waiting on a blocked read, say).
+func (g *guard) disarm() {
+	if g.armed {
+		g.deadline.SetReadDeadline(time.Time{})
+		g.armed = false
+	}
+}
+
+// admit reads one frame and returns it if it is let through, or nil
+// after answering it with a refusal.
+func (g *guard) admit() ([]byte, error) {
+	// No deadline until the frame's first byte: an idle client is fine.
+	if _, err := g.rd.Peek(1); err != nil {
+		return nil, err
+	}
+	var hdr [7]byte
+	if err := g.readFull(hdr[:4]); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(hdr[:4])
+	if size < 7 {
+		return nil, plan9.ProtocolError(fmt.Sprintf("message of %d bytes is shorter than a header", size))
+	}
+	if err := g.readFull(hdr[4:7]); err != nil {
+		return nil, err
+	}
+	typ, tag := hdr[4], binary.LittleEndian.Uint16(hdr[5:7])
+	g.mu.Lock()
+	msize := g.msize
+	g.mu.Unlock()
+	if size > msize {
+		// The rest of the stream cannot be trusted to resynchronise
+		// cheaply: answer, then end the connection.
+		g.reply(tag, fmt.Sprintf("ns: message of %d bytes exceeds msize %d", size, msize))
+		return nil, plan9.ProtocolError("message too long")
+	}
+	frame := make([]byte, size)
+	copy(frame, hdr[:])
+	if err := g.readFull(frame[7:]); err != nil {
+		return nil, err
+	}
+	if typ == plan9.Tversion && size >= 11 {
+		want := binary.LittleEndian.Uint32(frame[7:11])
+		if want < g.minMsize {
+			g.reply(tag, fmt.Sprintf("ns: msize %d is too small (minimum %d)", want, g.minMsize))
+			return nil, nil
+		}
+		// srv9p only ever lowers msize (its Rversion answers the
+		// smaller of the two), so a later Tversion cannot raise it here.
+		g.mu.Lock()
+		g.msize = min(want, g.msize)
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	most := g.maxOut
+	if typ == plan9.Tflush {
+		most *= 2 // a client must always be able to flush what it has sent
+	}
+	if g.outstanding >= most {
+		g.mu.Unlock()
+		err := &LimitError{What: "outstanding requests", Limit: g.maxOut}
+		g.refused(limitRequests, err)
+		g.reply(tag, err.Error())
+		return nil, nil
+	}
+	g.outstanding++
+	g.mu.Unlock()
+	if g.onRequest != nil {
+		g.onRequest()
+	}
+	return frame, nil
 }
 
 // reply answers a refused request with Rerror.
 func (g *guard) reply(tag uint16, msg string) {
-	f := &plan9.Fcall{Type: plan9.Rerror, Tag: tag, Ename: "ns: " + msg}
+	f := &plan9.Fcall{Type: plan9.Rerror, Tag: tag, Ename: msg}
 	b, err := f.Bytes()
 	if err != nil {
 		return
@@ -132,16 +206,25 @@ func (g *guard) reply(tag uint16, msg string) {
 	g.conn.Write(b)
 }
 
-// Write sends one reply from srv9p.
+// Write sends one reply from srv9p. The request stops counting against
+// the limit before its reply goes out: a client may send its next request
+// the moment it reads this reply, and must find the place free. It stops
+// counting under wmu, so that once nothing counts, every reply that did
+// is ahead of any later one on the wire. Shutdown still waits for the
+// bytes, which count as being written until they are.
 func (g *guard) Write(p []byte) (int, error) {
 	g.wmu.Lock()
-	n, err := g.conn.Write(p)
-	g.wmu.Unlock()
 	g.mu.Lock()
 	if g.outstanding > 0 {
 		g.outstanding--
 	}
-	if g.outstanding == 0 && g.idle != nil {
+	g.writing++
+	g.mu.Unlock()
+	n, err := g.conn.Write(p)
+	g.wmu.Unlock()
+	g.mu.Lock()
+	g.writing--
+	if g.outstanding == 0 && g.writing == 0 && g.idle != nil {
 		close(g.idle)
 		g.idle = nil
 	}
@@ -151,7 +234,8 @@ func (g *guard) Write(p []byte) (int, error) {
 
 func (g *guard) Close() error { return g.conn.Close() }
 
-// pending returns the number of requests admitted and not yet answered.
+// pending returns the number of requests admitted whose reply has not
+// begun to be written: a client that has read every reply sees 0.
 func (g *guard) pending() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -169,7 +253,7 @@ func (g *guard) msizeNow() uint32 {
 // reply written), the connection has ended, or timeout passes.
 func (g *guard) waitAnswered(timeout time.Duration, ended <-chan struct{}) {
 	g.mu.Lock()
-	if g.outstanding == 0 {
+	if g.outstanding == 0 && g.writing == 0 {
 		g.mu.Unlock()
 		return
 	}

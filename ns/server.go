@@ -2,11 +2,14 @@ package ns
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -14,11 +17,23 @@ import (
 )
 
 // Defaults for the Server limits.
+//
+// The connection caps leave room for what each kind of peer runs at
+// once (a 9pfuse mount and a few ollie commands; a tool call of every
+// agent that uses the namespace) while bounding what a peer can make the
+// server hold: each connection costs a 64 KiB read buffer, a frame of up
+// to msize and its fids. Remote peers only read what is world-readable,
+// so they get fewer.
 const (
-	DefaultMaxMsize    = 256<<10 + plan9.IOHDRSZ
-	MinMsize           = 256
-	DefaultMaxFids     = 4096
-	DefaultMaxRequests = 128
+	DefaultMaxMsize          = 256<<10 + plan9.IOHDRSZ
+	MinMsize                 = 256
+	DefaultMaxFids           = 4096
+	DefaultMaxRequests       = 128
+	DefaultMaxOwnerConns     = 64
+	DefaultMaxSandboxedConns = 64
+	DefaultMaxRemoteConns    = 16
+	DefaultMaxKindFids       = 16384
+	DefaultFrameTimeout      = 30 * time.Second
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -48,6 +63,29 @@ type Server struct {
 	MaxFids     int    // fids per connection (DefaultMaxFids)
 	MaxRequests int    // outstanding requests per connection (DefaultMaxRequests)
 
+	// Connections served at once, for each kind of peer apart, so that
+	// tools holding all theirs leave the owner's clients room. One past
+	// the cap has its first message answered with an Rerror saying so,
+	// then is closed.
+	MaxOwnerConns     int // DefaultMaxOwnerConns
+	MaxSandboxedConns int // DefaultMaxSandboxedConns
+	MaxRemoteConns    int // DefaultMaxRemoteConns
+
+	// MaxKindFids caps the fids held at once by all connections of one
+	// kind of peer (DefaultMaxKindFids), besides MaxFids for each: a fid
+	// costs about 1 KiB, and connections are many. Each kind has its own
+	// budget for the same reason as its own connections, so the server
+	// holds at most three times this.
+	MaxKindFids int
+
+	// FrameTimeout bounds the time from the first byte of a message to
+	// its last (DefaultFrameTimeout); past it the connection is closed.
+	// Between messages a connection may stay idle as long as it likes.
+	// It applies only where the transport has SetReadDeadline (a
+	// net.Conn: every connection Serve and ServeUnix accept); on other
+	// transports a frame has no deadline.
+	FrameTimeout time.Duration
+
 	// InGroup reports whether user belongs to group. Nil means no user
 	// belongs to any group.
 	InGroup func(user, group string) bool
@@ -75,6 +113,34 @@ type Server struct {
 	conns     map[*conn]struct{}
 	wg        sync.WaitGroup // connections being served
 	started   time.Time
+
+	kindConns [numKinds]int          // connections served, by peer kind; under mu
+	kindFids  [numKinds]atomic.Int64 // fids held, by peer kind
+	refusals  [numKinds]refusalLog   // connections refused, by peer kind; under mu
+}
+
+// numKinds is the number of PeerKinds, which count up from Remote.
+const numKinds = Owner + 1
+
+// refusalLog rate-limits the log of refused connections: a peer that
+// retries in a loop must not fill the log.
+type refusalLog struct {
+	last       time.Time
+	suppressed int
+}
+
+// refusalLogEvery is how often refused connections of one kind are logged.
+const refusalLogEvery = 10 * time.Second
+
+// A LimitError reports a request or connection refused because a limit
+// was reached. Clients see its text in an Rerror.
+type LimitError struct {
+	What  string // what there are too many of: "fids", "sandboxed connections"
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("ns: too many %s (limit %d)", e.What, e.Limit)
 }
 
 func (s *Server) init() {
@@ -92,6 +158,21 @@ func (s *Server) init() {
 		}
 		if s.MaxRequests == 0 {
 			s.MaxRequests = DefaultMaxRequests
+		}
+		if s.MaxOwnerConns <= 0 {
+			s.MaxOwnerConns = DefaultMaxOwnerConns
+		}
+		if s.MaxSandboxedConns <= 0 {
+			s.MaxSandboxedConns = DefaultMaxSandboxedConns
+		}
+		if s.MaxRemoteConns <= 0 {
+			s.MaxRemoteConns = DefaultMaxRemoteConns
+		}
+		if s.MaxKindFids <= 0 {
+			s.MaxKindFids = DefaultMaxKindFids
+		}
+		if s.FrameTimeout <= 0 {
+			s.FrameTimeout = DefaultFrameTimeout
 		}
 		if s.Log == nil {
 			s.Log = slog.Default()
@@ -184,17 +265,39 @@ func (s *Server) isClosed() bool {
 
 // ServeConn serves one 9P conversation on rwc until it ends, then closes
 // rwc. peer is what the transport proved about the client (see Server).
+// It returns nil once the conversation ends, ErrServerClosed after
+// Shutdown, and a *LimitError if peer's kind already has all the
+// connections it may.
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	s.init()
+	if peer.Kind < 0 || peer.Kind >= numKinds {
+		peer.Kind = Remote // what principalFor makes of a kind it does not know
+	}
+	kind := peer.Kind
 	c := &conn{srv: s, peer: peer, rwc: rwc, ended: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancelCause(s.ctx)
 	c.guard = newGuard(rwc, s.MaxMsize, MinMsize, s.MaxRequests)
+	c.guard.refused = c.refused
+	if d, ok := rwc.(readDeadliner); ok {
+		c.guard.deadline, c.guard.frameTimeout = d, s.FrameTimeout
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		rwc.Close()
 		return ErrServerClosed
 	}
+	if limit := s.maxConns(kind); s.kindConns[kind] >= limit {
+		err := &LimitError{What: kind.String() + " connections", Limit: limit}
+		logIt, unlogged := s.refusals[kind].note(time.Now())
+		s.mu.Unlock()
+		if logIt {
+			s.Log.Warn("ns: refused connection", "err", err, "peer", kind.String(), "pid", peer.PID, "uid", peer.UID, "unlogged", unlogged)
+		}
+		s.refuse(rwc, err)
+		return err
+	}
+	s.kindConns[kind]++
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 
@@ -206,8 +309,63 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.kindConns[kind]--
 	s.mu.Unlock()
 	return nil
+}
+
+func (s *Server) maxConns(k PeerKind) int {
+	switch k {
+	case Owner:
+		return s.MaxOwnerConns
+	case Sandboxed:
+		return s.MaxSandboxedConns
+	}
+	return s.MaxRemoteConns
+}
+
+// note counts a refused connection and reports whether to log it: the
+// first, and then one every refusalLogEvery, with how many went unlogged
+// since the last.
+func (r *refusalLog) note(now time.Time) (logIt bool, unlogged int) {
+	if !r.last.IsZero() && now.Sub(r.last) < refusalLogEvery {
+		r.suppressed++
+		return false, 0
+	}
+	unlogged = r.suppressed
+	r.last, r.suppressed = now, 0
+	return true, unlogged
+}
+
+// refuseTimeout bounds how long a refused connection may take to send
+// the message its refusal answers.
+const refuseTimeout = time.Second
+
+// refuse answers the first message on rwc with err and closes it, so that
+// the client reads why rather than a bare EOF. Reading that message first
+// keeps the order a client expects (it writes Tversion, then reads), and
+// closing with it unread could reset the connection before the client
+// reads the answer.
+func (s *Server) refuse(rwc io.ReadWriteCloser, err error) {
+	defer rwc.Close()
+	if d, ok := rwc.(interface{ SetDeadline(time.Time) error }); ok {
+		d.SetDeadline(time.Now().Add(min(refuseTimeout, s.FrameTimeout)))
+	}
+	var hdr [7]byte
+	if _, err := io.ReadFull(rwc, hdr[:]); err != nil {
+		return
+	}
+	size := binary.LittleEndian.Uint32(hdr[:4])
+	if size < 7 || size > MinMsize<<4 {
+		return
+	}
+	if _, err := io.CopyN(io.Discard, rwc, int64(size-7)); err != nil {
+		return
+	}
+	f := &plan9.Fcall{Type: plan9.Rerror, Tag: binary.LittleEndian.Uint16(hdr[5:7]), Ename: err.Error()}
+	if b, err := f.Bytes(); err == nil {
+		rwc.Write(b)
+	}
 }
 
 // Shutdown closes the listeners, interrupts blocked requests, waits for
