@@ -728,28 +728,30 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if !ok {
 			return nil, fmt.Errorf("%s: this agent has no tools to change", c.Path())
 		}
-		var list []string
-		if verb == "tool_load" {
-			if e.limit != nil && !slices.Contains(e.limit, arg) {
-				return nil, fmt.Errorf("%s: tool_load: %s is not among the tools of the agent that made this one (%s), and an agent never outgrows its maker", c.Path(), arg, strings.Join(e.limit, ", "))
-			}
-			list, err = n.tools.load(ctx, s.ID, child, at, arg)
-		} else {
-			have, err := at.names(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(have, arg) {
-				return nil, fmt.Errorf("%s: tool_unload: %s is not among this agent's tools (%s)", c.Path(), arg, strings.Join(have, ", "))
-			}
-			list, err = at.set(ctx, arg, false)
-		}
+		have, err := at.names(ctx)
 		if err != nil {
 			return nil, err
 		}
+		add := verb == "tool_load"
+		switch {
+		case add && e.limit != nil && !slices.Contains(e.limit, arg):
+			return nil, fmt.Errorf("%s: tool_load: %s is not among the tools of the agent that made this one (%s), and an agent never outgrows its maker", c.Path(), arg, strings.Join(e.limit, ", "))
+		case add:
+			if err := n.tools.load(ctx, s.ID, child, arg); err != nil {
+				return nil, err
+			}
+		case !slices.Contains(have, arg):
+			return nil, fmt.Errorf("%s: tool_unload: %s is not among this agent's tools (%s)", c.Path(), arg, strings.Join(have, ", "))
+		}
+		list, err := at.next(ctx, arg, add)
+		if err != nil {
+			return nil, err
+		}
+		// Recorded before it takes effect, as every change.
 		if err := n.logs.record(e.session, "agent.tools", map[string]any{"agent": e.ID(), "tools": list}); err != nil {
 			return nil, err
 		}
+		at.use(list)
 		return []byte(strings.Join(list, "\n") + "\n"), nil
 	case "stop":
 		if !e.Interrupt(agent.ErrStopped) {
@@ -1093,11 +1095,22 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 		return err
 	}
 	tools := n.tools.forAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd})
+	// Recorded before it takes effect; a switch the agent refuses (it is
+	// busy) is recorded back, so that a restart brings back what ran.
+	e.mu.Lock()
+	old := e.profile
+	e.mu.Unlock()
+	if err := n.logs.record(e.session, "agent.profile", map[string]string{"agent": e.ID(), "profile": name}); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
 	if err := e.Reconfigure(system, agent.NewHooks(prof, env), tools, prof.MaxSteps); err != nil {
+		if rerr := n.logs.record(e.session, "agent.profile", map[string]string{"agent": e.ID(), "profile": old}); rerr != nil {
+			n.log.Error("olliesrv: a refused profile switch could not be recorded back", "agent", e.ID(), "err", rerr)
+		}
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
 	e.mu.Lock()
 	e.profile = name
 	e.mu.Unlock()
-	return n.logs.record(e.session, "agent.profile", map[string]string{"agent": e.ID(), "profile": name})
+	return nil
 }

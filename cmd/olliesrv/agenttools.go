@@ -54,18 +54,14 @@ func (a *agentTools) names(ctx context.Context) ([]string, error) {
 	return list, nil
 }
 
-// set adds a tool to the agent's list or removes it, and returns the list.
-// The first change turns the shared tools into the agent's own list, so
-// that no other agent is affected.
-func (a *agentTools) set(ctx context.Context, name string, add bool) ([]string, error) {
+// next returns the agent's list with a tool added or removed, without
+// changing it: the caller records the list first, then uses it. The first
+// change turns the shared tools into the agent's own list, so that no
+// other agent is affected.
+func (a *agentTools) next(ctx context.Context, name string, add bool) ([]string, error) {
 	list, err := a.names(ctx)
 	if err != nil {
 		return nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.allowed != nil {
-		list = slices.Clone(a.allowed)
 	}
 	i := slices.Index(list, name)
 	switch {
@@ -74,8 +70,14 @@ func (a *agentTools) set(ctx context.Context, name string, add bool) ([]string, 
 	case !add && i >= 0:
 		list = slices.Delete(list, i, i+1)
 	}
-	a.allowed = list
-	return slices.Clone(list), nil
+	return list, nil
+}
+
+// use makes list the agent's tools.
+func (a *agentTools) use(list []string) {
+	a.mu.Lock()
+	a.allowed = slices.Clone(list)
+	a.mu.Unlock()
 }
 
 func (a *agentTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) {
@@ -134,20 +136,20 @@ func (ts *toolServers) forAgent(ctx context.Context, session string, child *tool
 	return a
 }
 
-// load adds a tool to one agent's list, loading it into the session's
-// toolsrv, for that agent alone, when the session does not have it.
-func (ts *toolServers) load(ctx context.Context, session string, child *toolsrv.Child, a *agentTools, name string) ([]string, error) {
+// load loads a tool into the session's toolsrv, for one agent alone, when
+// the session does not have it.
+func (ts *toolServers) load(ctx context.Context, session string, child *toolsrv.Child, name string) error {
 	all, err := child.Decls(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !slices.ContainsFunc(all, func(d toolsrv.FunctionDecl) bool { return d.Name == name }) {
 		if _, err := child.RdWr(ctx, "ctl", []byte("load "+name)); err != nil {
-			return nil, err
+			return err
 		}
 		ts.markPrivate(session, name)
 	}
-	return a.set(ctx, name, true)
+	return nil
 }
 
 func (ts *toolServers) markPrivate(session, name string) {

@@ -127,7 +127,10 @@ func durableDaemon(t *testing.T, state string, be backend.Backend) (*daemon, *cl
 func TestDiskFull(t *testing.T) {
 	state := tinyDisk(t)
 	data, _ := filepath.Abs("../../data")
-	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "probe.meta"), []byte(`{"description": "A tool to load and unload."}`), 0644)
+	os.WriteFile(filepath.Join(tools, "probe"), []byte("#!/bin/sh\necho probe\n"), 0755)
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
 	t.Setenv("OLLIE_DATA", data)
 	be := &twoStep{}
 	d, fs := durableDaemon(t, state, be)
@@ -169,6 +172,16 @@ func TestDiskFull(t *testing.T) {
 	refused("switching the model", err)
 	if cfg := readFile(t, fs, "session/full/agent/a/cfg"); strings.Contains(cfg, `"model": "m"`) {
 		t.Errorf("a model switch that was not written took effect: %s", cfg)
+	}
+	_, err = rdwr(fs, "session/full/agent/a/ctl", "tool_unload probe")
+	refused("unloading a tool", err)
+	if got, _ := rdwr(fs, "session/full/agent/a/ctl", "tools"); !strings.Contains(got, "probe\t") {
+		t.Errorf("a tool_unload that was not written took effect: %q", got)
+	}
+	_, err = rdwr(fs, "session/full/agent/a/ctl", "agent coding")
+	refused("switching the profile", err)
+	if got, _ := rdwr(fs, "session/full/agent/a/ctl", "agent"); got != "default\n" {
+		t.Errorf("a profile switch that was not written took effect: %q", got)
 	}
 	_, err = rdwr(fs, "session/full/agent/a/ctl", "inject remember this")
 	refused("injecting", err)
