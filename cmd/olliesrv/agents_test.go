@@ -512,3 +512,87 @@ func TestBackgroundCall(t *testing.T) {
 func sid0(t *testing.T, fs *client.Fsys) string {
 	return strings.TrimSpace(readFile(t, fs, "session/s/id"))
 }
+
+// TestRefusedRequests checks the smaller holes of issue 10: names that
+// are files beside the sessions or agents, and agent controls that used
+// to succeed silently or to widen an agent from its own tool.
+func TestRefusedRequests(t *testing.T) {
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\ncat\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+	d, fs := modelDaemon(t, &twoStep{})
+	cwd := t.TempDir()
+	if _, err := rdwr(fs, "session/new", "name=s cwd="+cwd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdwr(fs, "session/s/agent/new", "name=a profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(readFile(t, fs, "session/s/agent/a/id"))
+	self := attachAgent(t, d, id)
+
+	for _, c := range []struct {
+		fs        *client.Fsys
+		op        string // rdwr or write
+		file, req string
+		want      string // in the error
+	}{
+		{fs, "rdwr", "session/new", "name=new", "name of a file beside the sessions"},
+		{fs, "rdwr", "session/new", "name=idx", "name of a file beside the sessions"},
+		{fs, "write", "session/s/name", "new", "invalid"},
+		{fs, "write", "session/s/name", "idx", "invalid"},
+		{fs, "rdwr", "session/s/agent/new", "name=new", "name of a file beside the agents"},
+		{fs, "rdwr", "session/s/agent/new", "name=idx", "name of a file beside the agents"},
+		{fs, "write", "session/s/agent/a/name", "idx", "invalid name"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "name new", "invalid name"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "cwd /", "cwd cannot change"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "backend other", "backend cannot change"},
+		{fs, "write", "session/s/agent/a/cfg", "cwd=/", "cannot change while the agent lives"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "tool_unload nosuch", "nosuch is not among this agent's tools"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "stop extra", `stop takes no argument, got "extra"`},
+		{fs, "rdwr", "session/s/agent/a/ctl", "tools echo", "tools takes no argument"},
+		{fs, "rdwr", "session/s/agent/a/ctl", "model nosuch", `backend twostep has no model "nosuch" (it has m`},
+		{fs, "write", "session/s/agent/a/cfg", "model=nosuch", `has no model "nosuch"`},
+		{self, "rdwr", "session/s/agent/a/ctl", "agent coding", "only olliesrv's own user may switch an agent's profile"},
+	} {
+		var err error
+		if c.op == "rdwr" {
+			_, err = rdwr(c.fs, c.file, c.req)
+		} else {
+			err = writeFile(c.fs, c.file, c.req)
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %q: %v, want an error saying %q", c.file, c.req, err, c.want)
+		}
+	}
+
+	// Nothing changed, and what is allowed still works.
+	if got := readFile(t, fs, "session/idx"); strings.Count(got, "\n") != 1 {
+		t.Errorf("session/idx = %q", got)
+	}
+	if got := readFile(t, fs, "session/s/agent/idx"); strings.Count(got, "\n") != 1 || !strings.Contains(got, "\ta\t") {
+		t.Errorf("agent/idx = %q", got)
+	}
+	var cfg map[string]string
+	if err := json.Unmarshal([]byte(readFile(t, fs, "session/s/agent/a/cfg")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if real, _ := filepath.EvalSymlinks(cwd); cfg["cwd"] != real || cfg["profile"] != "default" || cfg["model"] != "" || cfg["backend"] != "twostep" {
+		t.Errorf("cfg after the refusals: %v", cfg)
+	}
+	if got, err := rdwr(fs, "session/s/agent/a/ctl", "model m"); err != nil || got != "m\n" {
+		t.Errorf("model m: %q %v", got, err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/a/ctl", "stop"); err != nil || got != "idle\n" {
+		t.Errorf("stop: %q %v", got, err)
+	}
+	if got, err := rdwr(self, "session/s/agent/a/ctl", "agent default"); err != nil || got != "default\n" {
+		t.Errorf("an agent's tool naming its own profile: %q %v", got, err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/a/ctl", "agent coding"); err != nil || got != "coding\n" {
+		t.Errorf("the admin switching the profile: %q %v", got, err)
+	}
+}
