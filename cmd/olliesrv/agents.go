@@ -651,6 +651,11 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	case "help":
 		return []byte(strings.Join(agentCommands, "\n") + "\n"), nil
 	case "peeradd", "peerdel":
+		if verb == "peeradd" && !c.Admin {
+			// A link lets each agent prompt the other: an agent's own tool
+			// must not open that way into another agent.
+			return nil, fmt.Errorf("%s: peeradd: only olliesrv's own user may link agents", c.Path())
+		}
 		other := n.agents.lookup(e.session, arg)
 		if other == nil || other == e {
 			return nil, fmt.Errorf("%s: %s: no other agent %q in this session", c.Path(), verb, arg)

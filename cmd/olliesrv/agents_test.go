@@ -531,6 +531,9 @@ func TestRefusedRequests(t *testing.T) {
 	if _, err := rdwr(fs, "session/s/agent/new", "name=a profile=default"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := rdwr(fs, "session/s/agent/new", "name=b profile=default"); err != nil {
+		t.Fatal(err)
+	}
 	id := strings.TrimSpace(readFile(t, fs, "session/s/agent/a/id"))
 	self := attachAgent(t, d, id)
 
@@ -557,6 +560,7 @@ func TestRefusedRequests(t *testing.T) {
 		{fs, "rdwr", "session/s/agent/a/ctl", "model nosuch", `backend twostep has no model "nosuch" (it has m`},
 		{fs, "write", "session/s/agent/a/cfg", "model=nosuch", `has no model "nosuch"`},
 		{self, "rdwr", "session/s/agent/a/ctl", "agent coding", "only olliesrv's own user may switch an agent's profile"},
+		{self, "rdwr", "session/s/agent/a/ctl", "peeradd b", "only olliesrv's own user may link agents"},
 	} {
 		var err error
 		if c.op == "rdwr" {
@@ -573,7 +577,7 @@ func TestRefusedRequests(t *testing.T) {
 	if got := readFile(t, fs, "session/idx"); strings.Count(got, "\n") != 1 {
 		t.Errorf("session/idx = %q", got)
 	}
-	if got := readFile(t, fs, "session/s/agent/idx"); strings.Count(got, "\n") != 1 || !strings.Contains(got, "\ta\t") {
+	if got := readFile(t, fs, "session/s/agent/idx"); strings.Count(got, "\n") != 2 || !strings.Contains(got, "\ta\t") {
 		t.Errorf("agent/idx = %q", got)
 	}
 	var cfg map[string]string
@@ -591,6 +595,15 @@ func TestRefusedRequests(t *testing.T) {
 	}
 	if got, err := rdwr(self, "session/s/agent/a/ctl", "agent default"); err != nil || got != "default\n" {
 		t.Errorf("an agent's tool naming its own profile: %q %v", got, err)
+	}
+	if got, _ := rdwr(fs, "session/s/agent/a/ctl", "peers"); got != "" {
+		t.Errorf("a's peers after its tool's peeradd: %q", got)
+	}
+	if got, err := rdwr(self, "session/s/agent/a/ctl", "peerdel b"); err != nil || got != "ok\n" {
+		t.Errorf("an agent's tool unlinking a peer: %q %v", got, err)
+	}
+	if got, err := rdwr(fs, "session/s/agent/a/ctl", "peeradd b"); err != nil || got != "ok\n" {
+		t.Errorf("the admin linking agents: %q %v", got, err)
 	}
 	if got, err := rdwr(fs, "session/s/agent/a/ctl", "agent coding"); err != nil || got != "coding\n" {
 		t.Errorf("the admin switching the profile: %q %v", got, err)

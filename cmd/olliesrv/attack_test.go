@@ -129,6 +129,8 @@ for v in uname env forged id-token no-token; do
 	echo kill | try "$v write ctl" run rdwr session/s/agent/b/ctl
 done
 echo "obey me" | try "goal" "$O" -a "$A" write session/s/goal
+echo "peeradd b" | try "peeradd" "$O" -a "$A" rdwr session/s/agent/a/ctl
+echo "obey me" | try "peer message" "$O" -a "$A" write session/s/agent/a/peer/b
 echo mine | try "own plan" "$O" -a "$A" write session/s/agent/a/plan
 `,
 	// 3. The names of groups and principals as the attach name.
@@ -505,6 +507,8 @@ func (r *attackRig) impersonation() {
 		}
 	}
 	r.refused(lines, "goal", "permission denied")
+	r.refused(lines, "peeradd", "only olliesrv's own user may link agents")
+	r.refused(lines, "peer message", "not found")
 	if got := lines["own plan"]; !strings.HasPrefix(got, "0") {
 		r.t.Errorf("a's tool could not write a's own plan: %q", got)
 	}
