@@ -677,9 +677,28 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		sub, pid, _ := strings.Cut(arg, " ")
 		pid = strings.TrimSpace(pid)
+		// The session's toolsrv holds every agent's processes: this agent
+		// sees and controls only its own, as its proc/ directory shows.
+		own := map[string]bool{}
+		for _, p := range e.Procs() {
+			own[p.ID] = true
+		}
+		if sub != "" && sub != "top" && !own[pid] {
+			return nil, fmt.Errorf("%s: proc: no background process %s of agent %s", c.Path(), pid, e.Name())
+		}
 		switch sub {
 		case "", "top":
-			return child.Procs(ctx)
+			all, err := child.Procs(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var b strings.Builder
+			for _, line := range strings.SplitAfter(string(all), "\n") {
+				if id, _, _ := strings.Cut(line, "\t"); own[id] {
+					b.WriteString(line)
+				}
+			}
+			return []byte(b.String()), nil
 		case "out":
 			p, err := child.Poll(ctx, pid, 0)
 			if err != nil {

@@ -498,6 +498,18 @@ func TestBackgroundCall(t *testing.T) {
 	if out, err := rdwr(fs, "session/s/agent/a/ctl", "proc out 1"); err != nil || !strings.HasPrefix(out, "compiling\nerror: missing semicolon\n") {
 		t.Errorf("proc out = %q %v", out, err)
 	}
+	// Another agent of the session sees none of a's processes through its
+	// own ctl, and can neither read nor end them.
+	rdwr(fs, "session/s/agent/new", "name=b")
+	b := attachAgent(t, d, strings.TrimSpace(readFile(t, fs, "session/s/agent/b/id")))
+	if procs, err := rdwr(b, "session/s/agent/b/ctl", "proc"); err != nil || procs != "" {
+		t.Errorf("b's proc = %q %v", procs, err)
+	}
+	for _, req := range []string{"proc out 1", "proc kill 1", "proc dismiss 1"} {
+		if got, err := rdwr(b, "session/s/agent/b/ctl", req); err == nil || !strings.Contains(err.Error(), "no background process 1") {
+			t.Errorf("b's %s: %q %v", req, got, err)
+		}
+	}
 	if got, err := rdwr(fs, "session/s/agent/a/ctl", "proc dismiss 1"); err != nil || got != "ok\n" {
 		t.Errorf("proc dismiss = %q %v", got, err)
 	}
