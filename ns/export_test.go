@@ -30,3 +30,23 @@ func KindFids(s *Server, k PeerKind) int {
 	s.init()
 	return int(s.kindFids[k].Load())
 }
+
+// WaitAnswered waits up to d for every request admitted on s's
+// connections to be answered, and returns how many still are not. It
+// blocks rather than polls, so that a fuzzing run's coverage does not
+// depend on how often a poll ran.
+func WaitAnswered(s *Server, d time.Duration) int {
+	s.init()
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		c.guard.waitAnswered(d, c.ended)
+		n += c.guard.pending()
+	}
+	return n
+}

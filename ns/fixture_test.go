@@ -40,6 +40,7 @@ type world struct {
 	notes    []byte
 	sessions []*session
 	plans    map[string][]byte
+	readers  []string // who read a guarded file, as "file user" (secret, plan/SID)
 }
 
 type session struct{ id, name, owner, group string }
@@ -95,7 +96,7 @@ func newWorld(t testing.TB) *world {
 		ns.WaitFile("wait", 0444, "blocks until the test says", w.wait),
 		&ns.Node{Name: "event", Mode: 0666, Doc: "bus subscription", Subscribe: w.subscribe},
 		&ns.Node{Name: "notes", Mode: 0644, Doc: "owner writes, all read", Read: w.readNotes, Write: w.writeNotes},
-		&ns.Node{Name: "secret", Mode: 0440, Group: "staff", Doc: "owner and staff read", Read: constant("s3cret\n")},
+		&ns.Node{Name: "secret", Mode: 0440, Group: "staff", Doc: "owner and staff read", Read: w.readSecret},
 		&ns.Node{Name: "drop", Mode: 0020, Group: "staff", Doc: "only staff write", Write: w.record},
 		ns.Dir("private", 0700, "owner only",
 			ns.ReadFile("note", 0444, "behind a closed directory", constant("private note\n")),
@@ -240,7 +241,18 @@ func (w *world) sessionName(_ context.Context, c *ns.Call) ([]byte, error) {
 func (w *world) readPlan(_ context.Context, c *ns.Call) ([]byte, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.readers = append(w.readers, "plan/"+c.Key("sid")+" "+c.User)
 	return bytes.Clone(w.plans[c.Key("sid")]), nil
+}
+
+// readSecret records who read the secret: a handler only runs for a
+// principal the mode let through, so a principal here that the mode
+// denies is a hole in the checks.
+func (w *world) readSecret(_ context.Context, c *ns.Call) ([]byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.readers = append(w.readers, "secret "+c.User)
+	return []byte("s3cret\n"), nil
 }
 
 func (w *world) writePlan(_ context.Context, c *ns.Call, data []byte) error {

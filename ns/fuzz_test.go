@@ -2,7 +2,13 @@ package ns_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"io"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,27 +20,36 @@ import (
 
 // FuzzServe feeds arbitrary bytes to one connection as what the client
 // sent, after a valid Tversion and Tattach or without them. Whatever the
-// bytes, the server must neither panic (srv9p runs each request in a
-// goroutine of its own, so a panic there ends the process) nor hang:
-// ServeConn returns once the input ends, and a fresh connection to the
-// same server still works. Seeds are in testdata/fuzz/FuzzServe.
+// bytes, the server must not panic (srv9p runs each request in a
+// goroutine of its own, so a panic there ends the process; one in a
+// handler is logged), nor hang: ServeConn returns once the input ends,
+// every goroutine and fid of the connection is gone after it, and a fresh
+// connection to the same server still works. Seeds are in
+// testdata/fuzz/FuzzServe.
 //
-// CI runs it briefly with
+// The frames go to the server one at a time, each once the ones before
+// are answered or blocked (see fuzzConn), so that one input always takes
+// the same path through the server: with every request racing the next,
+// the fuzzer saw new coverage it could not reproduce and spent its time
+// minimising it.
 //
-//	go test ./ns -run '^$' -fuzz FuzzServe -fuzztime 20s
+// make fuzz runs it briefly with
+//
+//	go test ./ns -run '^$' -fuzz '^FuzzServe$' -fuzztime 10s -fuzzminimizetime 200x
 func FuzzServe(f *testing.F) {
 	prefix := frames(
 		&plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"},
 		&plan9.Fcall{Type: plan9.Tattach, Tag: 1, Fid: 0, Afid: plan9.NOFID, Uname: ""},
 	)
 	f.Fuzz(func(t *testing.T, withPrefix bool, data []byte) {
+		before := runtime.NumGoroutine()
 		w := newWorld(t)
-		srv := newServer(w)
-		var chunks [][]byte
+		srv, lb := newFuzzServer(w)
+		in := data
 		if withPrefix {
-			chunks = append(chunks, prefix)
+			in = append(bytes.Clone(prefix), data...)
 		}
-		conn := &fuzzConn{srv: srv, chunks: append(chunks, data)}
+		conn := &fuzzConn{t: t, srv: srv, frames: splitFrames(in)}
 		done := make(chan error, 1)
 		go func() { done <- srv.ServeConn(conn, ns.Peer{Kind: ns.Owner, UID: -1}) }()
 		select {
@@ -42,11 +57,65 @@ func FuzzServe(f *testing.F) {
 		case <-time.After(timeout):
 			t.Fatalf("ServeConn did not return within %v of the input's end", timeout)
 		}
-		fs := mountPipe(t, srv, "glenda")
-		if got := readFile(t, fs, "hello"); got != "hello, world\n" {
-			t.Fatalf("a fresh connection read %q", got)
+
+		r, end := fuzzDial(t, srv, ns.Peer{Kind: ns.Remote, UID: -1})
+		r.start(8192, "glenda")
+		r.open(1, plan9.OREAD, "hello")
+		if f := r.ok(&plan9.Fcall{Type: plan9.Tread, Tag: 1, Fid: 1, Count: 100}); string(f.Data) != "hello, world\n" {
+			t.Fatalf("a fresh connection read %q", f.Data)
 		}
+		end()
+		checkDrained(t, srv, lb, before)
 	})
+}
+
+// newFuzzServer returns a server of w's tree whose log is kept, to look
+// for handler panics in.
+func newFuzzServer(w *world) (*ns.Server, *logBuf) {
+	srv := newServer(w)
+	return srv, captureLog(srv)
+}
+
+// fuzzDial serves one connection of peer over net.Pipe; end closes it and
+// waits for the server to be done with it.
+func fuzzDial(t *testing.T, srv *ns.Server, peer ns.Peer) (r *rawConn, end func()) {
+	a, b := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeConn(a, peer) }()
+	r = newRaw(t, b)
+	return r, func() {
+		b.Close()
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			t.Fatalf("ServeConn did not return after the client closed")
+		}
+	}
+}
+
+// checkDrained fails unless, once every connection has ended, the server
+// holds nothing for them: no connection, no fid, no goroutine beyond
+// those running before the exec, and no handler panicked.
+func checkDrained(t *testing.T, srv *ns.Server, lb *logBuf, goroutines int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		fids := ns.KindFids(srv, ns.Owner) + ns.KindFids(srv, ns.Sandboxed) + ns.KindFids(srv, ns.Remote)
+		n := runtime.NumGoroutine()
+		if srv.Conns() == 0 && fids == 0 && n <= goroutines {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("after every connection ended: %d connections, %d fids, %d goroutines (%d before):\n%s",
+				srv.Conns(), fids, n, goroutines, buf)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if lines := lb.lines("handler panic"); len(lines) > 0 {
+		t.Fatalf("a handler panicked:\n%s", strings.Join(lines, "\n"))
+	}
 }
 
 // frames encodes fcalls as a client would send them.
@@ -62,46 +131,558 @@ func frames(fs ...*plan9.Fcall) []byte {
 	return b
 }
 
-// fuzzConn is a connection whose client sends chunks and then hangs up.
-// Before each later chunk, and before hanging up, it gives the server a
-// moment to answer what it has, so that requests reach their handlers
-// rather than all finding the connection closed.
+// splitFrames cuts b where its size fields say messages end. What cannot
+// be a whole message (a short or absurd size) goes as one last piece.
+func splitFrames(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return append(out, b)
+		}
+		size := binary.LittleEndian.Uint32(b)
+		if size < 4 || uint64(size) > uint64(len(b)) {
+			return append(out, b)
+		}
+		out = append(out, b[:size])
+		b = b[size:]
+	}
+	return out
+}
+
+// fuzzConn is a connection whose client sends frames and then hangs up.
+// Before each frame, and before hanging up, it waits until the server has
+// answered every request so far or is blocked on it, the way a client
+// waits for replies; so the same input always reaches the same handlers
+// in the same order, and blocked reads are still blocked when the next
+// request (a flush, a write to the same fid) or the hang-up comes.
 type fuzzConn struct {
+	t      *testing.T
 	srv    *ns.Server
-	chunks [][]byte
-	cur    *bytes.Reader
-	mu     sync.Mutex
-	wrote  int
+	frames [][]byte
+	cur    []byte
 }
 
 func (c *fuzzConn) Read(p []byte) (int, error) {
-	for c.cur == nil || c.cur.Len() == 0 {
-		if c.cur != nil {
-			c.settle()
-		}
-		if len(c.chunks) == 0 {
+	if len(c.cur) == 0 {
+		c.settle()
+		if len(c.frames) == 0 {
 			return 0, io.EOF
 		}
-		c.cur = bytes.NewReader(c.chunks[0])
-		c.chunks = c.chunks[1:]
+		c.cur, c.frames = c.frames[0], c.frames[1:]
 	}
-	return c.cur.Read(p)
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
 }
 
-// settle waits a little for the requests sent so far to be answered.
-// Blocked reads never are, until the connection ends.
+// settle waits until every request admitted is answered or parked in a
+// handler. It waits on the server rather than polling it: the fuzzer
+// counts how often each branch runs, and a poll loop's count would differ
+// from one run of an input to the next, making inputs look new that are
+// not.
 func (c *fuzzConn) settle() {
-	deadline := time.Now().Add(20 * time.Millisecond)
-	for ns.Pending(c.srv) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Microsecond)
+	deadline := time.Now().Add(timeout)
+	for {
+		n := ns.WaitAnswered(c.srv, time.Millisecond)
+		if n == 0 || n <= parkedRequests() {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%d requests neither answered nor blocked after %v", n, timeout)
+		}
 	}
 }
 
-func (c *fuzzConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.wrote += len(p)
-	return len(p), nil
+func (c *fuzzConn) Write(p []byte) (int, error) { return len(p), nil }
+func (c *fuzzConn) Close() error                { return nil }
+
+var stackBuf struct {
+	sync.Mutex
+	b []byte
 }
 
-func (c *fuzzConn) Close() error { return nil }
+// parkedRequests counts the goroutines serving a 9P request that are
+// blocked on a channel: waiting for data, an event or the fid's lock,
+// until the request is flushed or its connection ends. The runtime tells
+// a parked goroutine from one merely not yet run, which no timeout can.
+func parkedRequests() int {
+	stackBuf.Lock()
+	defer stackBuf.Unlock()
+	if stackBuf.b == nil {
+		stackBuf.b = make([]byte, 64<<10)
+	}
+	var all []byte
+	for {
+		n := runtime.Stack(stackBuf.b, true)
+		if n < len(stackBuf.b) {
+			all = stackBuf.b[:n]
+			break
+		}
+		stackBuf.b = make([]byte, 2*len(stackBuf.b))
+	}
+	parked := 0
+	for _, g := range bytes.Split(all, []byte("\n\n")) {
+		hdr, _, _ := bytes.Cut(g, []byte("\n"))
+		_, state, _ := bytes.Cut(hdr, []byte("["))
+		state, _, _ = bytes.Cut(state, []byte("]"))
+		state, _, _ = bytes.Cut(state, []byte(","))
+		switch string(state) {
+		case "select", "select (no cases)", "chan receive", "chan send":
+			if bytes.Contains(g, []byte("srv9p.(*conn).serveRequest")) {
+				parked++
+			}
+		}
+	}
+	return parked
+}
+
+// FuzzPrincipals runs programs of 9P operations in which who attaches
+// changes from one attach to the next and from one connection to the
+// next: the input picks each connection's peer kind and, for each
+// Tattach, the user name and a capability that proves it, proves someone
+// else, or is missing. An oracle written from the trust rules in
+// docs/architecture.md says who each attach must be, and the program
+// fails if the server disagrees (whoami), lets a principal walk, open or
+// wstat what the mode denies it, lets none change anything, runs the
+// secret's or a plan's handler for a principal the mode denies, or
+// leaves a goroutine or fid behind once its connections end.
+//
+// make fuzz runs it briefly with
+//
+//	go test ./ns -run '^$' -fuzz '^FuzzPrincipals$' -fuzztime 10s -fuzzminimizetime 200x
+func FuzzPrincipals(f *testing.F) {
+	// The first connection's peer kind, then ops: each a byte, then its
+	// arguments (see principalProgram.run).
+	f.Add([]byte{
+		byte(ns.Sandboxed),
+		opAttach, 0, 1, capOwn, // alice, proved
+		opWalk, 0, 1, 11, // secret
+		opOpen, 1, plan9.OREAD,
+		opRead, 1,
+		opAttach, 2, 2, capOwn, // bob, proved
+		opWalk, 2, 3, 11,
+		opOpen, 3, plan9.OREAD,
+		opAttach, 4, 1, capOther, // alice with bob's key: none
+		opWalk, 4, 5, 10, // notes
+		opOpen, 5, plan9.OWRITE,
+		opWrite, 5, 0,
+	})
+	f.Add([]byte{
+		byte(ns.Remote),
+		opAttach, 0, 0, capOwn, // glenda over TCP: none
+		opWalk, 0, 1, 10,
+		opOpen, 1, plan9.ORDWR,
+		opWstat, 1,
+		opWalk, 0, 2, 5, // ctl: 0222, but none never writes
+		opOpen, 2, plan9.OWRITE,
+		opWrite, 2, 0,
+		opConnect, byte(ns.Owner),
+		opAttach, 0, 5, capNone, // "none" from the owner: admin
+		opWalk, 0, 1, 16, // session/alpha/plan
+		opOpen, 1, plan9.ORDWR,
+		opWrite, 1, 1,
+		opRead, 1,
+	})
+	f.Add([]byte{
+		byte(ns.Sandboxed),
+		opAttach, 0, 4, capOwn, // admin, "proved": none
+		opAttach, 1, 6, capOwn, // staff, proved: no member of staff
+		opWalk, 1, 2, 11,
+		opOpen, 2, plan9.OREAD,
+		opAttach, 3, 2, capOwn, // bob owns beta
+		opWalk, 3, 4, 17,
+		opOpen, 4, plan9.ORDWR,
+		opWrite, 4, 2,
+		opWalk, 0, 5, 17,
+		opOpen, 5, plan9.OWRITE,
+		opClunk, 4,
+		opWalk, 3, 6, 12, // drop: bob is not in staff
+		opOpen, 6, plan9.OWRITE,
+	})
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		before := runtime.NumGoroutine()
+		w := newWorld(t)
+		srv, lb := newFuzzServer(w)
+		p := &principalProgram{t: t, w: w, srv: srv, prog: prog}
+		p.run()
+		checkDrained(t, srv, lb, before)
+		w.mu.Lock()
+		readers := slices.Clone(w.readers)
+		w.mu.Unlock()
+		for _, r := range readers {
+			file, user, _ := strings.Cut(r, " ")
+			o, who := fuzzNodes[file], oracle{user: user, admin: user == ns.Admin}
+			if !who.may(o.owner, o.group, o.mode, plan9.AREAD) {
+				t.Fatalf("%s's handler ran for %s, whom its mode %#o (%s:%s) denies", file, user, o.mode, o.owner, o.group)
+			}
+		}
+	})
+}
+
+// The ops of a principal program.
+const (
+	opConnect = iota // kind: end the connection, start one of this peer kind
+	opAttach         // fid, user, capability
+	opWalk           // fid, newfid, path
+	opOpen           // fid, mode
+	opRead           // fid
+	opWrite          // fid, payload
+	opWstat          // fid: truncate, the one wstat allowed
+	opClunk          // fid
+	numOps
+)
+
+// The capabilities an attach may present as its aname.
+const (
+	capOwn   = iota // key(user): proves user
+	capOther        // another user's key
+	capNone         // no aname
+	capJunk         // not a key at all
+	numCaps
+)
+
+var (
+	fuzzUsers    = []string{"glenda", "alice", "bob", "", ns.Admin, ns.None, "staff", "ollie"}
+	fuzzPayloads = []string{"x", "fail", "*", strings.Repeat("y", 300)}
+
+	// fuzzPaths are walked from a fid; each names a file of the test
+	// tree, whose mode the oracle knows from fuzzNodes.
+	fuzzPaths = []string{
+		"", "hello", "counter", "big", "whoami", "ctl", "calc", "log",
+		"trim", "wait", "notes", "secret", "drop", "private",
+		"private/note", "session", "session/alpha/plan",
+		"session/beta/plan", "session/id-1/name", "session/beta",
+		"event", "..", "nosuch",
+	}
+)
+
+// fuzzNode is what the oracle knows of a file: owner, group and mode.
+type fuzzNode struct {
+	owner, group string
+	mode         plan9.Perm
+}
+
+// fuzzNodes restates the test tree's modes (fixture_test.go); the tree's
+// owner is glenda, its group ollie.
+var fuzzNodes = map[string]fuzzNode{
+	"":                   {"glenda", "ollie", plan9.DMDIR | 0555},
+	"hello":              {"glenda", "ollie", 0444},
+	"counter":            {"glenda", "ollie", 0444},
+	"big":                {"glenda", "ollie", 0444},
+	"whoami":             {"glenda", "ollie", 0444},
+	"ctl":                {"glenda", "ollie", 0222},
+	"calc":               {"glenda", "ollie", 0666},
+	"log":                {"glenda", "ollie", 0444},
+	"trim":               {"glenda", "ollie", 0444},
+	"wait":               {"glenda", "ollie", 0444},
+	"event":              {"glenda", "ollie", 0666},
+	"notes":              {"glenda", "ollie", 0644},
+	"secret":             {"glenda", "staff", 0440},
+	"drop":               {"glenda", "staff", 0020},
+	"private":            {"glenda", "ollie", plan9.DMDIR | 0700},
+	"private/note":       {"glenda", "ollie", 0444},
+	"session":            {"glenda", "ollie", plan9.DMDIR | 0555},
+	"session/alpha":      {"alice", "ollie", plan9.DMDIR | 0555},
+	"session/beta":       {"bob", "staff", plan9.DMDIR | 0555},
+	"session/alpha/plan": {"alice", "ollie", 0600},
+	"session/beta/plan":  {"bob", "staff", 0600},
+	"session/alpha/name": {"alice", "ollie", 0444},
+	"session/beta/name":  {"bob", "staff", 0444},
+	"plan/id-1":          {"alice", "ollie", 0600},
+	"plan/id-2":          {"bob", "staff", 0600},
+}
+
+// canonical names a path of the tree the way fuzzNodes does: session ids
+// become names, ".." and "" are resolved.
+func canonical(path []string) string {
+	var out []string
+	for _, e := range path {
+		switch e {
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		case "id-1":
+			out = append(out, "alpha")
+		case "id-2":
+			out = append(out, "beta")
+		default:
+			out = append(out, e)
+		}
+	}
+	return strings.Join(out, "/")
+}
+
+// oracle is who an attach must be, by the trust rules: the owner's
+// peers are the admin whatever they claim; a sandboxed peer is the user
+// its capability proves, except admin and none, which nothing proves;
+// everyone else is none.
+type oracle struct {
+	user  string
+	admin bool
+}
+
+func oracleFor(kind ns.PeerKind, uname, aname string) oracle {
+	switch kind {
+	case ns.Owner:
+		return oracle{user: ns.Admin, admin: true}
+	case ns.Sandboxed:
+		if uname != "" && uname != ns.Admin && uname != ns.None && aname == key(uname) {
+			return oracle{user: uname}
+		}
+	}
+	return oracle{user: ns.None}
+}
+
+// may is Plan 9's access check: other, then owner, then group bits;
+// group members are only those inGroup names (alice in staff), never a
+// user named like the group; none never writes.
+func (o oracle) may(owner, group string, mode plan9.Perm, want int) bool {
+	if o.admin {
+		return true
+	}
+	if o.user == ns.None && want&plan9.AWRITE != 0 {
+		return false
+	}
+	m := int(mode & 0777)
+	return want&m == want ||
+		o.user == owner && want&(m>>6) == want ||
+		inGroup(o.user, group) && want&(m>>3) == want
+}
+
+type fuzzFid struct {
+	who    oracle
+	path   []string
+	open   bool
+	reads  bool // opened for reading
+	writes bool
+}
+
+// principalProgram interprets a fuzzer's input as ops on connections of
+// the server, checking each outcome against the oracle.
+type principalProgram struct {
+	t    *testing.T
+	w    *world
+	srv  *ns.Server
+	prog []byte
+
+	kind ns.PeerKind
+	r    *rawConn
+	end  func()
+	fids map[uint32]*fuzzFid
+	tag  uint16
+}
+
+func (p *principalProgram) arg(n int) int {
+	if len(p.prog) == 0 {
+		return 0
+	}
+	b := p.prog[0]
+	p.prog = p.prog[1:]
+	return int(b) % n
+}
+
+const maxFuzzOps, maxFuzzConns, fuzzFids = 64, 4, 8
+
+func (p *principalProgram) run() {
+	defer func() {
+		if p.end != nil {
+			p.end()
+		}
+	}()
+	conns := 0
+	op := opConnect // the first byte is the first connection's kind
+	for ops := 0; len(p.prog) > 0 && ops < maxFuzzOps; ops++ {
+		if ops > 0 {
+			op = p.arg(numOps)
+		}
+		switch op {
+		case opConnect:
+			kind := ns.PeerKind(p.arg(3))
+			if conns++; conns > maxFuzzConns {
+				return
+			}
+			if p.end != nil {
+				p.end()
+			}
+			p.kind, p.fids = kind, map[uint32]*fuzzFid{}
+			p.r, p.end = fuzzDial(p.t, p.srv, ns.Peer{Kind: kind, PID: 7, UID: 7})
+			p.r.ok(&plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"})
+		case opAttach:
+			p.attach(uint32(p.arg(fuzzFids)), fuzzUsers[p.arg(len(fuzzUsers))], p.arg(numCaps))
+		case opWalk:
+			p.walk(uint32(p.arg(fuzzFids)), uint32(p.arg(fuzzFids)), fuzzPaths[p.arg(len(fuzzPaths))])
+		case opOpen:
+			p.open(uint32(p.arg(fuzzFids)), uint8(p.arg(256)))
+		case opRead:
+			p.read(uint32(p.arg(fuzzFids)))
+		case opWrite:
+			p.write(uint32(p.arg(fuzzFids)), fuzzPayloads[p.arg(len(fuzzPayloads))])
+		case opWstat:
+			p.wstat(uint32(p.arg(fuzzFids)))
+		case opClunk:
+			fid := uint32(p.arg(fuzzFids))
+			p.rpc(&plan9.Fcall{Type: plan9.Tclunk, Fid: fid})
+			delete(p.fids, fid)
+		}
+	}
+}
+
+func (p *principalProgram) rpc(f *plan9.Fcall) *plan9.Fcall {
+	p.tag = (p.tag + 1) % 1000
+	f.Tag = p.tag
+	return p.r.rpc(f)
+}
+
+// state is everything a write could change in the world.
+func (p *principalProgram) state() string {
+	w := p.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprintf("counter %d writes %q notes %q plans %q", w.counter, w.writes, w.notes, w.plans)
+}
+
+// unchangedByNone runs op and fails if it was done as none and the
+// world changed.
+func (p *principalProgram) unchangedByNone(who oracle, op func()) {
+	if who.user != ns.None {
+		op()
+		return
+	}
+	before := p.state()
+	op()
+	if after := p.state(); after != before {
+		p.t.Fatalf("none changed the world:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+func (p *principalProgram) attach(fid uint32, user string, capa int) {
+	aname := ""
+	switch capa {
+	case capOwn:
+		aname = key(user)
+	case capOther:
+		aname = key(user + "x")
+	case capJunk:
+		aname = "key-"
+	}
+	f := p.rpc(&plan9.Fcall{Type: plan9.Tattach, Fid: fid, Afid: plan9.NOFID, Uname: user, Aname: aname})
+	if f.Type != plan9.Rattach {
+		return
+	}
+	want := oracleFor(p.kind, user, aname)
+	p.fids[fid] = &fuzzFid{who: want}
+	// The server's idea of who this is, as handlers see it.
+	const probe = fuzzFids + 1
+	if f := p.rpc(&plan9.Fcall{Type: plan9.Twalk, Fid: fid, Newfid: probe, Wname: []string{"whoami"}}); f.Type != plan9.Rwalk {
+		p.t.Fatalf("%s attached as %q with aname %q: walk to whoami: %v", p.kind, user, aname, f)
+	}
+	defer p.rpc(&plan9.Fcall{Type: plan9.Tclunk, Fid: probe})
+	if f := p.rpc(&plan9.Fcall{Type: plan9.Topen, Fid: probe, Mode: plan9.OREAD}); f.Type != plan9.Ropen {
+		p.t.Fatalf("open whoami: %v", f)
+	}
+	got := p.rpc(&plan9.Fcall{Type: plan9.Tread, Fid: probe, Count: 100})
+	if w := fmt.Sprintf("%s admin=%v\n", want.user, want.admin); string(got.Data) != w {
+		p.t.Fatalf("%s peer attached as %q with aname %q is %q, want %q", p.kind, user, aname, got.Data, w)
+	}
+}
+
+func (p *principalProgram) walk(fid, newfid uint32, path string) {
+	from := p.fids[fid]
+	var names []string
+	if path != "" {
+		names = strings.Split(path, "/")
+	}
+	f := p.rpc(&plan9.Fcall{Type: plan9.Twalk, Fid: fid, Newfid: newfid, Wname: names})
+	if from == nil || f.Type != plan9.Rwalk || len(f.Wqid) < len(names) {
+		return
+	}
+	// Every directory passed through must let the principal search it.
+	full := append(append([]string(nil), from.path...), names...)
+	for i := range names {
+		dir := canonical(full[:len(from.path)+i])
+		if n, ok := fuzzNodes[dir]; ok && !from.who.may(n.owner, n.group, n.mode, plan9.AEXEC) {
+			p.t.Fatalf("%s walked %q from /%s through /%s, whose mode %#o (%s:%s) denies it search",
+				from.who.user, path, strings.Join(from.path, "/"), dir, n.mode, n.owner, n.group)
+		}
+	}
+	p.fids[newfid] = &fuzzFid{who: from.who, path: full}
+}
+
+func (p *principalProgram) open(fid uint32, mode uint8) {
+	st := p.fids[fid]
+	var f *plan9.Fcall
+	run := func() { f = p.rpc(&plan9.Fcall{Type: plan9.Topen, Fid: fid, Mode: mode}) }
+	if st == nil {
+		run()
+		return
+	}
+	p.unchangedByNone(st.who, run)
+	if f.Type != plan9.Ropen {
+		return
+	}
+	want := 0
+	switch mode & 3 {
+	case plan9.OREAD:
+		want = plan9.AREAD
+	case plan9.OWRITE:
+		want = plan9.AWRITE
+	case plan9.ORDWR:
+		want = plan9.AREAD | plan9.AWRITE
+	case plan9.OEXEC:
+		want = plan9.AEXEC
+	}
+	if mode&plan9.OTRUNC != 0 {
+		want |= plan9.AWRITE
+	}
+	name := canonical(st.path)
+	if n, ok := fuzzNodes[name]; ok && !st.who.may(n.owner, n.group, n.mode, want) {
+		p.t.Fatalf("%s opened /%s with mode %#x, which its mode %#o (%s:%s) denies", st.who.user, name, mode, n.mode, n.owner, n.group)
+	}
+	st.open = true
+	st.reads = want&(plan9.AREAD|plan9.AEXEC) != 0
+	st.writes = want&plan9.AWRITE != 0
+}
+
+// blocking are the files whose reads wait for something this program
+// never does; FuzzServe covers them.
+var blocking = map[string]bool{"log": true, "trim": true, "wait": true, "event": true}
+
+func (p *principalProgram) read(fid uint32) {
+	st := p.fids[fid]
+	if st == nil || !st.open || !st.reads || blocking[canonical(st.path)] {
+		return
+	}
+	p.unchangedByNone(st.who, func() { p.rpc(&plan9.Fcall{Type: plan9.Tread, Fid: fid, Count: 512}) })
+}
+
+func (p *principalProgram) write(fid uint32, data string) {
+	st := p.fids[fid]
+	if st == nil {
+		p.rpc(&plan9.Fcall{Type: plan9.Twrite, Fid: fid, Data: []byte(data)})
+		return
+	}
+	var f *plan9.Fcall
+	p.unchangedByNone(st.who, func() { f = p.rpc(&plan9.Fcall{Type: plan9.Twrite, Fid: fid, Data: []byte(data)}) })
+	if f.Type == plan9.Rwrite && !st.writes {
+		p.t.Fatalf("%s wrote /%s on a fid not opened for writing", st.who.user, canonical(st.path))
+	}
+}
+
+func (p *principalProgram) wstat(fid uint32) {
+	st := p.fids[fid]
+	d := &plan9.Dir{Type: ^uint16(0), Dev: ^uint32(0), Mode: ^plan9.Perm(0), Atime: ^uint32(0), Mtime: ^uint32(0), Length: 0,
+		Qid: plan9.Qid{Path: ^uint64(0), Vers: ^uint32(0), Type: ^uint8(0)}}
+	stat, err := d.Bytes()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	f := p.rpc(&plan9.Fcall{Type: plan9.Twstat, Fid: fid, Stat: stat})
+	if st == nil || f.Type != plan9.Rwstat {
+		return
+	}
+	name := canonical(st.path)
+	if n, ok := fuzzNodes[name]; ok && !st.who.may(n.owner, n.group, n.mode, plan9.AWRITE) {
+		p.t.Fatalf("%s truncated /%s, which its mode %#o (%s:%s) denies it", st.who.user, name, n.mode, n.owner, n.group)
+	}
+}
