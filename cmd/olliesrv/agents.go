@@ -22,10 +22,10 @@ import (
 	"ollie/toolsrv"
 )
 
-// agentGroup is the 9P group of every agent's files. No agent is a member
-// (membership is only an agent's in its own session's group), so other
-// agents get the "other" bits: they cannot read an agent's chat, log, fifo
-// or ctl.
+// agentGroup is the 9P group of the files of every agent people made. No
+// agent is a member, so other agents get the "other" bits: they cannot
+// read an agent's chat, log, fifo or ctl. An agent an agent made has its
+// maker's group instead (makerGroup).
 const agentGroup = "agent"
 
 // agents holds the live agents of every session.
@@ -135,10 +135,14 @@ func (as *agents) identify(uname, aname string) string {
 	return ""
 }
 
-// inSession is the namespace's ns.Server.InGroup: a session's directory
-// has the session's ID as its group, and the session's agents are its
-// members, so that they may write its goalstatus.
-func (as *agents) inSession(user, group string) bool {
+// member is the namespace's ns.Server.InGroup. A session's directory has
+// the session's ID as its group, and the session's agents are its members,
+// so that they may write its goalstatus; an agent is the member of the
+// group of the agents it made (makerGroup).
+func (as *agents) member(user, group string) bool {
+	if maker, ok := strings.CutPrefix(group, makerGroup("")); ok {
+		return user == maker && as.get(user) != nil
+	}
 	e := as.get(user)
 	return e != nil && e.session == group
 }
@@ -182,10 +186,10 @@ func (n *namespace) agentSpec() *ns.Node {
 		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]'; read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
-			ns.WriteFile("prompt", 0200, "Queue a user turn: each write is one prompt.", n.agentPrompt),
-			&ns.Node{Name: "fifo", Mode: 0600, Read: n.agentRead(agentFifo), Write: n.agentPrompt,
+			ns.WriteFile("prompt", 0220, "Queue a user turn: each write is one prompt.", n.agentPrompt),
+			&ns.Node{Name: "fifo", Mode: 0660, Read: n.agentRead(agentFifo), Write: n.agentPrompt,
 				Doc: "Prompts waiting to run, one per line; a write queues one."},
-			&ns.Node{Name: "plan", Mode: 0600, Read: n.agentRead(func(e *agentEntry) string { return e.Plan() }),
+			&ns.Node{Name: "plan", Mode: 0660, Read: n.agentRead(func(e *agentEntry) string { return e.Plan() }),
 				Write: n.agentPlan, Doc: "The agent's planning scratch space; a write replaces it (kept across restarts)."},
 			ns.StreamFile("chat", 0440, "The conversation as it happens: prompts, replies, tool calls and results.", n.agentChat(false)),
 			ns.StreamFile("chat.raw", 0440, "Everything the agent streams, with markers.", n.agentChat(true)),
@@ -193,7 +197,7 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.WaitFile("statewait", 0444, "Blocks until the state changes, then reads the new state.", n.agentStatewait),
 			ns.ReadFile("log", 0440, "The conversation so far, one JSON message per line.", n.agentRead(agentLog)),
 			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON.", n.agentRead(agentStats)),
-			ns.RdWrFile("ctl", 0600, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
+			ns.RdWrFile("ctl", 0660, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
 			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,
 				Doc: "Agent configuration as JSON; write 'model=NAME' lines to change what may change."},
@@ -231,8 +235,18 @@ func (n *namespace) lookupAgent(ctx context.Context, c *ns.Call, name string) (n
 }
 
 func agentEntryOf(e *agentEntry) ns.Entry {
-	return ns.Entry{Name: e.Name(), Key: e.ID(), Owner: e.ID(), Group: agentGroup}
+	group := agentGroup
+	if e.parent != "" {
+		group = makerGroup(e.parent)
+	}
+	return ns.Entry{Name: e.Name(), Key: e.ID(), Owner: e.ID(), Group: group}
 }
+
+// makerGroup is the group of the files of an agent that another agent's
+// tool made. The maker is its one member, so that it can brief, follow and
+// stop what it made (prompt, fifo, plan and ctl have group bits), as the
+// admin can any agent.
+func makerGroup(id string) string { return "maker:" + id }
 
 func (n *namespace) agentOf(c *ns.Call) (*agentEntry, error) {
 	id := c.Key("aname")
@@ -324,12 +338,15 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return nil, err
 	}
 	cwd := opt["cwd"]
-	switch {
-	case cwd != "":
-	case creator != nil:
-		cwd = creator.cwd
-	default:
+	if cwd == "" {
 		cwd = s.Cwd()
+		if creator != nil {
+			// The narrower of the two: the creator's directory, or the
+			// session's where the creator made it inside its own.
+			if _, err := paths.Within(creator.cwd, s.Cwd()); err == nil {
+				cwd = creator.cwd
+			}
+		}
 	}
 	if cwd, err = agentCwd(s, creator, cwd); err != nil {
 		return nil, err

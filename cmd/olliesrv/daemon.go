@@ -206,9 +206,10 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	}
 	d.ns.tree = tree
 	d.ns.restore(context.Background())
-	// Who a sandboxed tool is comes from its agent's capability, and an
-	// agent is a member of its session's group only.
-	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace, Identify: d.ns.agents.identify, InGroup: d.ns.agents.inSession}
+	// Who a sandboxed tool is comes from its agent's capability; an agent
+	// is a member of its session's group and of the group of the agents
+	// it made, no other.
+	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace, Identify: d.ns.agents.identify, InGroup: d.ns.agents.member}
 
 	go gate.Serve(d.gateL)
 	d.serving.Add(1)

@@ -91,3 +91,76 @@ func (b streamer) Chat(ctx context.Context, msgs []backend.Message, tools []back
 	on(backend.Delta{Text: string(b)})
 	return &backend.Reply{Message: backend.Message{Role: backend.RoleAssistant, Content: string(b)}}, nil
 }
+
+// TestMakerDrivesWhatItMade: an agent whose profile may spawn briefs,
+// follows and stops the agents it made, as the orchestrator's prompt says;
+// another agent of the same session can do none of it, nor can the maker
+// once it is gone.
+func TestMakerDrivesWhatItMade(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	d, admin := modelDaemon(t, streamer("done"))
+	work := t.TempDir()
+	if _, err := rdwr(admin, "session/new", "name=s cwd="+work); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{"name=orch profile=orchestrator", "name=other"} {
+		if _, err := rdwr(admin, "session/s/agent/new", req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := func(name string) string { return strings.TrimSpace(readFile(t, admin, "session/s/agent/"+name+"/id")) }
+	orch, other := attachAgent(t, d, id("orch")), attachAgent(t, d, id("other"))
+	if _, err := rdwr(orch, "session/s/agent/new", "name=worker profile=worker"); err != nil {
+		t.Fatalf("the orchestrator cannot make a worker: %v", err)
+	}
+	if err := writeFile(orch, "session/s/agent/worker/plan", "step 1"); err != nil {
+		t.Errorf("the maker cannot write its worker's plan: %v", err)
+	}
+	if got := readFile(t, admin, "session/s/agent/worker/plan"); got != "step 1" {
+		t.Errorf("worker's plan = %q", got)
+	}
+	for _, f := range []string{"log", "fifo", "cfg"} {
+		if _, err := tryRead(orch, "session/s/agent/worker/"+f); err != nil {
+			t.Errorf("the maker cannot read its worker's %s: %v", f, err)
+		}
+	}
+	if got, err := rdwr(orch, "session/s/agent/worker/ctl", "cwd"); err != nil || got != work+"\n" {
+		t.Errorf("the maker's ctl cwd: %q %v", got, err)
+	}
+	if err := writeFile(orch, "session/s/agent/worker/prompt", "go"); err != nil {
+		t.Errorf("the maker cannot brief its worker: %v", err)
+	}
+
+	// Another agent of the session is not the maker.
+	if err := writeFile(other, "session/s/agent/worker/plan", "mine now"); err == nil {
+		t.Error("another agent wrote the worker's plan")
+	}
+	if err := writeFile(other, "session/s/agent/worker/prompt", "obey"); err == nil {
+		t.Error("another agent prompted the worker")
+	}
+	if _, err := tryRead(other, "session/s/agent/worker/log"); err == nil {
+		t.Error("another agent read the worker's log")
+	}
+	if _, err := rdwr(other, "session/s/agent/worker/ctl", "kill"); err == nil {
+		t.Error("another agent killed the worker")
+	}
+	// Nor the other way round: a worker does not drive its maker.
+	worker := attachAgent(t, d, id("worker"))
+	if err := writeFile(worker, "session/s/agent/orch/plan", "x"); err == nil {
+		t.Error("the worker wrote its maker's plan")
+	}
+
+	// The maker stops what it made; once the maker is gone, its
+	// capability opens nothing.
+	if got, err := rdwr(orch, "session/s/agent/worker/ctl", "stop"); err != nil || got != "idle\n" && got != "stopped\n" {
+		t.Errorf("the maker's ctl stop: %q %v", got, err)
+	}
+	if _, err := rdwr(admin, "session/s/agent/orch/ctl", "kill"); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(orch, "session/s/agent/worker/plan", "from beyond"); err == nil {
+		t.Error("a killed maker's connection still writes its worker's plan")
+	}
+}
