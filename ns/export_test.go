@@ -50,3 +50,9 @@ func WaitAnswered(s *Server, d time.Duration) int {
 	}
 	return n
 }
+
+// KindHeld returns the bytes of unanswered requests of peer kind k.
+func KindHeld(s *Server, k PeerKind) int64 {
+	s.init()
+	return s.kindHeld[k].Load()
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"9fans.net/go/plan9"
@@ -25,6 +26,15 @@ type guard struct {
 	minMsize  uint32
 	maxOut    int
 	onRequest func()                      // called for each request let through (for tests and stats)
+
+	// held counts the bytes of unanswered requests of every connection of
+	// this peer kind, against maxHeld; sizes (under mu) holds this
+	// connection's part by tag, and mine their sum.
+	held    *atomic.Int64
+	maxHeld int64
+	kind    PeerKind
+	sizes   map[uint16]int64
+	mine    int64
 	refused   func(what limit, err error) // told of each refusal, to log it
 
 	// deadline, if the transport has one, bounds the rest of a frame to
@@ -60,6 +70,7 @@ const (
 	limitFids
 	limitKindFids
 	limitFrameTime
+	limitHeld
 )
 
 // errFrameTimeout ends a connection that began a frame and did not
@@ -186,6 +197,23 @@ func (g *guard) admit() ([]byte, error) {
 		g.reply(tag, err.Error())
 		return nil, nil
 	}
+	if g.held != nil {
+		if g.held.Add(int64(size)) > g.maxHeld && typ != plan9.Tflush {
+			g.held.Add(-int64(size))
+			g.mu.Unlock()
+			err := &LimitError{What: "bytes of unanswered requests from " + g.kind.String() + " connections", Limit: int(g.maxHeld)}
+			g.refused(limitHeld, err)
+			g.reply(tag, err.Error())
+			return nil, nil
+		}
+		if g.sizes == nil {
+			g.sizes = map[uint16]int64{}
+		}
+		// A tag reused before its answer (a client's mistake) adds up, so
+		// that nothing is released twice or never.
+		g.sizes[tag] += int64(size)
+		g.mine += int64(size)
+	}
 	g.outstanding++
 	g.mu.Unlock()
 	if g.onRequest != nil {
@@ -218,6 +246,9 @@ func (g *guard) Write(p []byte) (int, error) {
 	if g.outstanding > 0 {
 		g.outstanding--
 	}
+	if len(p) >= 7 {
+		g.release(binary.LittleEndian.Uint16(p[5:7]))
+	}
 	g.writing++
 	g.mu.Unlock()
 	n, err := g.conn.Write(p)
@@ -230,6 +261,26 @@ func (g *guard) Write(p []byte) (int, error) {
 	}
 	g.mu.Unlock()
 	return n, err
+}
+
+// release gives back what the request with tag held; g.mu is held.
+func (g *guard) release(tag uint16) {
+	if n, ok := g.sizes[tag]; ok {
+		delete(g.sizes, tag)
+		g.mine -= n
+		g.held.Add(-n)
+	}
+}
+
+// releaseAll gives back what the connection's unanswered requests held,
+// once it has ended.
+func (g *guard) releaseAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held != nil {
+		g.held.Add(-g.mine)
+	}
+	g.sizes, g.mine = nil, 0
 }
 
 func (g *guard) Close() error { return g.conn.Close() }

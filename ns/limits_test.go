@@ -413,6 +413,62 @@ func TestMaxKindFids(t *testing.T) {
 	waitFor(t, "every fid to be clunked", func() bool { return ns.KindFids(srv, ns.Sandboxed) == 0 })
 }
 
+// The bytes of requests left unanswered (blocked in their handlers) are
+// bounded across all the connections of a kind of peer: each connection's
+// MaxRequests times msize, times many connections, would be gigabytes.
+func TestMaxKindHeld(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	srv := newServer(w)
+	// A Tread is 23 bytes: room for three blocked ones, not four.
+	srv.MaxKindHeld = 3*23 + 10
+	lb := captureLog(srv)
+	a := serveKind(t, srv, ns.Peer{Kind: ns.Sandboxed, PID: 4646, UID: 1000})
+	a.start(8192, "alice")
+	a.open(1, plan9.OREAD, "log")
+	b := serveKind(t, srv, ns.Peer{Kind: ns.Sandboxed, PID: 4647, UID: 1000})
+	b.start(8192, "bob")
+	b.open(1, plan9.OREAD, "log")
+	// Opens and attaches are answered: they hold nothing once answered.
+	if n := ns.KindHeld(srv, ns.Sandboxed); n != 0 {
+		t.Fatalf("%d bytes held with every request answered", n)
+	}
+	a.send(&plan9.Fcall{Type: plan9.Tread, Tag: 10, Fid: 1, Count: 100})
+	a.send(&plan9.Fcall{Type: plan9.Tread, Tag: 11, Fid: 1, Count: 100})
+	b.send(&plan9.Fcall{Type: plan9.Tread, Tag: 10, Fid: 1, Count: 100})
+	waitFor(t, "three blocked reads", func() bool { return ns.Pending(srv) == 3 })
+	const refusal = "ns: too many bytes of unanswered requests from sandboxed connections (limit 79)"
+	b.fail(&plan9.Fcall{Type: plan9.Tread, Tag: 11, Fid: 1, Count: 100}, refusal)
+	a.fail(&plan9.Fcall{Type: plan9.Tstat, Tag: 12, Fid: 0}, refusal)
+	wantLoggedOnce(t, lb, "too many bytes of unanswered requests", "pid=4647", "peer=sandboxed")
+	// The owner's clients have their own budget.
+	fs := mountPeer(t, srv, ns.Peer{Kind: ns.Owner, UID: -1}, "glenda", "")
+	if got := readFile(t, fs, "hello"); got != "hello, world\n" {
+		t.Errorf("the owner read %q", got)
+	}
+	// A flush always gets through; the flushed read gives its bytes back.
+	b.send(&plan9.Fcall{Type: plan9.Tflush, Tag: 20, Oldtag: 10})
+	if f := b.recv(); f.Type != plan9.Rerror || f.Tag != 10 {
+		t.Fatalf("got %v, want Rerror for the flushed tag 10", f)
+	}
+	if f := b.recv(); f.Type != plan9.Rflush || f.Tag != 20 {
+		t.Fatalf("got %v, want Rflush tag 20", f)
+	}
+	b.ok(&plan9.Fcall{Type: plan9.Tstat, Tag: 12, Fid: 0})
+	// Answers give bytes back, and so does a connection's end.
+	w.log.Write([]byte("x"))
+	for range 2 {
+		if f := a.recv(); f.Type != plan9.Rread {
+			t.Fatalf("got %v, want Rread", f)
+		}
+	}
+	waitFor(t, "every answered request's bytes to be given back", func() bool { return ns.KindHeld(srv, ns.Sandboxed) == 0 })
+	b.send(&plan9.Fcall{Type: plan9.Tread, Tag: 30, Fid: 1, Offset: 1, Count: 100}) // at the end: it blocks
+	waitFor(t, "a blocked read", func() bool { return ns.KindHeld(srv, ns.Sandboxed) == 23 })
+	b.nc.Close()
+	waitFor(t, "a closed connection's bytes to be given back", func() bool { return ns.KindHeld(srv, ns.Sandboxed) == 0 })
+}
+
 // Walks in flight together cannot all pass the fid check and overshoot
 // the cap between them.
 func TestMaxFidsInFlight(t *testing.T) {

@@ -33,6 +33,7 @@ const (
 	DefaultMaxSandboxedConns = 64
 	DefaultMaxRemoteConns    = 16
 	DefaultMaxKindFids       = 16384
+	DefaultMaxKindHeld       = 64 << 20
 	DefaultFrameTimeout      = 30 * time.Second
 )
 
@@ -78,6 +79,14 @@ type Server struct {
 	// holds at most three times this.
 	MaxKindFids int
 
+	// MaxKindHeld caps the bytes of the requests that all connections of
+	// one kind of peer have sent and not yet had answered
+	// (DefaultMaxKindHeld): a request blocked in its handler (a Twrite
+	// of a full msize, say) holds its message, and connections times
+	// requests times msize would be gigabytes. A request past it is
+	// answered with an Rerror at once; a Tflush always gets through.
+	MaxKindHeld int64
+
 	// FrameTimeout bounds the time from the first byte of a message to
 	// its last (DefaultFrameTimeout); past it the connection is closed.
 	// Between messages a connection may stay idle as long as it likes.
@@ -116,6 +125,7 @@ type Server struct {
 
 	kindConns [numKinds]int          // connections served, by peer kind; under mu
 	kindFids  [numKinds]atomic.Int64 // fids held, by peer kind
+	kindHeld  [numKinds]atomic.Int64 // bytes of requests not yet answered, by peer kind
 	refusals  [numKinds]refusalLog   // connections refused, by peer kind; under mu
 }
 
@@ -170,6 +180,9 @@ func (s *Server) init() {
 		}
 		if s.MaxKindFids <= 0 {
 			s.MaxKindFids = DefaultMaxKindFids
+		}
+		if s.MaxKindHeld <= 0 {
+			s.MaxKindHeld = DefaultMaxKindHeld
 		}
 		if s.FrameTimeout <= 0 {
 			s.FrameTimeout = DefaultFrameTimeout
@@ -278,6 +291,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	c.ctx, c.cancel = context.WithCancelCause(s.ctx)
 	c.guard = newGuard(rwc, s.MaxMsize, MinMsize, s.MaxRequests)
 	c.guard.refused = c.refused
+	c.guard.held, c.guard.maxHeld, c.guard.kind = &s.kindHeld[kind], s.MaxKindHeld, kind
 	if d, ok := rwc.(readDeadliner); ok {
 		c.guard.deadline, c.guard.frameTimeout = d, s.FrameTimeout
 	}
@@ -306,6 +320,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	c.cancel(errors.New("connection closed"))
 	rwc.Close()
 	c.drain()
+	c.guard.releaseAll()
 
 	s.mu.Lock()
 	delete(s.conns, c)
