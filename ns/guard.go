@@ -25,7 +25,7 @@ type guard struct {
 	maxMsize  uint32
 	minMsize  uint32
 	maxOut    int
-	onRequest func()                      // called for each request let through (for tests and stats)
+	onRequest func() // called for each request let through (for tests and stats)
 
 	// held counts the bytes of unanswered requests of every connection of
 	// this peer kind, against maxHeld; sizes (under mu) holds this
@@ -35,7 +35,7 @@ type guard struct {
 	kind    PeerKind
 	sizes   map[uint16]int64
 	mine    int64
-	refused   func(what limit, err error) // told of each refusal, to log it
+	refused func(what limit, err error) // told of each refusal, to log it
 
 	// deadline, if the transport has one, bounds the rest of a frame to
 	// frameTimeout once its first byte has arrived.
