@@ -29,10 +29,12 @@ cross:
 	done
 
 # The whole suite: vet, every test with the race detector, then a short
-# fuzzing run of the 9P message handling.
+# fuzzing run of the 9P message handling. OLLIE_LAB=1 makes it the lab
+# tier (internal/lab): a test that needs root, sshd or sudo fails when one
+# is missing, where plain go test skips it.
 test:
 	$(GO) vet ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m ./...
+	OLLIE_LAB=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m ./...
 	$(MAKE) fuzz
 
 # Each target gets FUZZTIME (the two share what FuzzServe alone had). It

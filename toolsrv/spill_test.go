@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/lab"
 )
 
 // attackerUID owns what another local user plants at predictable names.
@@ -205,7 +207,7 @@ func TestSpillRoot(t *testing.T) {
 			t.Errorf("with the attacker's XDG_RUNTIME_DIR: %q %v", root, err)
 		}
 	default:
-		t.Fatal("planting another user's directory needs root (CI runs as root), or TestSpillAsNobody's planted one")
+		lab.Root(t, "planting another user's directory (or TestSpillAsNobody's planted one)")
 	}
 	if ents, _ := os.ReadDir(trap); len(ents) != 0 {
 		t.Errorf("something was made in the link's target: %v", ents)
@@ -342,7 +344,7 @@ func TestSpillChild(t *testing.T) {
 // ollie-spill first.
 func TestSpillAsNobody(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Fatal("this test needs root to run the tests as another user (CI runs as root)")
+		lab.Root(t, "running the tests as another user")
 	}
 	bin, err := os.MkdirTemp("", "ollie-spill-bin-")
 	if err != nil {

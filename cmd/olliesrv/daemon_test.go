@@ -18,6 +18,8 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/ns"
+
+	"ollie/internal/lab"
 )
 
 // startTestDaemon runs a daemon in a fresh namespace directory and stops
@@ -198,7 +200,7 @@ func TestStartRefusals(t *testing.T) {
 	})
 	t.Run("directory of another user", func(t *testing.T) {
 		if os.Getuid() != 0 {
-			t.Fatal("this test needs root to give a directory to another user (CI runs as root)")
+			lab.Root(t, "giving a directory to another user")
 		}
 		dir := shortTempDir(t)
 		if err := os.Chown(dir, 65534, 65534); err != nil {
@@ -418,7 +420,7 @@ func TestRootCtl(t *testing.T) {
 // can speak 9P.
 func TestPeerCredentials(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Fatal("this test needs root to run a client as another user (CI runs as root)")
+		lab.Root(t, "running a client as another user")
 	}
 	d := startTestDaemon(t)
 	// Open the path so that only the peer check stands in the way.

@@ -15,6 +15,8 @@ import (
 	"9fans.net/go/plan9/client"
 
 	"ollie/agent/backend"
+
+	"ollie/internal/lab"
 )
 
 // tinyDisk mounts a 64 KiB tmpfs for the test, unmounted when it ends.
@@ -23,7 +25,7 @@ import (
 func tinyDisk(t *testing.T) string {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("mounting a tmpfs needs root; make test runs this as root")
+		lab.Root(t, "mounting a tmpfs")
 	}
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
