@@ -17,6 +17,7 @@ import (
 	"ollie/agent/fakellm"
 
 	"ollie/internal/lab"
+	"ollie/ns"
 )
 
 // The attacks of issue 10, each made from inside a real sandboxed tool:
@@ -47,6 +48,7 @@ func TestAttack(t *testing.T) {
 			r.groupNames()
 			r.impersonation()
 			r.orchestrator()
+			r.hog()
 			// Last: for root, the next call's helper kills what an
 			// earlier call left in its cgroup, which would hide a helper
 			// that failed to.
@@ -151,6 +153,57 @@ done
 	// next: the sandbox keeps it to the agent's directory.
 	"pwn": `
 if echo "pwned" >> "$HOME/.bashrc"; then echo APPENDED; else echo DENIED; fi
+`,
+	// 6. Connections and fids, as many as the tool can open, each
+	// attached as its agent: the daemon's memory must stay bounded.
+	"hog": `
+python3 - <<'PY'
+import os, socket, struct
+path, tok = os.environ["OLLIE_NAMESPACE"] + "/ollie", os.environ.get("OLLIE_AGENT_TOKEN", "")
+def s(x):
+    b = x.encode()
+    return struct.pack("<H", len(b)) + b
+def msg(t, tag, body):
+    return struct.pack("<IBH", 7 + len(body), t, tag) + body
+def recvn(c, n):
+    b = b""
+    while len(b) < n:
+        x = c.recv(n - len(b))
+        if not x:
+            raise EOFError
+        b += x
+    return b
+def rpc(c, m):
+    c.sendall(m)
+    n = struct.unpack("<I", recvn(c, 4))[0]
+    body = recvn(c, n - 4)
+    return body[0], body[5:].decode(errors="replace") if body[0] == 107 else ""
+conns, refused, why = [], 0, ""
+for i in range(80):
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    try:
+        t, e = rpc(c, msg(100, 0xFFFF, struct.pack("<I", 8192) + s("9P2000")))
+        if t == 101:
+            t, e = rpc(c, msg(104, 1, struct.pack("<II", 0, 0xFFFFFFFF) + s("hog") + s(tok)))
+        if t == 105:
+            conns.append(c)
+        else:
+            refused, why = refused + 1, e
+    except (EOFError, OSError):
+        refused += 1
+fids, fidrefused, fidwhy = 0, 0, ""
+for c in conns:
+    for f in range(1, 300):
+        t, e = rpc(c, msg(110, 1, struct.pack("<IIH", 0, f, 0)))
+        if t == 111:
+            fids += 1
+        else:
+            fidrefused, fidwhy = fidrefused + 1, e
+            break
+print("hog conns: rc=0 held=%d refused=%d %s" % (len(conns), refused, why))
+print("hog fids: rc=0 held=%d refused=%d %s" % (fids, fidrefused, fidwhy))
+PY
 `,
 	// 4. Processes that leave the call's process group or parent.
 	"linger": `
@@ -548,6 +601,26 @@ func (r *attackRig) groupNames() {
 	}
 	if got := readFile(r.t, r.fs, "session/s/goalstatus"); strings.Contains(got, "blocked") {
 		r.t.Errorf("goalstatus = %q", got)
+	}
+}
+
+// hog: a tool opens every connection and fid it can, each attached as its
+// agent; the daemon holds at most its caps for sandboxed peers, refuses
+// the rest saying why, and serves its owner meanwhile and after.
+func (r *attackRig) hog() {
+	r.t.Helper()
+	_, lines := r.attack("session/s/agent/a", "hog")
+	var held, refused int
+	fmt.Sscanf(lines["hog conns"], "0 held=%d refused=%d", &held, &refused)
+	if held == 0 || held > ns.DefaultMaxSandboxedConns || held+refused != 80 || !strings.Contains(lines["hog conns"], "too many sandboxed connections") {
+		r.t.Errorf("the tool's connections: %q, want at most %d held and the rest refused", lines["hog conns"], ns.DefaultMaxSandboxedConns)
+	}
+	fmt.Sscanf(lines["hog fids"], "0 held=%d refused=%d", &held, &refused)
+	if held == 0 || held > ns.DefaultMaxKindFids || refused == 0 || !strings.Contains(lines["hog fids"], "too many fids held by sandboxed connections") {
+		r.t.Errorf("the tool's fids: %q, want at most %d held and the rest refused", lines["hog fids"], ns.DefaultMaxKindFids)
+	}
+	if got := readFile(r.t, r.fs, "session/s/agent/a/state"); got == "" {
+		r.t.Error("the owner was not served after the tool")
 	}
 }
 
