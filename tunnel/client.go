@@ -403,12 +403,43 @@ func lastLine(b []byte) string {
 	return s
 }
 
+// DefaultMaxOutput is the standard output Run keeps: enough for a deploy's
+// manifest and reports, little enough that a host cannot fill the
+// desktop's memory.
+const DefaultMaxOutput = 1 << 20
+
+// maxStderr is how much of a command's standard error is kept, for its
+// ExitError: the first bytes; the rest is read and discarded.
+const maxStderr = 64 << 10
+
+// OutputError is a command that wrote more standard output than its
+// caller's limit. The command was stopped (SIGTERM, channel closed) and
+// none of its output is returned.
+type OutputError struct {
+	Alias string
+	Cmd   string
+	Limit int64
+}
+
+func (e *OutputError) Error() string {
+	return fmt.Sprintf("tunnel: %s: %s: more than %d bytes of output; stopped", e.Alias, e.Cmd, e.Limit)
+}
+
 // Run runs cmd through the user's login shell on the host and returns its
-// standard output. A command that fails returns its output so far and an
-// *ExitError holding its status and standard error; a connection that
-// fails returns another error. stdin, if not nil, is read to its end.
-// Cancelling ctx sends SIGTERM to the command and closes its channel.
+// standard output, at most DefaultMaxOutput bytes of it (see RunLimit). A
+// command that fails returns its output so far and an *ExitError holding
+// its status and the first 64 KiB of its standard error; a connection
+// that fails returns another error. stdin, if not nil, is read to its
+// end. Cancelling ctx sends SIGTERM to the command and closes its
+// channel.
 func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
+	return c.RunLimit(ctx, cmd, stdin, DefaultMaxOutput)
+}
+
+// RunLimit is Run keeping at most limit bytes of standard output: past
+// them the command is stopped as a cancelled one is and RunLimit returns
+// an *OutputError, so that what a host prints never grows the caller.
+func (c *Client) RunLimit(ctx context.Context, cmd string, stdin io.Reader, limit int64) ([]byte, error) {
 	release, err := c.acquire(ctx)
 	if err != nil {
 		if errors.Is(err, context.Cause(ctx)) {
@@ -424,8 +455,9 @@ func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 		}
 		return nil, fmt.Errorf("tunnel: %s: open session: %w", c.target.Alias, err)
 	}
-	var stdout, stderr bytes.Buffer
-	s.Stdout, s.Stderr, s.Stdin = &stdout, &stderr, stdin
+	stdout := &capWriter{limit: limit, over: make(chan struct{})}
+	stderr := &capWriter{limit: maxStderr}
+	s.Stdout, s.Stderr, s.Stdin = stdout, stderr, stdin
 	if err := s.Start(cmd); err != nil {
 		s.Close()
 		release()
@@ -441,6 +473,10 @@ func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 	}()
 	select {
 	case err = <-waited:
+	case <-stdout.over:
+		s.Signal(ssh.SIGTERM)
+		s.Close()
+		return nil, &OutputError{Alias: c.target.Alias, Cmd: cmd, Limit: limit}
 	case <-ctx.Done():
 		s.Signal(ssh.SIGTERM)
 		s.Close()
@@ -451,6 +487,10 @@ func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 			return nil, fmt.Errorf("tunnel: %s: %s: %w", c.target.Alias, cmd, context.Cause(ctx))
 		}
 		return stdout.Bytes(), fmt.Errorf("tunnel: %s: %s: %w", c.target.Alias, cmd, context.Cause(ctx))
+	}
+	if stdout.exceeded() {
+		// Past the limit just as the command ended.
+		return nil, &OutputError{Alias: c.target.Alias, Cmd: cmd, Limit: limit}
 	}
 	if err == nil {
 		return stdout.Bytes(), nil
@@ -468,6 +508,37 @@ func (c *Client) Run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 	}
 	return stdout.Bytes(), fmt.Errorf("tunnel: %s: %s: %w", c.target.Alias, cmd, err)
 }
+
+// capWriter keeps the first limit bytes written to it. Past them it
+// discards the rest and, if over is set, closes over once, so that the
+// command is stopped rather than read to its end.
+type capWriter struct {
+	buf   bytes.Buffer
+	limit int64
+	over  chan struct{}
+	once  sync.Once
+	past  bool
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	room := w.limit - int64(w.buf.Len())
+	if int64(len(p)) <= room {
+		w.buf.Write(p)
+		return len(p), nil
+	}
+	if room > 0 {
+		w.buf.Write(p[:room])
+	}
+	w.past = true
+	if w.over != nil {
+		w.once.Do(func() { close(w.over) })
+	}
+	return len(p), nil
+}
+
+// Bytes and exceeded may be called once the session's copies have ended.
+func (w *capWriter) Bytes() []byte  { return w.buf.Bytes() }
+func (w *capWriter) exceeded() bool { return w.past }
 
 // SFTP returns the connection's SFTP client, opening it on first use. It
 // is shared: callers must not Close it (Client.Close does). If it fails

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,6 +230,54 @@ func TestRun(t *testing.T) {
 		t.Errorf("cancelled Run returned after %v", d)
 	}
 	run(t, c, "true") // the connection outlives a cancelled command
+}
+
+// TestRunOutputLimit: a command that prints without end (a hostile host's
+// probe sent 1.5 GiB) is stopped at the limit with an *OutputError, quickly
+// and without the output growing the caller; under the limit, or on
+// standard error, nothing changes.
+func TestRunOutputLimit(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{})
+	c := dial(t, l.Host(0).Name, opts(t, l))
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	t0 := time.Now()
+	out, err := c.Run(context.Background(), "exec cat /dev/zero", nil)
+	took := time.Since(t0)
+	var oe *tunnel.OutputError
+	if !errors.As(err, &oe) || oe.Limit != tunnel.DefaultMaxOutput || oe.Alias != l.Host(0).Name || out != nil {
+		t.Fatalf("endless output: %d bytes, %v; want an OutputError naming the host", len(out), err)
+	}
+	if !strings.Contains(err.Error(), l.Host(0).Name) || !strings.Contains(err.Error(), "cat /dev/zero") {
+		t.Errorf("message %q does not name the host and the command", err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("stopped after %v", took)
+	}
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.TotalAlloc - before.TotalAlloc); grew > 64<<20 {
+		t.Errorf("Run allocated %d MiB for a 1 MiB limit", grew>>20)
+	}
+
+	out, err = c.RunLimit(context.Background(), "head -c 1000 /dev/zero", nil, 1000)
+	if err != nil || len(out) != 1000 {
+		t.Errorf("exactly the limit: %d bytes, %v", len(out), err)
+	}
+	if _, err = c.RunLimit(context.Background(), "head -c 1001 /dev/zero", nil, 1000); !errors.As(err, &oe) {
+		t.Errorf("one byte past the limit: %v", err)
+	}
+	// Standard error past its 64 KiB is discarded, not an error.
+	_, err = c.Run(context.Background(), "head -c 10000000 /dev/zero >&2; exit 4", nil)
+	var ee *tunnel.ExitError
+	if !errors.As(err, &ee) || ee.Status != 4 || len(ee.Stderr) != 64<<10 {
+		t.Errorf("stderr flood: %v", err)
+	} else if strings.Count(err.Error(), "\n") > 0 {
+		t.Errorf("stderr flood message spans lines")
+	}
+	run(t, c, "true") // the connection outlives a stopped command
 }
 
 func TestSFTP(t *testing.T) {
