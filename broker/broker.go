@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"ollie/internal/termsafe"
 )
 
 // Request is one call's ask: who wants to run what, where. ID is made by
@@ -70,44 +72,70 @@ func compactJSON(b json.RawMessage) []byte {
 	return out
 }
 
-// Prompt is the text a person is shown for the elevation gate.
+// Limits on what a host wrote, in bytes once made visible: enough to
+// recognise a tool or a path, never a screenful.
+const (
+	maxNameField    = 80  // tool, session, agent, request id
+	maxPathField    = 240 // executable, working directory
+	maxArgsField    = 400 // the arguments as compact JSON
+	maxProblemField = 80  // why a password is asked again
+)
+
+// Prompt is the text a person is shown for the elevation gate. Its first
+// line is the desktop's own: the host the request came over (Host, which
+// the desktop sets from the SSH connection) and what kind of request it
+// is. Every field below is the host's account, one line each, its control
+// characters made visible (termsafe) and clipped, so that none can move
+// the cursor, erase what is shown, add a line or write the clipboard.
 func (r *Request) Prompt() string {
 	var b strings.Builder
 	what := "run outside its sandbox"
 	if r.Sudo {
 		what = "run as root (sudo)"
 	}
-	fmt.Fprintf(&b, "ollie: %s asks to %s\n", orUnknown(r.Host), what)
-	fmt.Fprintf(&b, "  tool:     %s (variant %d)\n", r.Tool, r.Variant)
-	fmt.Fprintf(&b, "  runs:     %s\n", r.Executable)
+	fmt.Fprintf(&b, "ollie: %s asks to %s\n", r.HostName(), what)
+	fmt.Fprintf(&b, "  tool:     %s (variant %d)\n", termsafe.Field(r.Tool, maxNameField), r.Variant)
+	fmt.Fprintf(&b, "  runs:     %s\n", termsafe.Field(r.Executable, maxPathField))
 	if len(r.Args) > 0 {
-		args := string(compactJSON(r.Args))
-		if len(args) > 400 {
-			args = args[:400] + "…"
-		}
-		fmt.Fprintf(&b, "  args:     %s\n", args)
+		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(string(compactJSON(r.Args)), maxArgsField))
 	}
-	fmt.Fprintf(&b, "  in:       %s\n", r.Cwd)
-	fmt.Fprintf(&b, "  session:  %s", r.Session)
+	fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
+	fmt.Fprintf(&b, "  session:  %s", termsafe.Field(r.Session, maxNameField))
 	if r.Agent != "" {
-		fmt.Fprintf(&b, ", agent %s", r.Agent)
+		fmt.Fprintf(&b, ", agent %s", termsafe.Field(r.Agent, maxNameField))
 	}
 	b.WriteString("\n")
 	if r.Bypass {
 		b.WriteString("  the agent asked for bypass\n")
 	}
-	fmt.Fprintf(&b, "  request:  %s\n", r.ID)
+	fmt.Fprintf(&b, "  request:  %s\n", r.IDName())
 	return b.String()
 }
 
-// PasswordPrompt is the text for the credential gate.
+// PasswordPrompt is the text for the credential gate, one line. It names
+// the connection's host first and again last, beside where the password
+// is typed, so that whatever the host's fields say between, the person
+// sees whose password is asked.
 func (r *Request) PasswordPrompt(attempt int, problem string) string {
-	p := fmt.Sprintf("ollie: sudo password for %s (to run %s as root)", orUnknown(r.Host), r.Tool)
+	host := r.HostName()
+	p := fmt.Sprintf("ollie: sudo password for root on %s, to run %s", host, r.ToolName())
 	if problem != "" {
-		p = fmt.Sprintf("%s — %s, attempt %d of %d", p, problem, attempt, MaxPasswordAttempts)
+		p = fmt.Sprintf("%s; %s, attempt %d of %d", p, termsafe.Field(problem, maxProblemField), attempt, MaxPasswordAttempts)
 	}
-	return p + ": "
+	return fmt.Sprintf("%s (asked by %s): ", p, host)
 }
+
+// HostName is the host to show: the connection's, made safe, or
+// "(unknown host)".
+func (r *Request) HostName() string { return termsafe.Field(orUnknown(r.Host), maxNameField) }
+
+// ToolName is the tool's name to show: the host's word, made safe and
+// clipped.
+func (r *Request) ToolName() string { return termsafe.Field(r.Tool, maxNameField) }
+
+// IDName is the request's id to show: the host made it, so it is made
+// safe and clipped too.
+func (r *Request) IDName() string { return termsafe.Field(r.ID, maxNameField) }
 
 func orUnknown(s string) string {
 	if s == "" {

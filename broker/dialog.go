@@ -60,10 +60,13 @@ func (d *DialogApprover) kind() (string, error) {
 	}
 }
 
-const dialogTitle = "ollie"
+// dialogTitle names the host the request came over, from the SSH
+// connection: the window's title is a place the host's own text never
+// reaches.
+func dialogTitle(req *Request) string { return "ollie: request from " + req.HostName() }
 
 func alwaysLabel(req *Request) string {
-	return fmt.Sprintf("Always (%s on %s)", req.Tool, orUnknown(req.Host))
+	return fmt.Sprintf("Always (%s on %s)", req.ToolName(), req.HostName())
 }
 
 // Approve notifies, then shows the three-button question.
@@ -84,11 +87,11 @@ func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, err
 	case "zenity":
 		// --no-markup: the request's text is shown as it is, not as
 		// Pango markup a tool's arguments could forge.
-		args = []string{"--question", "--title", dialogTitle, "--no-markup", "--width", "640",
+		args = []string{"--question", "--title", dialogTitle(req), "--no-markup", "--width", "640",
 			"--text", req.Prompt(),
 			"--ok-label", "Approve once", "--cancel-label", "Deny", "--extra-button", always}
 	case "kdialog":
-		args = []string{"--title", dialogTitle,
+		args = []string{"--title", dialogTitle(req),
 			"--warningyesnocancel", qtPlain(req.Prompt()),
 			"--yes-label", "Approve once", "--no-label", always, "--cancel-label", "Deny"}
 	}
@@ -133,9 +136,9 @@ func (d *DialogApprover) Password(ctx context.Context, req *Request, attempt int
 	var args []string
 	switch kind {
 	case "zenity":
-		args = []string{"--entry", "--hide-text", "--title", dialogTitle, "--text", zenityEntryText(prompt)}
+		args = []string{"--entry", "--hide-text", "--title", dialogTitle(req), "--text", zenityEntryText(prompt)}
 	case "kdialog":
-		args = []string{"--title", dialogTitle, "--password", qtPlain(prompt)}
+		args = []string{"--title", dialogTitle(req), "--password", qtPlain(prompt)}
 	}
 	res, err := runHelper(ctx, d.Program, args, "")
 	if err != nil {
@@ -174,9 +177,9 @@ var markupEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 func notifySummary(req *Request) string {
 	if req.Sudo {
-		return fmt.Sprintf("ollie: %s asks to run %s as root", orUnknown(req.Host), req.Tool)
+		return fmt.Sprintf("ollie: %s asks to run %s as root", req.HostName(), req.ToolName())
 	}
-	return fmt.Sprintf("ollie: %s asks to run %s outside its sandbox", orUnknown(req.Host), req.Tool)
+	return fmt.Sprintf("ollie: %s asks to run %s outside its sandbox", req.HostName(), req.ToolName())
 }
 
 // Notifier sends desktop notifications over the session bus

@@ -52,7 +52,7 @@ func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, e
 		}
 		ans, err := t.approve(ctx, req)
 		if ctx.Err() != nil {
-			fmt.Fprintf(t.Out, "\nollie: request %s was withdrawn; that answer is not used.\n", req.ID)
+			fmt.Fprintf(t.Out, "\nollie: request %s was withdrawn; that answer is not used.\n", req.IDName())
 		}
 		done <- result{ans, err}
 	}()
@@ -68,7 +68,7 @@ func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, e
 	fmt.Fprintf(t.Out, "\n%s", req.Prompt())
 	var buf [maxTerminalLine]byte
 	for {
-		fmt.Fprintf(t.Out, "approve: [o]nce / [a]lways (%s on %s) / [d]eny? ", req.Tool, orUnknown(req.Host))
+		fmt.Fprintf(t.Out, "approve: [o]nce / [a]lways (%s on %s) / [d]eny? ", req.ToolName(), req.HostName())
 		n, err := t.readLine(ctx, buf[:])
 		if errors.Is(err, io.EOF) {
 			fmt.Fprintln(t.Out)
@@ -109,7 +109,7 @@ func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt i
 		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
 		if ctx.Err() != nil {
 			Zero(pw)
-			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\n", req.ID)
+			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\n", req.IDName())
 			pw, err = nil, context.Cause(ctx)
 		}
 		done <- result{pw, err}

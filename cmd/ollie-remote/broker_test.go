@@ -161,7 +161,7 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 	}
 	asked, _ := os.ReadFile(log)
 	if !strings.Contains(string(asked), "h11 asks to run as root") || !strings.Contains(string(asked), "root_id") ||
-		!strings.Contains(string(asked), "sudo password for h11") {
+		!strings.Contains(string(asked), "sudo password for root on h11") {
 		t.Errorf("the desktop was asked:\n%s", asked)
 	}
 	c.Close()

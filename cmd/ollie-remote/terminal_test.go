@@ -94,7 +94,7 @@ func TestTerminalBroker(t *testing.T) {
 		}
 		pwc <- pw
 	}()
-	waitFor("sudo password for web1")
+	waitFor("sudo password for root on web1, to run fix_nginx (asked by web1): ")
 	tty.Write([]byte("Hunter2-secret\r"))
 	if pw := <-pwc; string(pw) != "Hunter2-secret" {
 		t.Errorf("password %q", pw)
