@@ -100,8 +100,13 @@ func (q *Queue) waiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := 0
-	for _, e := range q.queue {
-		n += e.waiters
+	if q.showing != nil {
+		n += q.showing.waiters
+	}
+	for _, h := range q.hosts {
+		for _, e := range h.waiting {
+			n += e.waiters
+		}
 	}
 	return n
 }
@@ -355,5 +360,107 @@ func TestQueueWithdraw(t *testing.T) {
 	waitUntil(t, "D withdrawn", func() bool { return len(q.Pending()) == 0 })
 	if got := s.callList(); strings.Join(got, ",") != "approve A,approve D" {
 		t.Errorf("asked %v, want A and D only", got)
+	}
+}
+
+// TestQueueHostsTakeTurns floods the queue with 300 requests from host A,
+// each in a session of its own, while host B asks once: B's prompt must
+// come right after the one of A's showing when it arrived, and A's
+// requests past its cap are denied at once, saying why, and counted.
+func TestQueueHostsTakeTurns(t *testing.T) {
+	s := newQueueScript()
+	q := &Queue{Approver: s}
+	var wg sync.WaitGroup
+	var capped atomic.Int32
+	for i := range 300 {
+		wg.Go(func() {
+			r := &Request{ID: fmt.Sprintf("A%d", i), Host: "hA", Session: fmt.Sprintf("s%d", i), Tool: "t", Cwd: "/"}
+			ans, err := q.Approve(context.Background(), r)
+			if err != nil {
+				t.Error(err)
+			}
+			if strings.HasPrefix(ans.Reason, "too many") {
+				if want := "too many pending approval requests from host hA (cap 16); try again later"; ans.Reason != want || ans.Decision != Deny {
+					t.Errorf("%s: %+v, want deny %q", r.ID, ans, want)
+				}
+				capped.Add(1)
+			}
+		})
+	}
+	waitUntil(t, "A's flood arrived", func() bool { return int(capped.Load())+q.waiting() == 300 })
+	if n := q.Refused("hA"); n != 300-16 || int(capped.Load()) != n {
+		t.Errorf("Refused(hA) = %d, %d denials seen; want %d", n, capped.Load(), 300-16)
+	}
+	first := <-s.started
+	// A session name is the host's to choose: A's sessions fill nothing
+	// of B's, even with the same names.
+	bAns := make(chan Answer, 1)
+	wg.Go(func() {
+		ans, err := q.Approve(context.Background(), &Request{ID: "B", Host: "hB", Session: "s1", Tool: "t", Cwd: "/"})
+		if err != nil {
+			t.Error(err)
+		}
+		bAns <- ans
+	})
+	waitUntil(t, "B queued", func() bool { return len(q.Pending()) == 17 })
+	s.step <- struct{}{}
+	s.waitStarted(t, "approve B")
+	s.step <- struct{}{}
+	if a := <-bAns; a.Reason != "script: t" {
+		t.Errorf("B: %+v", a)
+	}
+	close(s.step)
+	wg.Wait()
+	calls := s.callList()
+	if len(calls) != 17 || calls[0] != first || calls[1] != "approve B" {
+		t.Errorf("asked %d times, first %v; want A's first, B's, then A's other 15", len(calls), calls[:min(3, len(calls))])
+	}
+	if n := q.Refused("hB"); n != 0 {
+		t.Errorf("Refused(hB) = %d", n)
+	}
+}
+
+// TestQueueCaps checks the two caps apart: a session's, and its host's
+// across sessions, each counting distinct prompts waiting or showing.
+func TestQueueCaps(t *testing.T) {
+	s := newQueueScript()
+	q := &Queue{Approver: s, MaxPerHost: 3, MaxPerSession: 2}
+	var wg sync.WaitGroup
+	ask := func(id, host, session string) {
+		wg.Go(func() {
+			q.Approve(context.Background(), &Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
+		})
+	}
+	deny := func(id, host, session, want string) {
+		t.Helper()
+		ans, err := q.Approve(context.Background(), &Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
+		if err != nil || ans.Decision != Deny || ans.Reason != want {
+			t.Errorf("%s: %+v %v, want deny %q", id, ans, err, want)
+		}
+	}
+	ask("a1", "hA", "s1")
+	s.waitStarted(t, "approve a1")
+	ask("a2", "hA", "s1")
+	waitUntil(t, "a2 queued", func() bool { return len(q.Pending()) == 2 })
+	deny("a3", "hA", "s1", "too many pending approval requests for session s1 (cap 2); try again later")
+	ask("a4", "hA", "s2")
+	waitUntil(t, "a4 queued", func() bool { return len(q.Pending()) == 3 })
+	deny("a5", "hA", "s3", "too many pending approval requests from host hA (cap 3); try again later")
+	// Another host, and the same session name there, is not capped.
+	ask("b1", "hB", "s1")
+	waitUntil(t, "b1 queued", func() bool { return len(q.Pending()) == 4 })
+	// A request identical to one waiting joins it, over the cap or not.
+	ask("a2", "hA", "s1")
+	waitUntil(t, "a2 joined", func() bool { return q.waiting() == 5 })
+	if q.Refused("hA") != 2 || q.Refused("hB") != 0 {
+		t.Errorf("refused: hA %d, hB %d; want 2, 0", q.Refused("hA"), q.Refused("hB"))
+	}
+	close(s.step)
+	wg.Wait()
+	if got := strings.Join(s.callList(), ","); got != "approve a1,approve b1,approve a2,approve a4" {
+		t.Errorf("asked %s", got)
+	}
+	if len(q.hosts) != 0 {
+		t.Errorf("%d host queues left after every answer", len(q.hosts))
 	}
 }

@@ -1,0 +1,132 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pacedPerson answers every prompt after pace, and records the order in
+// which prompts were shown and when.
+type pacedPerson struct {
+	pace time.Duration
+
+	mu    sync.Mutex
+	shown []shownPrompt
+}
+
+type shownPrompt struct {
+	host string
+	at   time.Time
+}
+
+func (p *pacedPerson) Approve(ctx context.Context, req *Request) (Answer, error) {
+	p.mu.Lock()
+	p.shown = append(p.shown, shownPrompt{req.Host, time.Now()})
+	p.mu.Unlock()
+	select {
+	case <-time.After(p.pace):
+		return Answer{Decision: Deny, Reason: "paced"}, nil
+	case <-ctx.Done():
+		return Answer{}, context.Cause(ctx)
+	}
+}
+
+func (p *pacedPerson) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+	return nil, ErrDenied
+}
+
+// firstShown is when host's first prompt was shown, and how many prompts
+// of other hosts were shown after since and before it.
+func (p *pacedPerson) firstShown(host string, since time.Time) (time.Time, int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	others := 0
+	for _, s := range p.shown {
+		if s.host == host {
+			return s.at, others, true
+		}
+		if !s.at.Before(since) {
+			others++
+		}
+	}
+	return time.Time{}, others, false
+}
+
+func (p *pacedPerson) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.shown)
+}
+
+// TestFloodDelay is the figure in docs/benchmarks.md: host A opens 300
+// connections at once, each asking in a session of its own, and once A's
+// prompts are showing, host B asks once. A person answering every prompt
+// in 10 ms must see B's prompt no later than after the one of A's showing
+// when it arrived.
+func TestFloodDelay(t *testing.T) {
+	person := &pacedPerson{pace: 10 * time.Millisecond}
+	b := &Broker{Approver: &Queue{Approver: person}}
+	dir := t.TempDir()
+	listen := func(host string) string {
+		sock := filepath.Join(dir, host)
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go b.Serve(host, l)
+		return sock
+	}
+	sockA, sockB := listen("hA"), listen("hB")
+	ask := func(sock string, req *Request) (Answer, error) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return Answer{}, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cv, ans, err := Ask(ctx, c, req)
+		if err == nil {
+			cv.Close("denied")
+		}
+		return ans, err
+	}
+
+	var flood sync.WaitGroup
+	for i := range 300 {
+		flood.Go(func() {
+			ask(sockA, &Request{Session: fmt.Sprintf("flood-%d", i), Tool: "t", Executable: "/bin/t", Cwd: "/"})
+		})
+	}
+	waitUntil(t, "A's prompts showing", func() bool { return person.count() >= 3 })
+	// The flood has arrived when the prompts shown and waiting stop
+	// adding up to more.
+	q := b.Approver.(*Queue)
+	for last, same := -1, 0; same < 5; time.Sleep(5 * time.Millisecond) {
+		n := person.count() + len(q.Pending())
+		if n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+	}
+	t.Logf("%d of A's prompts waiting when B asks", len(q.Pending()))
+	sent := time.Now()
+	if _, err := ask(sockB, &Request{Session: "honest", Tool: "t", Executable: "/bin/t", Cwd: "/"}); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	at, before, ok := person.firstShown("hB", sent)
+	if !ok {
+		t.Fatal("B's prompt was never shown")
+	}
+	t.Logf("B's prompt shown %v after its request, after %d of A's prompts", at.Sub(sent).Round(time.Millisecond), before)
+	if before > 1 {
+		t.Errorf("B's prompt waited for %d of A's prompts, want at most the one showing", before)
+	}
+	flood.Wait()
+}
