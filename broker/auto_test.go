@@ -52,7 +52,7 @@ func TestAuto(t *testing.T) {
 	}
 
 	q := &Queue{Approver: Nobody{Reason: "r"}}
-	if got := Describe(q); !strings.HasPrefix(got, "nobody") || !strings.Contains(got, "at most 8 waiting per session") {
+	if got := Describe(q); !strings.HasPrefix(got, "nobody") || !strings.Contains(got, "at most 16 waiting per host and 8 per session") {
 		t.Errorf("Describe(queue) = %q", got)
 	}
 }

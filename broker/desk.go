@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -18,13 +19,154 @@ type Rules interface {
 	AddAlways(req *Request) error
 }
 
-// Broker answers the requests of the hosts connected to this desktop.
+// Broker answers the requests of the hosts connected to this desktop. It
+// treats what a host sends as hostile: each host may hold only
+// MaxConnsPerHost connections, must send its request whole within
+// RequestTimeout and each later message within ReplyTimeout, no message
+// may exceed MaxMessage, and the person is asked for a request's password
+// at most MaxPasswordAttempts times whatever the host asks. Past each the
+// connection is closed, the host's Refusals counted and the cause logged,
+// once a minute per host and cause.
 type Broker struct {
 	Approver Approver
 	Rules    Rules // nil: ask about everything
 	Log      *slog.Logger
 	// Timeout is how long a person has for each gate; 0 means 5 minutes.
 	Timeout time.Duration
+	// RequestTimeout is how long a host has, from opening a connection,
+	// to send its request whole; 0 means 10 seconds.
+	RequestTimeout time.Duration
+	// ReplyTimeout is how long a host has for each message it owes after
+	// an answer or a password (a password ask, or the result); 0 means a
+	// minute. An answer given stands; only the connection is closed.
+	ReplyTimeout time.Duration
+	// MaxConnsPerHost caps the connections one host may have open at
+	// once; past it a new one is closed at once. 0 means 16.
+	MaxConnsPerHost int
+	// Forward, if set, is offered every connection admitted before the
+	// broker answers it itself: it carries the conversation elsewhere
+	// (ollie-remote's keeper hands it to the terminal broker) and reports
+	// whether it did. Nil: the broker answers every connection.
+	Forward func(host string, c net.Conn) bool
+
+	mu      sync.Mutex
+	conns   map[string]int // connections open, per host
+	refused map[string]*Refusals
+	logged  map[string]*logged // per host and cause
+}
+
+// DefaultMaxConnsPerHost is MaxConnsPerHost's default.
+const DefaultMaxConnsPerHost = 16
+
+// Refusals counts what a host was refused, by cause.
+type Refusals struct {
+	Conns     int // connections over MaxConnsPerHost
+	Late      int // requests not whole within RequestTimeout, replies not within ReplyTimeout
+	TooLarge  int // messages over MaxMessage
+	Passwords int // password asks past MaxPasswordAttempts for one request
+}
+
+// Refused is what host was refused so far.
+func (b *Broker) Refused(host string) Refusals {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.refused[host]; r != nil {
+		return *r
+	}
+	return Refusals{}
+}
+
+// logged is one host's cause of refusal, for logging it once a minute.
+type logged struct {
+	at     time.Time
+	missed int // refusals not logged since
+}
+
+// logEvery is how often one host's refusals of one cause are logged.
+const logEvery = time.Minute
+
+// refuse counts a refusal of host's and logs it unless one of the same
+// cause was logged less than logEvery ago.
+func (b *Broker) refuse(host string, count func(*Refusals), level slog.Level, cause string, args ...any) {
+	b.mu.Lock()
+	if b.refused == nil {
+		b.refused, b.logged = map[string]*Refusals{}, map[string]*logged{}
+	}
+	if b.refused[host] == nil {
+		b.refused[host] = &Refusals{}
+	}
+	if count != nil {
+		count(b.refused[host])
+	}
+	key := host + "\x00" + cause
+	l := b.logged[key]
+	if l == nil {
+		l = &logged{}
+		b.logged[key] = l
+	}
+	now := time.Now()
+	if !l.at.IsZero() && now.Sub(l.at) < logEvery {
+		l.missed++
+		b.mu.Unlock()
+		return
+	}
+	missed := l.missed
+	l.at, l.missed = now, 0
+	b.mu.Unlock()
+	args = append([]any{"host", host}, args...)
+	if missed > 0 {
+		args = append(args, "not_logged_since", missed)
+	}
+	b.log().Log(context.Background(), level, "broker: "+cause, args...)
+}
+
+// admit takes one of host's connections, or reports that it has all of
+// them open.
+func (b *Broker) admit(host string) (release func(), ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conns == nil {
+		b.conns = map[string]int{}
+	}
+	if b.conns[host] >= b.maxConns() {
+		return nil, false
+	}
+	b.conns[host]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.conns[host]--; b.conns[host] <= 0 {
+			delete(b.conns, host)
+		}
+	}, true
+}
+
+// Conns is how many connections host has open.
+func (b *Broker) Conns(host string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.conns[host]
+}
+
+func (b *Broker) maxConns() int {
+	if b.MaxConnsPerHost <= 0 {
+		return DefaultMaxConnsPerHost
+	}
+	return b.MaxConnsPerHost
+}
+
+func (b *Broker) requestTimeout() time.Duration {
+	if b.RequestTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return b.RequestTimeout
+}
+
+func (b *Broker) replyTimeout() time.Duration {
+	if b.ReplyTimeout <= 0 {
+		return time.Minute
+	}
+	return b.ReplyTimeout
 }
 
 func (b *Broker) log() *slog.Logger {
@@ -53,15 +195,49 @@ func (b *Broker) Serve(host string, l net.Listener) error {
 	}
 }
 
-// ServeConn answers one request that came over host's connection. The
-// request's own Host is overwritten: a host cannot speak for another.
+// ServeConn answers one request that came over host's connection, or
+// hands it to Forward, and closes c. The request's own Host is
+// overwritten: a host cannot speak for another.
 func (b *Broker) ServeConn(host string, c net.Conn) {
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
+	release, ok := b.admit(host)
+	if !ok {
+		b.refuse(host, func(r *Refusals) { r.Conns++ }, slog.LevelWarn, "too many connections from a host; closing the newest",
+			"cap", b.maxConns())
+		return
+	}
+	defer release()
+	if b.Forward != nil && b.Forward(host, c) {
+		return
+	}
+	b.answer(host, c)
+}
+
+// broken logs why a host's conversation ended early, counting the causes
+// a host is refused for.
+func (b *Broker) broken(host, id string, err error, wait time.Duration) {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		b.refuse(host, func(r *Refusals) { r.TooLarge++ }, slog.LevelWarn, "a message over the size limit; closing", "id", id, "limit", MaxMessage)
+	case errors.Is(err, context.DeadlineExceeded) && id == "":
+		b.refuse(host, func(r *Refusals) { r.Late++ }, slog.LevelWarn, "no whole request in time; closing", "within", wait)
+	case errors.Is(err, context.DeadlineExceeded):
+		// An honest host's tool may run longer: the answer stands.
+		b.refuse(host, func(r *Refusals) { r.Late++ }, slog.LevelInfo, "the host sent nothing more in time; closing", "id", id, "within", wait)
+	case id == "":
+		b.refuse(host, nil, slog.LevelWarn, "bad request", "err", err)
+	default:
+		b.refuse(host, nil, slog.LevelWarn, "conversation broken", "id", id, "err", err)
+	}
+}
+
+// answer answers the request on c.
+func (b *Broker) answer(host string, c net.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout())
 	in, err := Receive(ctx, c)
 	cancel()
 	if err != nil {
-		b.log().Warn("broker: bad request", "host", host, "err", err)
+		b.broken(host, "", err, b.requestTimeout())
 		return
 	}
 	req := in.Req
@@ -74,12 +250,14 @@ func (b *Broker) ServeConn(host string, c net.Conn) {
 	if err := in.Answer(ans); err != nil || ans.Decision == Deny {
 		return
 	}
+	// The host's own count of attempts is its word; this is ours.
+	asked := 0
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
+		ctx, cancel := context.WithTimeout(context.Background(), b.replyTimeout())
 		attempt, problem, result, err := in.Next(ctx)
 		cancel()
 		if err != nil {
-			b.log().Warn("broker: conversation broken", "host", host, "id", req.ID, "err", err)
+			b.broken(host, req.ID, err, b.replyTimeout())
 			return
 		}
 		if attempt == 0 {
@@ -90,8 +268,16 @@ func (b *Broker) ServeConn(host string, c net.Conn) {
 			in.Answer(Answer{Decision: Deny, Reason: "a password was asked for a request that is not sudo"})
 			return
 		}
+		if asked == MaxPasswordAttempts {
+			in.Answer(Answer{Decision: Deny, Reason: fmt.Sprintf(
+				"the sudo password was asked for more than %d times for one request; the desktop gives no more", MaxPasswordAttempts)})
+			b.refuse(host, func(r *Refusals) { r.Passwords++ }, slog.LevelWarn, "a password asked for too often; the grant ends",
+				"id", req.ID, "cap", MaxPasswordAttempts)
+			return
+		}
+		asked++
 		ctx, cancel = context.WithTimeout(context.Background(), b.timeout())
-		pw, err := b.Approver.Password(ctx, req, attempt, problem)
+		pw, err := b.Approver.Password(ctx, req, asked, problem)
 		cancel()
 		if err != nil {
 			reason := "the sudo password was not given"

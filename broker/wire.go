@@ -37,25 +37,35 @@ type message struct {
 	Result  string   `json:"result,omitempty"`
 }
 
-// maxMessage bounds one line: a request's args are the largest part.
-const maxMessage = 1 << 20
+// MaxMessage bounds one line of a conversation, on either side: a
+// request's args are the largest part, and a prompt shows only their
+// start. A reader holds at most this much of a line (ErrTooLarge past it,
+// without reading the rest), and Ask refuses to send a larger request.
+const MaxMessage = 64 << 10
 
 // ErrMismatch is a message that does not belong to the conversation.
 var ErrMismatch = errors.New("broker: a message for another request was rejected")
 
+// ErrTooLarge is a message over MaxMessage.
+var ErrTooLarge = fmt.Errorf("broker: message over %d KiB", MaxMessage>>10)
+
 type wire struct {
-	c   net.Conn
-	r   *bufio.Reader
-	enc *json.Encoder
+	c net.Conn
+	r *bufio.Reader
 }
 
 func newWire(c net.Conn) *wire {
-	return &wire{c: c, r: bufio.NewReaderSize(c, 64<<10), enc: json.NewEncoder(c)}
+	return &wire{c: c, r: bufio.NewReaderSize(c, 4<<10)}
 }
 
-// read reads one message, giving up when ctx ends.
+// read reads one message, giving up when ctx ends. A connection without
+// deadlines (an SSH channel's) is closed then: nothing else stops a read.
 func (w *wire) read(ctx context.Context) (*message, error) {
-	stop := context.AfterFunc(ctx, func() { w.c.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() {
+		if w.c.SetReadDeadline(time.Unix(1, 0)) != nil {
+			w.c.Close()
+		}
+	})
 	defer stop()
 	line, err := w.readLine()
 	if err != nil {
@@ -73,10 +83,15 @@ func (w *wire) read(ctx context.Context) (*message, error) {
 	return &m, nil
 }
 
+// readLine reads one line, never holding more than MaxMessage of it.
 func (w *wire) readLine() ([]byte, error) {
 	var line []byte
 	for {
 		frag, err := w.r.ReadSlice('\n')
+		if len(line)+len(frag) > MaxMessage {
+			Zero(line)
+			return nil, ErrTooLarge
+		}
 		line = append(line, frag...)
 		if err == nil {
 			return line, nil
@@ -88,10 +103,6 @@ func (w *wire) readLine() ([]byte, error) {
 			}
 			return nil, err
 		}
-		if len(line) > maxMessage {
-			Zero(line)
-			return nil, fmt.Errorf("broker: message over %d bytes", maxMessage)
-		}
 	}
 }
 
@@ -99,6 +110,10 @@ func (w *wire) write(m *message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
+	}
+	if len(b) >= MaxMessage {
+		Zero(b)
+		return fmt.Errorf("%w: the %s would be %d bytes", ErrTooLarge, m.Type, len(b)+1)
 	}
 	b = append(b, '\n')
 	_, err = w.c.Write(b)
