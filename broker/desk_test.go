@@ -69,8 +69,12 @@ func waitServed(t *testing.T, served chan struct{}, within time.Duration, what s
 // channel forwarded from a host cannot.
 type noDeadlines struct{ net.Conn }
 
-func (noDeadlines) SetReadDeadline(time.Time) error { return errors.New("ssh: tcpChan: deadline not supported") }
-func (noDeadlines) SetDeadline(time.Time) error     { return errors.New("ssh: tcpChan: deadline not supported") }
+func (noDeadlines) SetReadDeadline(time.Time) error {
+	return errors.New("ssh: tcpChan: deadline not supported")
+}
+func (noDeadlines) SetDeadline(time.Time) error {
+	return errors.New("ssh: tcpChan: deadline not supported")
+}
 
 // TestBrokerRequestDeadline opens connections that send nothing, or half a
 // request, and never more: each is closed at RequestTimeout, also when
