@@ -16,7 +16,10 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"golang.org/x/term"
+
 	"ollie/internal/paths"
+	"ollie/internal/termsafe"
 	"ollie/ns"
 	"ollie/ns/client"
 )
@@ -46,6 +49,13 @@ Commands:
 With no command ollie is a shell on the namespace: interactive on a
 terminal (type help there), otherwise it runs the commands on standard
 input, one a line.
+
+What the server chose is shown as text, never as terminal commands: in
+names, metadata and error messages every control character (escape
+sequences, newlines, tabs, bidi controls, bytes that are not UTF-8) is
+shown escaped, as \x1b or \u009b; so is the content read, rdwr and rdwrs
+print when standard output is a terminal (keeping newlines and tabs). Piped
+or redirected, content is passed on byte for byte.
 
 Flags:
   -a ADDR   the namespace: a Unix socket path, tcp!HOST!PORT or HOST:PORT
@@ -148,34 +158,54 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// server does not answer the flush.
 	context.AfterFunc(ctx, stop)
 
+	content, flush := contentWriter(stdout)
 	switch cmd {
 	case "ls":
 		err = ollieLs(ctx, c, name, name, long, stdout)
 	case "read":
-		err = c.Follow(ctx, name, stdout)
+		err = c.Follow(ctx, name, content)
 	case "write":
 		err = c.Write(ctx, name, input)
 	case "rdwr":
 		var reply []byte
 		reply, err = c.RdWr(ctx, name, input)
-		stdout.Write(reply)
+		content.Write(reply)
 	case "rdwrs":
-		err = c.Subscribe(ctx, name, input, stdout)
+		err = c.Subscribe(ctx, name, input, content)
 	case "stat":
 		err = ollieStat(ctx, c, name, stdout)
 	}
+	flush()
 	return ollieReport(ctx, err, stderr)
 }
 
 func ollieUsageError(stderr io.Writer, msg string) int {
-	fmt.Fprintf(stderr, "ollie: %s\nrun 'ollie help' for usage\n", msg)
+	fmt.Fprintf(stderr, "ollie: %s\nrun 'ollie help' for usage\n", termsafe.Line(msg))
 	return ollieExitUsage
+}
+
+// contentWriter is where a file's content goes: w itself when it is piped
+// or redirected, so that scripts get the bytes, and on a terminal a
+// termsafe.Writer, so that the server's bytes are shown rather than acted
+// on (as ls quotes names on a terminal). flush ends the output.
+func contentWriter(w io.Writer) (out io.Writer, flush func()) {
+	if !writesToTerminal(w) {
+		return w, func() {}
+	}
+	sw := termsafe.NewWriter(w)
+	return sw, func() { sw.Flush() }
+}
+
+// writesToTerminal reports whether w is a terminal.
+func writesToTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // ollieDialError reports a failure to connect: a bad address is a usage
 // error, anything else means no server.
 func ollieDialError(stderr io.Writer, err error) int {
-	fmt.Fprintln(stderr, err)
+	fmt.Fprintln(stderr, termsafe.Line(err.Error()))
 	var de *client.DialError
 	if !errors.As(err, &de) {
 		return ollieExitUsage
@@ -199,23 +229,26 @@ func ollieReport(ctx context.Context, err error, stderr io.Writer) int {
 	return ollieExitFailed
 }
 
-// ollieError prints err as "ollie: PATH: message".
+// ollieError prints err as "ollie: PATH: message", one line: the message
+// may be the server's (an Rerror's text), so its control characters are
+// made visible.
 func ollieError(stderr io.Writer, err error) {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		fmt.Fprintf(stderr, "ollie: %s: %v\n", pe.Path, pe.Err)
+		fmt.Fprintf(stderr, "ollie: %s: %s\n", termsafe.Line(pe.Path), termsafe.Line(pe.Err.Error()))
 		return
 	}
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "ollie: ") {
 		msg = "ollie: " + msg
 	}
-	fmt.Fprintln(stderr, msg)
+	fmt.Fprintln(stderr, termsafe.Line(msg))
 }
 
 // ollieLs lists the directory at name (shown as arg): one entry a line,
 // directories with a trailing slash; long adds mode, owner, group and
-// length. A file lists as arg.
+// length. A file lists as arg. Names, owners and groups are the server's:
+// their control characters are made visible, so one entry is one line.
 func ollieLs(ctx context.Context, c *client.Conn, name, arg string, long bool, w io.Writer) error {
 	dirs, err := c.Ls(ctx, name)
 	if err != nil {
@@ -229,6 +262,7 @@ func ollieLs(ctx context.Context, c *client.Conn, name, arg string, long bool, w
 		if strings.Contains(shown, "/") { // not an entry of a directory: the file itself
 			shown = arg
 		}
+		shown = termsafe.Line(shown)
 		if d.Qid.Type&plan9.QTDIR != 0 && !strings.HasSuffix(shown, "/") {
 			shown += "/"
 		}
@@ -236,7 +270,7 @@ func ollieLs(ctx context.Context, c *client.Conn, name, arg string, long bool, w
 			fmt.Fprintln(w, shown)
 			continue
 		}
-		r := row{ollieMode(d.Mode), d.Uid, d.Gid, fmt.Sprint(d.Length), shown}
+		r := row{ollieMode(d.Mode), termsafe.Line(d.Uid), termsafe.Line(d.Gid), fmt.Sprint(d.Length), shown}
 		wuid, wgid, wlen = max(wuid, len(r.uid)), max(wgid, len(r.gid)), max(wlen, len(r.length))
 		rows = append(rows, r)
 	}
@@ -263,7 +297,7 @@ func ollieMode(m plan9.Perm) string {
 }
 
 // ollieStat prints the metadata of the file at name, one "key value"
-// line each.
+// line each, the server's strings made safe.
 func ollieStat(ctx context.Context, c *client.Conn, name string, w io.Writer) error {
 	d, err := c.Stat(ctx, name)
 	if err != nil {
@@ -274,12 +308,12 @@ func ollieStat(ctx context.Context, c *client.Conn, name string, w io.Writer) er
 		kind = "dir"
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
-	fmt.Fprintf(tw, "path\t%s\n", client.Clean(name))
-	fmt.Fprintf(tw, "name\t%s\n", d.Name)
+	fmt.Fprintf(tw, "path\t%s\n", termsafe.Line(client.Clean(name)))
+	fmt.Fprintf(tw, "name\t%s\n", termsafe.Line(d.Name))
 	fmt.Fprintf(tw, "type\t%s\n", kind)
 	fmt.Fprintf(tw, "mode\t%s\n", ollieMode(d.Mode))
-	fmt.Fprintf(tw, "owner\t%s\n", d.Uid)
-	fmt.Fprintf(tw, "group\t%s\n", d.Gid)
+	fmt.Fprintf(tw, "owner\t%s\n", termsafe.Line(d.Uid))
+	fmt.Fprintf(tw, "group\t%s\n", termsafe.Line(d.Gid))
 	fmt.Fprintf(tw, "length\t%d\n", d.Length)
 	fmt.Fprintf(tw, "qid\t%v\n", d.Qid)
 	fmt.Fprintf(tw, "mtime\t%s\n", time.Unix(int64(d.Mtime), 0).UTC().Format(time.RFC3339))

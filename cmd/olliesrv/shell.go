@@ -16,6 +16,7 @@ import (
 	"9fans.net/go/plan9"
 	"github.com/chzyer/readline"
 
+	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
 
@@ -31,6 +32,7 @@ const shellHelp = `ollie shell: paths are relative to the working directory; / i
   help                      this help; cat /help prints the namespace reference
   exit [N]                  leave the shell
 Quote with '...' or "..."; # starts a comment. ^C interrupts a command; ^D leaves.
+Control characters the server sent are shown escaped (\x1b); content only on a terminal.
 `
 
 // shellCommands are the shell's commands, for completion.
@@ -43,6 +45,7 @@ type ollieShell struct {
 	stdout      *shellOutput
 	stderr      io.Writer
 	interactive bool
+	ttyOut      bool // stdout is a terminal: content is made safe (contentWriter)
 	failed      bool // a command failed (script mode's exit status)
 
 	mu     sync.Mutex
@@ -62,7 +65,7 @@ func runShell(addr, uname string, start bool, stdin io.Reader, stdout, stderr io
 		return ollieDialError(stderr, err)
 	}
 	defer c.Close()
-	sh := &ollieShell{conn: c, cwd: "/", stdout: &shellOutput{w: stdout}, stderr: stderr}
+	sh := &ollieShell{conn: c, cwd: "/", stdout: &shellOutput{w: stdout}, stderr: stderr, ttyOut: writesToTerminal(stdout)}
 
 	// SIGINT interrupts the running command, never the shell.
 	sigs := make(chan os.Signal, 1)
@@ -137,7 +140,8 @@ func (sh *ollieShell) repl(stdout, stderr io.Writer) int {
 	}
 }
 
-func (sh *ollieShell) prompt() string { return "ollie:" + sh.cwd + "% " }
+// prompt shows the working directory, whose names the server chose.
+func (sh *ollieShell) prompt() string { return "ollie:" + termsafe.Line(sh.cwd) + "% " }
 
 // script runs the commands on r, one a line, and returns 1 if any failed.
 func (sh *ollieShell) script(r io.Reader) int {
@@ -260,7 +264,7 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		}
 		return errors.New("usage: exit [N]")
 	case "pwd":
-		fmt.Fprintln(out, sh.cwd)
+		fmt.Fprintln(out, termsafe.Line(sh.cwd))
 	case "cd":
 		if len(args) > 1 {
 			return errors.New("usage: cd [DIR]")
@@ -291,7 +295,7 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 				if i > 0 {
 					fmt.Fprintln(out)
 				}
-				fmt.Fprintf(out, "%s:\n", a)
+				fmt.Fprintf(out, "%s:\n", termsafe.Line(a))
 			}
 			if err := ollieLs(ctx, sh.conn, sh.abs(a), a, long, out); err != nil {
 				if ctx.Err() != nil || errors.Is(err, client.ErrConnLost) {
@@ -308,8 +312,10 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		if len(args) == 0 {
 			return errors.New("usage: cat FILE...")
 		}
+		content, flush := sh.content()
+		defer flush()
 		for _, a := range args {
-			if err := sh.conn.Follow(ctx, sh.abs(a), out); err != nil {
+			if err := sh.conn.Follow(ctx, sh.abs(a), content); err != nil {
 				return err
 			}
 		}
@@ -334,11 +340,13 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		if len(args) > 1 {
 			req = []byte(strings.Join(args[1:], " ") + "\n")
 		}
+		content, flush := sh.content()
+		defer flush()
 		if name == "rdwrs" {
-			return sh.conn.Subscribe(ctx, sh.abs(args[0]), req, out)
+			return sh.conn.Subscribe(ctx, sh.abs(args[0]), req, content)
 		}
 		reply, err := sh.conn.RdWr(ctx, sh.abs(args[0]), req)
-		out.Write(reply)
+		content.Write(reply)
 		return err
 	case "stat":
 		if len(args) == 0 {
@@ -356,6 +364,16 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		return fmt.Errorf("%s: unknown command (type help)", name)
 	}
 	return nil
+}
+
+// content is where a file's content goes: as is when standard output is
+// piped, made safe on a terminal (see contentWriter).
+func (sh *ollieShell) content() (io.Writer, func()) {
+	if !sh.ttyOut {
+		return sh.stdout, func() {}
+	}
+	sw := termsafe.NewWriter(sh.stdout)
+	return sw, func() { sw.Flush() }
 }
 
 // A shellWord is a word of a command line, or a redirection operator.

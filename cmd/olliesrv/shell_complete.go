@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"9fans.net/go/plan9"
+
+	"ollie/internal/termsafe"
 )
 
 // shellCompleter completes the shell's command names and, after them,
@@ -39,6 +41,9 @@ func (c shellCompleter) Do(line []rune, pos int) ([][]rune, int) {
 	for _, d := range dirs {
 		if strings.Contains(d.Name, "/") || !strings.HasPrefix(d.Name, base) {
 			continue // not in a directory, or not a match
+		}
+		if !termsafe.Safe(d.Name, false) {
+			continue // the line editor would show its controls to the terminal
 		}
 		end := d.Name[len(base):] + " "
 		if d.Qid.Type&plan9.QTDIR != 0 {

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"ollie/internal/termsafe"
 	"ollie/ns"
 	"ollie/ns/client"
 )
@@ -46,7 +47,8 @@ func startMain(args []string, stdout, stderr io.Writer) int {
 	}
 	pid, err := startDetached(exe, 15*time.Second)
 	if err != nil {
-		fmt.Fprintf(stderr, "olliesrv start: %v\n", err)
+		// The error carries the daemon log's tail: one line, made safe.
+		fmt.Fprintf(stderr, "olliesrv start: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "started %s pid %d\n", sock, pid)
@@ -64,7 +66,7 @@ func stopMain(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err := stopDaemon(30 * time.Second); err != nil {
-		fmt.Fprintf(stderr, "olliesrv stop: %v\n", err)
+		fmt.Fprintf(stderr, "olliesrv stop: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "stopped pid %d\n", pid)
