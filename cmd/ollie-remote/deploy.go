@@ -27,6 +27,7 @@ import (
 
 	"github.com/pkg/sftp"
 
+	"ollie/internal/termsafe"
 	"ollie/tunnel"
 )
 
@@ -480,5 +481,7 @@ func remoteError(what string, err error) error {
 	if ee.Signal != "" {
 		msg += " (killed by SIG" + ee.Signal + ")"
 	}
-	return fmt.Errorf("%s: %s", what, msg)
+	// The host's words: one line, made safe and clipped wherever the
+	// error is shown.
+	return fmt.Errorf("%s: %s", what, termsafe.Field(msg, maxHostMessage))
 }

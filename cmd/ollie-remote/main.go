@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"ollie/internal/paths"
+	"ollie/internal/termsafe"
 	"ollie/tunnel"
 )
 
@@ -164,14 +165,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	b, err := loadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
 	if err != nil {
-		fmt.Fprintf(stderr, "ollie-remote: %v\n", err)
+		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
 	var mu sync.Mutex
+	// A message may carry the host's words (its error output, its install
+	// report): one line, its control characters made visible, so that no
+	// host can write escapes to this terminal or a line of another host's.
 	say := func(host, msg string) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stdout, "%s: %s\n", host, msg)
+		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
 	}
 	results := make([]deployResult, len(hosts))
 	sem := make(chan struct{}, c.parallel)
@@ -205,7 +209,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		} else if r.Files == 0 {
 			result = "ok, up to date"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", r.Host, orDash(r.Platform), orDash(r.Version), humanBytes(r.Sent), r.Took.Seconds(), result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), humanBytes(r.Sent), r.Took.Seconds(), result)
 	}
 	tw.Flush()
 	if failed > 0 {
@@ -261,5 +265,16 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// maxHostMessage bounds a line of a host's words printed under its name,
+// and maxCell a table cell a host chose.
+const (
+	maxHostMessage = 4096
+	maxCell        = 64
+)
+
+// cell is a table cell whose text a host chose: one line, made safe (a
+// tab would shift the columns), clipped, "-" when empty.
+func cell(s string) string { return orDash(termsafe.Field(s, maxCell)) }
 
 var errNoKeeper = errors.New("ollie-remote up is not running")

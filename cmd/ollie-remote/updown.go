@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
 
@@ -30,14 +31,16 @@ func (c *common) request(op, host string) request {
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	if err := ensureKeeper(ctx); err != nil {
-		fmt.Fprintf(stderr, "ollie-remote: %v\n", err)
+		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
 	var mu sync.Mutex
-	say := func(format string, a ...any) {
+	// msg may carry the host's words (its socket's path, its errors): one
+	// line, made safe.
+	say := func(host, msg string) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(stdout, format, a...)
+		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
 	}
 	failed := 0
 	sem := make(chan struct{}, c.parallel)
@@ -48,18 +51,18 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r, err := keeperCall(ctx, c.request("up", h), func(r reply) { say("%s: %s\n", h, r.Msg) })
+			r, err := keeperCall(ctx, c.request("up", h), func(r reply) { say(h, r.Msg) })
 			if err == nil && r.Err != "" {
 				err = fmt.Errorf("%s", r.Err)
 			}
 			if err != nil {
-				say("%s: FAILED: %v\n", h, err)
+				say(h, "FAILED: "+err.Error())
 				mu.Lock()
 				failed++
 				mu.Unlock()
 				return
 			}
-			say("%s: up: ollie -H %s (socket %s)\n", h, h, r.Socket)
+			say(h, fmt.Sprintf("up: ollie -H %s (socket %s)", h, r.Socket))
 		}()
 	}
 	wg.Wait()
@@ -87,14 +90,14 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 			err = fmt.Errorf("%s", r.Err)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", h, err)
+			fmt.Fprintf(stderr, "%s: %s\n", termsafe.Line(h), termsafe.Field(err.Error(), maxHostMessage))
 			status = 1
 			continue
 		}
 		if c.stop {
-			fmt.Fprintf(stdout, "%s: down, olliesrv stopped\n", h)
+			fmt.Fprintf(stdout, "%s: down, olliesrv stopped\n", termsafe.Line(h))
 		} else {
-			fmt.Fprintf(stdout, "%s: down (olliesrv keeps running on the host)\n", h)
+			fmt.Fprintf(stdout, "%s: down (olliesrv keeps running on the host)\n", termsafe.Line(h))
 		}
 	}
 	return status
@@ -145,8 +148,11 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	wg.Wait()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tTUNNEL")
+	// Version, sessions, agents and the namespace's errors are the
+	// host's words.
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.host, r.version, r.uptime, r.sessions, r.agents, r.tunnel)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.host), cell(r.version), r.uptime, cell(r.sessions), cell(r.agents),
+			termsafe.Field(r.tunnel, maxHostMessage))
 	}
 	tw.Flush()
 	return 0
