@@ -43,11 +43,6 @@ type Broker struct {
 	// MaxConnsPerHost caps the connections one host may have open at
 	// once; past it a new one is closed at once. 0 means 16.
 	MaxConnsPerHost int
-	// Forward, if set, is offered every connection admitted before the
-	// broker answers it itself: it carries the conversation elsewhere
-	// (ollie-remote's keeper hands it to the terminal broker) and reports
-	// whether it did. Nil: the broker answers every connection.
-	Forward func(host string, c net.Conn) bool
 
 	mu      sync.Mutex
 	conns   map[string]int // connections open, per host
@@ -195,10 +190,17 @@ func (b *Broker) Serve(host string, l net.Listener) error {
 	}
 }
 
-// ServeConn answers one request that came over host's connection, or
-// hands it to Forward, and closes c. The request's own Host is
-// overwritten: a host cannot speak for another.
-func (b *Broker) ServeConn(host string, c net.Conn) {
+// ServeConn answers one request that came over host's connection, and
+// closes c. The request's own Host is overwritten: a host cannot speak
+// for another.
+func (b *Broker) ServeConn(host string, c net.Conn) { b.ServeConnVia(host, c, nil) }
+
+// ServeConnVia is ServeConn that first offers the connection, once
+// admitted under host's cap, to forward, which carries the conversation
+// elsewhere (ollie-remote's keeper hands it to the terminal broker) and
+// reports whether it did; if it did not, or forward is nil, the broker
+// answers it.
+func (b *Broker) ServeConnVia(host string, c net.Conn, forward func(host string, c net.Conn) bool) {
 	defer c.Close()
 	release, ok := b.admit(host)
 	if !ok {
@@ -207,7 +209,7 @@ func (b *Broker) ServeConn(host string, c net.Conn) {
 		return
 	}
 	defer release()
-	if b.Forward != nil && b.Forward(host, c) {
+	if forward != nil && forward(host, c) {
 		return
 	}
 	b.answer(host, c)

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"ollie/broker"
 	"ollie/internal/paths"
@@ -55,32 +56,38 @@ func desktopBroker(log *slog.Logger) *broker.Broker {
 }
 
 // serveApprovals answers the requests arriving from host on l: through
-// the terminal broker when one runs, else with b.
+// the terminal broker when one runs, else with b. Either way b holds the
+// host to its caps (connections at once), and whoever answers to its
+// deadlines and size limits: the terminal broker enforces them on what
+// is relayed, and closing its end closes the host's.
 func serveApprovals(b *broker.Broker, host string, l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go func() {
-			t, err := net.Dial("unix", terminalSocket())
-			if err != nil {
-				b.ServeConn(host, c)
-				return
-			}
-			defer c.Close()
-			defer t.Close()
-			hdr, _ := json.Marshal(map[string]string{"host": host})
-			if _, err := t.Write(append(hdr, '\n')); err != nil {
-				return
-			}
-			go func() {
-				io.Copy(t, c)
-				t.(*net.UnixConn).CloseWrite()
-			}()
-			io.Copy(c, t)
-		}()
+		go b.ServeConnVia(host, c, toTerminal)
 	}
+}
+
+// toTerminal relays host's conversation on c to the terminal broker, if
+// one runs, after a header naming the host.
+func toTerminal(host string, c net.Conn) bool {
+	t, err := net.Dial("unix", terminalSocket())
+	if err != nil {
+		return false
+	}
+	defer t.Close()
+	hdr, _ := json.Marshal(map[string]string{"host": host})
+	if _, err := t.Write(append(hdr, '\n')); err != nil {
+		return true
+	}
+	go func() {
+		io.Copy(t, c)
+		t.(*net.UnixConn).CloseWrite()
+	}()
+	io.Copy(c, t)
+	return true
 }
 
 // brokerMain runs the terminal broker: the person at this terminal answers
@@ -120,11 +127,13 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 			return 0
 		}
 		go func() {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			host, err := readHeader(c)
 			if err != nil {
 				c.Close()
 				return
 			}
+			c.SetReadDeadline(time.Time{})
 			b.ServeConn(host, c)
 		}()
 	}
