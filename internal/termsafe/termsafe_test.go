@@ -142,6 +142,10 @@ func FuzzLine(f *testing.F) {
 		if !Safe(Line(s), false) || !Safe(Text(s), true) {
 			t.Fatalf("the output of %q is not Safe", s)
 		}
+		// A backslash is left alone, so making safe text safe changes nothing.
+		if Line(Line(s)) != Line(s) || Text(Text(s)) != Text(s) {
+			t.Fatalf("making %q safe twice changes it", s)
+		}
 		if Safe(s, false) != (Line(s) == s) {
 			t.Fatalf("Safe(%q) = %v, but Line gives %q", s, Safe(s, false), Line(s))
 		}
