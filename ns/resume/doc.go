@@ -48,7 +48,29 @@
 //   - A server that answers the new Tversion with a smaller msize: reads in
 //     flight may not fit, so the client's connection is closed.
 //
-// The package trusts the server it dials as much as its clients do. It
-// trusts no client: a malformed message ends that client's connection, so
-// that it cannot make the proxy reconnect forever.
+// # What it holds for a server
+//
+// The server is the remote host, and a host may be hostile, so nothing it
+// sends sizes what the proxy holds:
+//
+//   - msize is negotiated down to [Proxy.MaxMsize] (default
+//     [DefaultMaxMsize], 256 KiB + 24) on both sides: a client's Tversion
+//     is lowered before the server sees it, a server's Rversion before the
+//     client does. No buffer is larger; a message claiming more ends the
+//     server connection ("exceeds msize").
+//   - Replies to no request (unknown tags, second replies, wrong types)
+//     are discarded and counted, not logged one by one; past 16 the server
+//     connection is dropped, with one log line giving the count.
+//   - A server connection that ends before it answered any request past
+//     Tversion and Tattach, a failed replay and a failed dial are followed
+//     by a back-off: 100 ms doubling to 30 s, jittered, reset once a
+//     connection answers a request. A connection that worked is redialled
+//     at once.
+//   - A Tversion unanswered for [Proxy.HandshakeTimeout] (default 10 s),
+//     or a replay unfinished in three times that, drops the connection
+//     (by closing it: SSH channels have no deadlines). The client's own
+//     requests otherwise wait, by design: the client sets its time-outs.
+//
+// The package trusts no client either: a malformed message ends that
+// client's connection, so that it cannot make the proxy reconnect forever.
 package resume

@@ -44,8 +44,11 @@ func (r *frameReader) next(max uint32) ([]byte, error) {
 		return nil, unexpected(err, r.br.Buffered())
 	}
 	size := binary.LittleEndian.Uint32(hdr)
-	if size < 7 || size > max {
-		return nil, fmt.Errorf("%w: size %d (limit %d)", errMalformed, size, max)
+	if size < 7 {
+		return nil, fmt.Errorf("%w: size %d", errMalformed, size)
+	}
+	if size > max {
+		return nil, fmt.Errorf("%w: message of %d bytes exceeds msize %d", errMalformed, size, max)
 	}
 	if int(size) <= r.br.Size() {
 		f, err := r.br.Peek(int(size))

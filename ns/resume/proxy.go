@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
 )
 
@@ -46,6 +47,18 @@ type Proxy struct {
 	Log     *slog.Logger       // nil = discard
 	OnState func(state string) // optional: "connected", "reconnecting: <err>", for status displays
 
+	// MaxMsize is the largest msize negotiated with either side: a
+	// client's Tversion asking for more is lowered to it before the server
+	// sees it, and a server's Rversion offering more is lowered before the
+	// client does. No message buffer is larger. 0 means DefaultMaxMsize.
+	MaxMsize uint32
+
+	// HandshakeTimeout bounds the wait for the server's answer to a
+	// Tversion, the client's or a replay's, and for the whole replay on a
+	// reconnect (at least 3 times it); past it the server connection is
+	// dropped and dialled again after a back-off. 0 means 10 s.
+	HandshakeTimeout time.Duration
+
 	once      sync.Once
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -59,12 +72,39 @@ type Proxy struct {
 	lastState string
 }
 
-// Backoff between failed dials: short, because Dial is expected to do the
-// real waiting (an SSH reconnect loop), and the proxy only keeps trying.
+// DefaultMaxMsize is ns's own largest msize: 256 KiB of data and the
+// Tread/Rwrite header.
+const DefaultMaxMsize = 256<<10 + plan9.IOHDRSZ
+
+// Back-off before dialling again after a server connection that did
+// nothing useful: a dial error, a failed replay, or a connection that
+// ended before it answered any request past the handshake (a host that
+// fails right after Tversion was redialled 10,354 times in 15 s). It
+// doubles, with jitter, and is reset by a connection that answered a
+// request; a connection that worked is redialled at once.
 const (
-	minBackoff = 20 * time.Millisecond
-	maxBackoff = time.Second
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 30 * time.Second
 )
+
+// maxUnexpected is how many replies to no request (an unknown tag, a
+// second reply, a reply of the wrong type) a server connection may send
+// before it is dropped. Each is discarded; none is logged on its own.
+const maxUnexpected = 16
+
+func (p *Proxy) maxMsize() uint32 {
+	if p.MaxMsize == 0 {
+		return DefaultMaxMsize
+	}
+	return max(p.MaxMsize, 256)
+}
+
+func (p *Proxy) handshakeTimeout() time.Duration {
+	if p.HandshakeTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return p.HandshakeTimeout
+}
 
 func (p *Proxy) init() {
 	p.once.Do(func() {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"9fans.net/go/plan9"
@@ -15,10 +16,6 @@ import (
 // errFatal marks a failure to resume that no further reconnect can fix:
 // the client's session ends.
 var errFatal = errors.New("resume: session cannot be resumed")
-
-// replayTimeout bounds the replay on a new connection: a server that
-// accepts and then says nothing is treated as a failed connection.
-const replayTimeout = 30 * time.Second
 
 // window is how many replay requests are in flight at once: enough to
 // hide the round trip, well under ns's per-connection request limit.
@@ -38,13 +35,27 @@ type restore struct {
 // resume makes nc the session's link: it negotiates the client's msize,
 // rebuilds the fids, then sends every request waiting for a reply.
 func (s *session) resume(nc net.Conn) (*link, error) {
-	l := &link{nc: nc, fr: newFrameReader(nc), bw: bufio.NewWriterSize(nc, writeBufSize)}
+	l := &link{nc: nc, fr: newFrameReader(nc), bw: bufio.NewWriterSize(nc, writeBufSize), limit: preVersionMax}
+	// A server that accepts and then says nothing is a failed
+	// connection. A timer closes it: an SSH channel has no deadlines.
+	replayTimeout := 3 * s.p.handshakeTimeout()
+	var late atomic.Bool
+	timer := time.AfterFunc(replayTimeout, func() {
+		late.Store(true)
+		nc.Close()
+	})
+	defer timer.Stop()
+	lateErr := func(err error) error {
+		if late.Load() {
+			return fmt.Errorf("resume: replay: no answer within %v", replayTimeout)
+		}
+		return err
+	}
 	var plan []*restore
 	if msize := s.msize.Load(); msize != 0 {
-		nc.SetDeadline(time.Now().Add(replayTimeout))
 		rx, err := l.rpcs([]*plan9.Fcall{{Type: plan9.Tversion, Msize: msize, Version: "9P2000"}})
 		if err != nil {
-			return nil, err
+			return nil, lateErr(err)
 		}
 		switch v := rx[0]; {
 		case v.Type == plan9.Rerror:
@@ -55,11 +66,11 @@ func (s *session) resume(nc net.Conn) (*link, error) {
 			// A read in flight may already be sized for the old msize.
 			return nil, fmt.Errorf("%w: server lowered msize from %d to %d", errFatal, msize, v.Msize)
 		}
+		l.limit = msize
 		plan = s.plan()
 		if err := l.replay(plan); err != nil {
-			return nil, err
+			return nil, lateErr(err)
 		}
-		nc.SetDeadline(time.Time{})
 	}
 
 	s.mu.Lock()
@@ -77,11 +88,12 @@ func (s *session) resume(nc net.Conn) (*link, error) {
 		}
 	}
 	if len(orphans) > 0 {
-		nc.SetDeadline(time.Now().Add(replayTimeout))
 		if _, err := l.rpcs(orphans); err != nil {
-			return nil, err
+			return nil, lateErr(err)
 		}
-		nc.SetDeadline(time.Time{})
+	}
+	if !timer.Stop() {
+		return nil, lateErr(net.ErrClosed)
 	}
 	s.gen++
 	l.gen = s.gen
@@ -102,6 +114,9 @@ func (s *session) resume(nc net.Conn) (*link, error) {
 			out = append(out, s.lostReplyLocked(r.typ, r.tag, r.fid))
 			s.retireLocked(r)
 			continue
+		}
+		if r.typ == plan9.Tversion {
+			l.expect(s.p.handshakeTimeout())
 		}
 		l.bw.Write(r.frame)
 		r.gen = l.gen
@@ -289,9 +304,15 @@ func (l *link) rpcs(tx []*plan9.Fcall) ([]*plan9.Fcall, error) {
 		if err := l.bw.Flush(); err != nil {
 			return nil, err
 		}
-		f, err := plan9.ReadFcall(l.fr.br)
+		// Through the frame reader: plan9.ReadFcall would allocate
+		// whatever size a server claims.
+		b, err := l.fr.next(l.limit)
 		if err != nil {
 			return nil, err
+		}
+		f, err := plan9.UnmarshalFcall(b)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errMisbehaving, err)
 		}
 		i, ok := inflight[f.Tag]
 		if !ok {

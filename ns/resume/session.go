@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -58,6 +60,35 @@ type link struct {
 	fr  *frameReader // read by serverLoop only
 	wmu sync.Mutex
 	bw  *bufio.Writer
+
+	limit  uint32      // the largest reply replay reads: the msize, or preVersionMax before one
+	useful atomic.Bool // it answered a request past the handshake
+	late   atomic.Bool // a timer closed it: the server did not answer in time
+	hsMu   sync.Mutex
+	hs     *time.Timer // the handshake's timer, while a Tversion awaits its answer
+}
+
+// expect closes the connection unless disarm is called within d: a
+// server that takes a Tversion and answers nothing must not hold the
+// client. Closing, not a deadline: an SSH channel has no deadlines.
+func (l *link) expect(d time.Duration) {
+	l.hsMu.Lock()
+	defer l.hsMu.Unlock()
+	if l.hs == nil {
+		l.hs = time.AfterFunc(d, func() {
+			l.late.Store(true)
+			l.nc.Close()
+		})
+	}
+}
+
+func (l *link) disarm() {
+	l.hsMu.Lock()
+	defer l.hsMu.Unlock()
+	if l.hs != nil {
+		l.hs.Stop()
+		l.hs = nil
+	}
 }
 
 // write queues f for the server. A failure closes the connection, so that
@@ -94,6 +125,7 @@ type req struct {
 	fid    uint32
 	newfid uint32
 	oldtag uint16
+	msize  uint32 // Tversion, as forwarded
 	uname  string
 	aname  string
 	name   string
@@ -175,6 +207,12 @@ func (s *session) clientLoop() error {
 		if err != nil {
 			return err
 		}
+		if m.typ == plan9.Tversion && m.msize > s.p.maxMsize() {
+			// The server's answer may not exceed what it is asked for,
+			// so no message on either side will be larger than this.
+			m.msize = s.p.maxMsize()
+			binary.LittleEndian.PutUint32(f[7:11], m.msize)
+		}
 		if l := s.request(&m, f); l != nil {
 			dirty = l
 		}
@@ -228,6 +266,9 @@ func (s *session) request(m *tmsg, f []byte) *link {
 	s.mu.Unlock()
 	// r may be answered, even recycled, from here on: only f is used.
 	if l != nil {
+		if m.typ == plan9.Tversion {
+			l.expect(s.p.handshakeTimeout())
+		}
 		l.write(f)
 	}
 	return l
@@ -297,7 +338,7 @@ func (s *session) newReq(m *tmsg) *req {
 	s.seq++
 	*r = req{
 		seq: s.seq, tag: m.tag, typ: m.typ, mode: m.mode, fid: m.fid, newfid: m.newfid,
-		oldtag: m.oldtag, uname: m.uname, aname: m.aname, name: m.name, names: m.names,
+		oldtag: m.oldtag, msize: m.msize, uname: m.uname, aname: m.aname, name: m.name, names: m.names,
 		frame: r.frame[:0],
 	}
 	return r
@@ -332,9 +373,9 @@ func (s *session) sortedPendingLocked() []*req {
 // relay replies until the connection fails, then again, until the session
 // ends.
 func (s *session) serverLoop() {
-	backoff := minBackoff
+	var b backoff
 	for {
-		nc, err := s.dial()
+		nc, err := s.dial(&b)
 		if err != nil {
 			return
 		}
@@ -349,24 +390,52 @@ func (s *session) serverLoop() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			s.log.Info("resume: replay on a new connection failed", "err", err)
+			s.log.Info("resume: replay on a new connection failed", "err", err, "retry_in", b.peek())
 			s.p.state("reconnecting: " + err.Error())
-			if !s.sleep(backoff) {
+			if !s.sleep(b.next()) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		backoff = minBackoff
 		err = s.relay(l)
+		l.disarm()
 		s.drop(l)
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.log.Info("resume: connection to the server lost; reconnecting", "err", err)
 		s.p.state("reconnecting: " + err.Error())
+		if l.useful.Load() {
+			b.reset()
+			s.log.Info("resume: connection to the server lost; reconnecting", "err", err)
+			continue
+		}
+		// Nothing answered past the handshake: a server that fails at
+		// once must not be dialled again at once.
+		s.log.Info("resume: connection to the server failed before it answered a request", "err", err, "retry_in", b.peek())
+		if !s.sleep(b.next()) {
+			return
+		}
 	}
 }
+
+// errMisbehaving ends a server connection that breaks the protocol in a
+// way a reconnect may mend.
+var errMisbehaving = errors.New("resume: server misbehaves; dropping the connection")
+
+// backoff is the wait before dialling again: minBackoff doubling to
+// maxBackoff, each wait drawn from its upper half so that sessions do not
+// dial in step.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) peek() time.Duration { return max(b.d, minBackoff) }
+
+func (b *backoff) next() time.Duration {
+	d := b.peek()
+	b.d = min(2*d, maxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }
 
 // sleep waits d unless the session ends first.
 func (s *session) sleep(d time.Duration) bool {
@@ -380,9 +449,9 @@ func (s *session) sleep(d time.Duration) bool {
 	}
 }
 
-// dial returns a new server connection, retrying until the session ends.
-func (s *session) dial() (net.Conn, error) {
-	backoff := minBackoff
+// dial returns a new server connection, retrying with b until the
+// session ends.
+func (s *session) dial(b *backoff) (net.Conn, error) {
 	for {
 		nc, err := s.p.Dial(s.ctx)
 		if err == nil {
@@ -401,20 +470,32 @@ func (s *session) dial() (net.Conn, error) {
 		}
 		s.log.Debug("resume: dial failed", "err", err)
 		s.p.state("reconnecting: " + err.Error())
-		if !s.sleep(backoff) {
+		if !s.sleep(b.next()) {
 			return nil, s.ctx.Err()
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
 // relay passes the server's replies to the client until the connection
 // fails.
 func (s *session) relay(l *link) error {
+	// Replies are flushed to the client when no other is buffered behind
+	// them; whatever is held when the connection fails goes out now.
+	defer func() {
+		s.cwmu.Lock()
+		if s.cw.Flush() != nil {
+			s.cc.Close()
+		}
+		s.cwmu.Unlock()
+	}()
+	unexpected := 0
 	for {
 		limit := max(s.msize.Load(), preVersionMax)
 		f, err := l.fr.next(limit)
 		if err != nil {
+			if l.late.Load() {
+				return fmt.Errorf("resume: no answer to Tversion within %v", s.p.handshakeTimeout())
+			}
 			return err
 		}
 		typ, tag := f[4], binary.LittleEndian.Uint16(f[5:7])
@@ -422,8 +503,19 @@ func (s *session) relay(l *link) error {
 		r := s.pending[tag]
 		if r == nil || r.gen != l.gen || typ != r.typ+1 && typ != plan9.Rerror {
 			s.mu.Unlock()
-			s.log.Warn("resume: server reply to no request; dropped", "type", typ, "tag", tag)
+			// Discarded, and counted rather than logged: a server can
+			// send them faster than any log can take them.
+			if unexpected++; unexpected > maxUnexpected {
+				return fmt.Errorf("%w: %d replies to no request (the last: type %d, tag %d)", errMisbehaving, unexpected, typ, tag)
+			}
 			continue
+		}
+		switch r.typ {
+		case plan9.Tversion:
+			l.disarm()
+		case plan9.Tattach, plan9.Tauth:
+		default:
+			l.useful.Store(true)
 		}
 		s.completeLocked(r, f, l.gen)
 		s.retireLocked(r)
@@ -446,8 +538,12 @@ func (s *session) completeLocked(r *req, f []byte, gen uint64) {
 	switch r.typ {
 	case plan9.Tversion:
 		if typ == plan9.Rversion && len(f) >= 11 {
+			// A server offering more than it was asked for gets what it
+			// was asked for: the client sees the msize the proxy holds to.
+			msize := min(binary.LittleEndian.Uint32(f[7:11]), r.msize, s.p.maxMsize())
+			binary.LittleEndian.PutUint32(f[7:11], msize)
+			s.msize.Store(msize)
 			// A new version clunks every fid.
-			s.msize.Store(binary.LittleEndian.Uint32(f[7:11]))
 			clear(s.fids)
 		}
 	case plan9.Tauth:
