@@ -124,6 +124,14 @@ func keeperMain(args []string) int {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
+	// Standard error stays on keeper.log for a crash's trace; everything
+	// logged goes through the cap, the rotation and the repeat filter.
+	log, logf, err := keeperLog(filepath.Join(paths.RemoteDir(), "keeper.log"))
+	if err != nil {
+		slog.Error("ollie-remote keeper", "err", err)
+		return 1
+	}
+	defer logf.Close()
 	lock, err := os.OpenFile(filepath.Join(paths.RemoteDir(), "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
 	if err != nil {
 		log.Error("ollie-remote keeper", "err", err)
