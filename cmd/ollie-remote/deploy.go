@@ -190,8 +190,54 @@ func sh(script string, args ...string) string {
 	return strings.Join(q, " ")
 }
 
+// deadlines bound each remote step, so that one host that stops answering
+// never holds up the others' results. The zero value is the defaults.
+type deadlines struct {
+	// Step bounds a probe, mkdir, olliesrv start or stop and the status
+	// query: default 30 s. An upload gets Step plus a second for each
+	// minRate bytes; a commit, which may restart the daemon (up to 45 s
+	// on the host), three times Step.
+	Step time.Duration `json:"step,omitempty"`
+}
+
+// minRate is the slowest upload deadlines allow for: 32 KiB/s.
+const minRate = 32 << 10
+
+// Output kept from each remote step: the manifest and the commit's report
+// grow with the data files; start, stop and mkdir say a line.
+const (
+	maxReport     = 1 << 20
+	maxSmallReply = 4 << 10
+)
+
+func (d deadlines) step() time.Duration {
+	if d.Step <= 0 {
+		return 30 * time.Second
+	}
+	return d.Step
+}
+
+func (d deadlines) upload(size int64) time.Duration {
+	return d.step() + time.Duration(size/minRate)*time.Second
+}
+
+func (d deadlines) commit() time.Duration { return 3 * d.step() }
+
+// stepTimeout is the cause of a step's context ending at its deadline.
+type stepTimeout struct{ After time.Duration }
+
+func (e *stepTimeout) Error() string { return fmt.Sprintf("timed out after %v", e.After) }
+
+func (e *stepTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// within returns ctx bounded by d, whose end past d has a *stepTimeout as
+// its cause.
+func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, &stepTimeout{After: d})
+}
+
 // deployHost brings one host up to date over c and says what it did.
-func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, progress func(string)) (res deployResult) {
+func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl deadlines, progress func(string)) (res deployResult) {
 	start := time.Now()
 	res.Host = c.Target().Alias
 	defer func() { res.Took = time.Since(start) }()
@@ -205,7 +251,9 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 		versions = append(versions, versionOf(f))
 	}
 	sort.Strings(versions)
-	out, err := c.Run(ctx, sh(probeScript, versions...), nil)
+	pctx, cancel := within(ctx, dl.step())
+	out, err := c.RunLimit(pctx, sh(probeScript, versions...), nil, maxReport)
+	cancel()
 	if err != nil {
 		return fail(remoteError("probing the host", err))
 	}
@@ -266,7 +314,13 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 	}
 	plan := installPlan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
 	for attempt := 1; ; attempt++ {
-		sent, err := uploadAll(ctx, c, root, up, progress)
+		var size int64
+		for _, u := range up {
+			size += u.src.Size
+		}
+		uctx, cancel := within(ctx, dl.upload(size))
+		sent, err := uploadAll(uctx, c, root, up, dl, progress)
+		cancel()
 		res.Sent += sent
 		res.Files += len(up)
 		if err != nil {
@@ -285,7 +339,9 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, prog
 			}
 		}
 		planJSON, _ := json.Marshal(plan)
-		out, err := c.Run(ctx, sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)))
+		cctx, cancel := within(ctx, dl.commit())
+		out, err := c.RunLimit(cctx, sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)), maxReport)
+		cancel()
 		if err != nil {
 			return fail(remoteError("committing on the host", err))
 		}
@@ -325,8 +381,11 @@ type upload struct {
 }
 
 // uploadAll copies every file to a temporary name beside its destination,
-// several at once over the connection's one SFTP session.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, progress func(string)) (int64, error) {
+// several at once over the connection's one SFTP session. When ctx ends
+// the SFTP session is closed (the next use opens another): pkg/sftp's
+// writes take no context, and a host that stops acknowledging them would
+// hold the upload forever.
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl deadlines, progress func(string)) (int64, error) {
 	if len(up) == 0 {
 		return 0, nil
 	}
@@ -334,6 +393,8 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 	if err != nil {
 		return 0, fmt.Errorf("sftp: %w", err)
 	}
+	stop := context.AfterFunc(ctx, func() { sc.Close() })
+	defer stop()
 	// Directories in one exec: SFTP's MkdirAll costs round trips per path
 	// element, which over a slow link cost more than the files.
 	dirs := map[string]bool{}
@@ -346,7 +407,10 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+randomHex(6))
 	}
 	sort.Strings(mkdir)
-	if _, err := c.Run(ctx, sh(`exec mkdir -p -- "$@"`, mkdir...), nil); err != nil {
+	mctx, mcancel := within(ctx, dl.step())
+	_, err = c.RunLimit(mctx, sh(`exec mkdir -p -- "$@"`, mkdir...), nil, maxSmallReply)
+	mcancel()
+	if err != nil {
 		return 0, remoteError("making directories", err)
 	}
 	var mu sync.Mutex
@@ -394,6 +458,12 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 		}()
 	}
 	wg.Wait()
+	if cause := context.Cause(ctx); firstErr != nil && cause != nil {
+		var st *stepTimeout
+		if errors.As(cause, &st) {
+			firstErr = st
+		}
+	}
 	return sent, firstErr
 }
 
@@ -470,8 +540,17 @@ func humanBytes(n int64) string {
 // remoteError says what failed on the host in its own words, without the
 // script ollie-remote sent, which means nothing to the user.
 func remoteError(what string, err error) error {
-	var ee *tunnel.ExitError
-	if !errors.As(err, &ee) {
+	var (
+		ee *tunnel.ExitError
+		st *stepTimeout
+		oe *tunnel.OutputError
+	)
+	switch {
+	case errors.As(err, &st):
+		return fmt.Errorf("%s: %w", what, st)
+	case errors.As(err, &oe):
+		return fmt.Errorf("%s: the host sent more than %s of output; stopped", what, humanBytes(oe.Limit))
+	case !errors.As(err, &ee):
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	msg := strings.TrimSpace(string(ee.Stderr))

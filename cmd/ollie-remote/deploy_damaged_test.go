@@ -87,7 +87,7 @@ func TestDeployArrivedDamaged(t *testing.T) {
 		os.WriteFile(bin, orig, 0755)
 		os.WriteFile(meta, goodMeta, 0644)
 	}}
-	res := deployHost(ctx, c, b, 3, say(p))
+	res := deployHost(ctx, c, b, 3, deadlines{}, say(p))
 	if res.Err != "" || !p.retry {
 		t.Fatalf("deploy with files damaged once: err %q, retried %v, said %q", res.Err, p.retry, p.said)
 	}
@@ -105,7 +105,7 @@ func TestDeployArrivedDamaged(t *testing.T) {
 	os.WriteFile(bin, append(next, 0), 0755)
 	os.WriteFile(meta, append(append([]byte(nil), goodMeta...), "\n#"...), 0644)
 	p = &progress{}
-	res = deployHost(ctx, c, b, 3, say(p))
+	res = deployHost(ctx, c, b, 3, deadlines{}, say(p))
 	if !strings.Contains(res.Err, "arrived damaged twice") || !strings.Contains(res.Err, "data/tools/shell.meta") || !p.retry {
 		t.Errorf("deploy with files damaged every time: err %q, retried %v: want it to fail after one retry, naming the files", res.Err, p.retry)
 	}

@@ -37,14 +37,15 @@ const keeperCommand = "__keeper"
 
 // request is one control request; replies are JSON lines of reply.
 type request struct {
-	Op        string   `json:"op"` // up, down, list, deploy
-	Host      string   `json:"host,omitempty"`
-	Config    string   `json:"config,omitempty"`
-	Known     []string `json:"known,omitempty"`
-	AcceptNew bool     `json:"accept_new,omitempty"`
-	Stop      bool     `json:"stop,omitempty"`
-	Bundle    *bundle  `json:"bundle,omitempty"`
-	Keep      int      `json:"keep,omitempty"`
+	Op        string    `json:"op"` // up, down, list, deploy
+	Host      string    `json:"host,omitempty"`
+	Config    string    `json:"config,omitempty"`
+	Known     []string  `json:"known,omitempty"`
+	AcceptNew bool      `json:"accept_new,omitempty"`
+	Stop      bool      `json:"stop,omitempty"`
+	Bundle    *bundle   `json:"bundle,omitempty"`
+	Keep      int       `json:"keep,omitempty"`
+	Deadlines deadlines `json:"deadlines,omitempty"`
 }
 
 type reply struct {
@@ -108,6 +109,7 @@ type heldHost struct {
 	sock       string
 	remoteSock string
 	since      time.Time
+	deadlines  deadlines
 	deployMu   sync.Mutex
 
 	stop chan struct{} // closed by close: ends carryApprovals
@@ -244,7 +246,7 @@ func (k *keeper) serve(c net.Conn) {
 			send(reply{Host: req.Host, Done: true, Err: errNoKeeper.Error()})
 			return
 		}
-		r := h.deploy(ctx, req.Bundle, req.Keep, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
+		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
 		send(reply{Host: req.Host, Done: true, Result: &r})
 	default:
 		send(reply{Done: true, Err: fmt.Sprintf("unknown request %q", req.Op)})
@@ -264,8 +266,10 @@ const startScript = `r="$HOME/.local/share/ollie"
 if [ ! -x "$r/current/olliesrv" ]; then echo "ollie is not deployed on this host: run ollie-remote deploy first" >&2; exit 3; fi
 exec "$r/current/olliesrv" start`
 
-func startRemote(ctx context.Context, c *tunnel.Client) (string, error) {
-	out, err := c.Run(ctx, sh(startScript), nil)
+func startRemote(ctx context.Context, c *tunnel.Client, dl deadlines) (string, error) {
+	ctx, cancel := within(ctx, dl.step())
+	defer cancel()
+	out, err := c.RunLimit(ctx, sh(startScript), nil, maxSmallReply)
 	if err != nil {
 		return "", remoteError("olliesrv start", err)
 	}
@@ -295,13 +299,13 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 		th.Close()
 		return "", err
 	}
-	remote, err := startRemote(cctx, c)
+	remote, err := startRemote(cctx, c, req.Deadlines)
 	if err != nil {
 		th.Close()
 		return "", err
 	}
 	progress("olliesrv serves " + remote)
-	h := &heldHost{name: req.Host, th: th, remoteSock: remote, sock: paths.RemoteSocket(req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
+	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocket(req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
 	if err := removeStaleSocket(h.sock); err != nil {
 		th.Close()
 		return "", err
@@ -420,7 +424,7 @@ func (h *heldHost) dial(ctx context.Context) (net.Conn, error) {
 	fresh := h.lastClient != c
 	h.mu.Unlock()
 	if fresh {
-		remote, err := startRemote(ctx, c)
+		remote, err := startRemote(ctx, c, h.deadlines)
 		if err != nil {
 			return nil, err
 		}
@@ -435,7 +439,7 @@ func (h *heldHost) dial(ctx context.Context) (net.Conn, error) {
 	if err == nil {
 		return conn, nil
 	}
-	remote, serr := startRemote(ctx, c)
+	remote, serr := startRemote(ctx, c, h.deadlines)
 	if serr != nil {
 		return nil, fmt.Errorf("%v; starting olliesrv again: %w", err, serr)
 	}
@@ -465,15 +469,19 @@ func (h *heldHost) close() {
 	h.th.Close()
 }
 
-func (h *heldHost) deploy(ctx context.Context, b *bundle, keep int, progress func(string)) deployResult {
+func (h *heldHost) deploy(ctx context.Context, b *bundle, keep int, dl deadlines, progress func(string)) deployResult {
 	h.deployMu.Lock()
 	defer h.deployMu.Unlock()
 	start := time.Now()
-	c, err := h.th.Client(ctx)
+	// The connection may be down and reconnecting: wait for it no longer
+	// than four steps.
+	cctx, cancel := within(ctx, 4*dl.step())
+	c, err := h.th.Client(cctx)
+	cancel()
 	if err != nil {
 		return deployResult{Host: h.name, Err: err.Error(), Took: time.Since(start)}
 	}
-	r := deployHost(ctx, c, b, keep, progress)
+	r := deployHost(ctx, c, b, keep, dl, progress)
 	r.Host = h.name
 	r.Took = time.Since(start)
 	return r
@@ -490,8 +498,10 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	}
 	var err error
 	if stop {
-		if c, cerr := h.th.Client(ctx); cerr == nil {
-			if _, rerr := c.Run(ctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil); rerr != nil {
+		sctx, cancel := within(ctx, 2*h.deadlines.step())
+		defer cancel()
+		if c, cerr := h.th.Client(sctx); cerr == nil {
+			if _, rerr := c.RunLimit(sctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil, maxSmallReply); rerr != nil {
 				err = remoteError("olliesrv stop", rerr)
 			}
 		} else {

@@ -61,6 +61,7 @@ type common struct {
 	keep      int
 	stop      bool
 	all       bool
+	deadlines deadlines
 }
 
 func (c *common) options() tunnel.Options {
@@ -96,6 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.IntVar(&c.keep, "keep", 3, "versions kept on each host, the current one included")
 	fl.BoolVar(&c.stop, "stop-daemon", false, "down: stop the host's olliesrv as well")
 	fl.BoolVar(&c.all, "all", false, "down: every host held")
+	fl.DurationVar(&c.deadlines.Step, "timeout", 30*time.Second, "deadline of each remote step (probe, start, status); an upload gets it plus 1s per 32 KiB, a commit 3 times it")
 	// Flags may come before or after the command.
 	if err := fl.Parse(args); err != nil {
 		return 2
@@ -232,7 +234,7 @@ func deployOne(ctx context.Context, c *common, host string, b *bundle, progress 
 		return deployResult{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
 	defer cl.Close()
-	r := deployHost(ctx, cl, b, c.keep, progress)
+	r := deployHost(ctx, cl, b, c.keep, c.deadlines, progress)
 	r.Host = host
 	r.Took = time.Since(start)
 	return r

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -20,7 +21,7 @@ import (
 func signalNotify(c chan os.Signal) { signal.Notify(c, os.Interrupt, syscall.SIGTERM) }
 
 func (c *common) request(op, host string) request {
-	r := request{Op: op, Host: host, Config: c.config, AcceptNew: c.acceptNew, Stop: c.stop, Keep: c.keep}
+	r := request{Op: op, Host: host, Config: c.config, AcceptNew: c.acceptNew, Stop: c.stop, Keep: c.keep, Deadlines: c.deadlines}
 	if c.knownHost != "" {
 		r.Known = []string{c.knownHost}
 	}
@@ -174,8 +175,11 @@ func readStatus(ctx context.Context, sock string) (map[string]string, error) {
 			return
 		}
 		defer c.Close()
-		b, err := c.ReadAll(ctx, "status")
-		done <- result{b, err}
+		// The host writes the file: read no more than a status can hold.
+		var b limitedBuffer
+		b.limit = 64 << 10
+		err = c.Follow(ctx, "status", &b)
+		done <- result{b.Bytes(), err}
 	}()
 	var r result
 	select {
@@ -193,4 +197,17 @@ func readStatus(ctx context.Context, sock string) (map[string]string, error) {
 		}
 	}
 	return st, nil
+}
+
+// limitedBuffer is a bytes.Buffer that refuses to grow past limit.
+type limitedBuffer struct {
+	bytes.Buffer
+	limit int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.limit {
+		return 0, fmt.Errorf("more than %d bytes", b.limit)
+	}
+	return b.Buffer.Write(p)
 }
