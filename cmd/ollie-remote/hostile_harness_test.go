@@ -491,11 +491,12 @@ type prompt struct {
 	at        time.Time
 }
 
-// The end of a prompt: the approval question, or a password line
-// (the last line of the screen asks for a password and ends in ": ").
+// The end of a prompt: the approval question, or a password line (the
+// last line of the screen is ollie's, asks for a password and ends in
+// ": "; a host's field that says so mid-line is not one).
 var (
 	approveEnd  = regexp.MustCompile(`\[d\]eny\? $`)
-	passwordEnd = regexp.MustCompile(`(?i)password[^\n]*: $`)
+	passwordEnd = regexp.MustCompile(`(?:^|\n)ollie: [^\n]*password[^\n]*: $`)
 )
 
 func newResponder(tty *os.File) *responder {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,3 +25,90 @@ func TestHostileProbeFlood(t *testing.T) {
 	checkClean(t, "deploy", out)
 	d.finish("a probe printing 1 GiB")
 }
+
+// TestHostileMsize: Rversion says msize 4 GiB, then a reply of 128 MiB
+// follows, on each of 3 connections.
+func TestHostileMsize(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{NineP: "msize", MsizeFrame: 128 << 20})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(bad, good)
+	for i := 0; i < 3; i++ {
+		c, msize, err := rawVersion(filepath.Join(d.r.dir, bad+".ns"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		t.Logf("connection %d: the keeper answered Tversion with msize %d", i, msize)
+	}
+	time.Sleep(3 * time.Second)
+	t.Logf("the fake's log:\n%s", grepLines(hl.fakeEvents(), "msize flood"))
+	d.finish("msize 4 GiB on 3 connections")
+}
+
+// TestHostileUnexpectedReplies: endless replies to tags nobody sent.
+func TestHostileUnexpectedReplies(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{NineP: "tags"})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(bad, good)
+	before := d.keeperLogSize()
+	c, _, err := rawVersion(filepath.Join(d.r.dir, bad+".ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(4 * time.Second)
+	grew := d.keeperLogSize() - before
+	broken := strings.Count(hl.fakeEvents(), "tags: connection broken")
+	t.Logf("figure: replies to unknown tags for 4 s: keeper.log grew %d bytes; the keeper dropped the connection %d times", grew, broken)
+	if grew > 256<<10 {
+		t.Errorf("keeper.log grew by %d bytes in 4 s of unexpected replies", grew)
+	}
+	if broken == 0 {
+		t.Errorf("the keeper never dropped a connection sending replies to tags nobody sent:\n%s", tailString(d.keeperLog(), 2000))
+	}
+	d.finish("replies to unknown tags")
+}
+
+// TestHostileRedial: a server that fails right after Tversion.
+func TestHostileRedial(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{NineP: "drop"})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(bad, good)
+	c, _, err := rawVersion(filepath.Join(d.r.dir, bad+".ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(500 * time.Millisecond)
+	n0 := countAccepts(hl.fakeEvents())
+	time.Sleep(5 * time.Second)
+	n := countAccepts(hl.fakeEvents()) - n0
+	t.Logf("figure: a server failing after Tversion: %d connections in 5 s", n)
+	if n > 30 {
+		t.Errorf("the keeper dialled a server that fails at once %d times in 5 s: no back-off", n)
+	}
+	d.finish("a server failing after Tversion")
+}
+
+func grepLines(s, what string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+var acceptRE = regexp.MustCompile(`(?m)^\d+ accept \d+$`)
+
+func countAccepts(log string) int { return len(acceptRE.FindAllString(log, -1)) }
