@@ -157,23 +157,36 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// After the first signal a second one ends ollie at once, even if the
 	// server does not answer the flush.
 	context.AfterFunc(ctx, stop)
+	// A person waits on these: a host that answers nothing must not hold
+	// them (see requestTimeout).
+	server := *addr
+	if *host != "" {
+		server = *host
+	}
+	rctx, rcancel := bounded(ctx, c, server, requestTimeout())
+	defer rcancel()
 
 	content, flush := contentWriter(stdout)
 	switch cmd {
 	case "ls":
-		err = ollieLs(ctx, c, name, name, long, stdout)
+		err = ollieLs(rctx, c, name, name, long, stdout)
 	case "read":
-		err = c.Follow(ctx, name, content)
+		if _, err = c.Stat(rctx, name); err == nil {
+			err = c.Follow(ctx, name, content)
+		}
 	case "write":
-		err = c.Write(ctx, name, input)
+		err = c.Write(rctx, name, input)
 	case "rdwr":
 		var reply []byte
-		reply, err = c.RdWr(ctx, name, input)
+		reply, err = c.RdWr(rctx, name, input)
 		content.Write(reply)
 	case "rdwrs":
 		err = c.Subscribe(ctx, name, input, content)
 	case "stat":
-		err = ollieStat(ctx, c, name, stdout)
+		err = ollieStat(rctx, c, name, stdout)
+	}
+	if te := timedOut(rctx); te != nil && err != nil {
+		err = te
 	}
 	flush()
 	return ollieReport(ctx, err, stderr)

@@ -85,7 +85,12 @@ const TokenEnv = "OLLIE_AGENT_TOKEN"
 // DialAs.
 func Dial(addr string) (*Conn, error) { return DialAs(addr, os.Getenv("OLLIE_UNAME")) }
 
-// DialAs connects to the namespace at addr and attaches as uname.
+// DefaultHandshakeTimeout bounds DialAs: the connect, Tversion and
+// Tattach together.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// DialAs connects to the namespace at addr and attaches as uname, within
+// DefaultHandshakeTimeout (see DialTimeout).
 //
 // addr is a Unix socket path, "unix!PATH", "tcp!HOST!PORT" or "HOST:PORT";
 // empty means ns.SocketPath(). Who the attach is follows from the
@@ -93,20 +98,32 @@ func Dial(addr string) (*Conn, error) { return DialAs(addr, os.Getenv("OLLIE_UNA
 // the admin, a sandboxed tool is the agent whose $OLLIE_AGENT_TOKEN it
 // presents (see NewConn), and a TCP client is "none".
 func DialAs(addr, uname string) (*Conn, error) {
+	return DialTimeout(addr, uname, DefaultHandshakeTimeout)
+}
+
+// DialTimeout is DialAs with the connect, Tversion and Tattach bounded by
+// d together: a server that accepts and answers nothing (a hung or
+// hostile host behind ollie-remote's tunnel) is a *DialError saying so.
+func DialTimeout(addr, uname string, d time.Duration) (*Conn, error) {
 	network, address, err := splitAddr(addr)
 	if err != nil {
 		return nil, err
 	}
-	d := net.Dialer{Timeout: 10 * time.Second}
-	nc, err := d.Dial(network, address)
+	dl := net.Dialer{Timeout: d}
+	nc, err := dl.Dial(network, address)
 	if err != nil {
 		return nil, &DialError{Addr: address, Err: err, unix: network == "unix"}
 	}
+	nc.SetDeadline(time.Now().Add(d))
 	c, err := NewConn(nc, uname)
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("no answer to the 9P handshake within %v: %w", d, err)
+		}
 		return nil, &DialError{Addr: address, Err: err, unix: network == "unix"}
 	}
+	nc.SetDeadline(time.Time{})
 	c.addr = address
 	return c, nil
 }
