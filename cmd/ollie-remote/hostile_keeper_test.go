@@ -26,6 +26,27 @@ func TestHostileProbeFlood(t *testing.T) {
 	d.finish("a probe printing 1 GiB")
 }
 
+// TestHostileProbeHang: the deploy probe never returns. h11 is deployed
+// to over a connection of its own, h12 through the keeper that holds it:
+// h11 fails at deploy's deadline for a step and h12's result comes.
+func TestHostileProbeHang(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{ManifestHang: true})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(good)
+	// deploy's deadline for each remote step, shortened from 30 s.
+	out, err, took := d.run(15*time.Second, "-timeout", "2s", "deploy", bad, good)
+	t.Logf("figure: deploy %s %s with a probe that never returns: %v after %v\n%s", bad, good, err, took.Round(time.Millisecond), out)
+	checkDeployRows(t, out, bad, good)
+	if took > 8*time.Second {
+		t.Errorf("deploy took %v with a step deadline of 2 s", took)
+	}
+	checkClean(t, "deploy", out)
+	d.finish("a probe that never returns")
+}
+
 // TestHostileMsize: Rversion says msize 4 GiB, then a reply of 128 MiB
 // follows, on each of 3 connections.
 func TestHostileMsize(t *testing.T) {
@@ -97,6 +118,24 @@ func TestHostileRedial(t *testing.T) {
 		t.Errorf("the keeper dialled a server that fails at once %d times in 5 s: no back-off", n)
 	}
 	d.finish("a server failing after Tversion")
+}
+
+// TestHostileOllieHang: a server that never answers.
+func TestHostileOllieHang(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{NineP: "silent"})
+	// ollie's time-outs, shortened from 10 s and 30 s.
+	d := hl.desk(t, "OLLIE_HANDSHAKE_TIMEOUT=2s", "OLLIE_TIMEOUT=3s")
+	d.startBroker()
+	d.mustUp(bad, good)
+	out, err, took := d.ollie(15*time.Second, "-H", bad, "ls", "/")
+	t.Logf("figure: ollie -H %s ls / against a server that never answers: %v after %v\n%s", bad, err, took.Round(time.Millisecond), out)
+	if err == nil || strings.Contains(err.Error(), "still running") || took > 8*time.Second {
+		t.Errorf("ollie -H %s against a server that never answers: %v after %v, want an error within its 2 s handshake time-out", bad, err, took)
+	}
+	checkClean(t, "ollie -H", out)
+	d.finish("a server that never answers")
 }
 
 func grepLines(s, what string) string {
