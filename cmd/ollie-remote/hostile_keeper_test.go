@@ -47,6 +47,25 @@ func TestHostileProbeHang(t *testing.T) {
 	d.finish("a probe that never returns")
 }
 
+// TestHostileProbeHangKept: as TestHostileProbeHang, with both hosts held
+// by the keeper, which deploys over the connections it holds.
+func TestHostileProbeHangKept(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{ManifestHang: true})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(bad, good)
+	out, err, took := d.run(15*time.Second, "-timeout", "2s", "deploy", bad, good)
+	t.Logf("figure: deploy %s %s through the keeper with a probe that never returns: %v after %v\n%s", bad, good, err, took.Round(time.Millisecond), out)
+	checkDeployRows(t, out, bad, good)
+	if took > 8*time.Second {
+		t.Errorf("deploy took %v with a step deadline of 2 s", took)
+	}
+	checkClean(t, "deploy", out)
+	d.finish("a probe that never returns, through the keeper")
+}
+
 // TestHostileMsize: Rversion says msize 4 GiB, then a reply of 128 MiB
 // follows, on each of 3 connections.
 func TestHostileMsize(t *testing.T) {

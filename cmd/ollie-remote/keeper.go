@@ -620,7 +620,7 @@ func ensureKeeper(ctx context.Context) error {
 // deployThroughKeeper deploys over the connection up holds, if it holds
 // the host.
 func deployThroughKeeper(ctx context.Context, c *common, host string, b *bundle, progress func(string)) (deployResult, bool) {
-	r, err := keeperCall(ctx, request{Op: "deploy", Host: host, Bundle: b, Keep: c.keep}, func(r reply) { progress(r.Msg) })
+	r, err := keeperCall(ctx, request{Op: "deploy", Host: host, Bundle: b, Keep: c.keep, Deadlines: c.deadlines}, func(r reply) { progress(r.Msg) })
 	if err != nil || r.Result == nil {
 		return deployResult{}, false
 	}
