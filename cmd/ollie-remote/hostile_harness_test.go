@@ -543,6 +543,12 @@ func (r *responder) step() {
 	}()
 }
 
+func (r *responder) setThink(d time.Duration) {
+	r.mu.Lock()
+	r.think = d
+	r.mu.Unlock()
+}
+
 func (r *responder) setAnswer(f func(kind, seg string) string) {
 	r.mu.Lock()
 	r.answer = f

@@ -72,7 +72,7 @@ func TestHostileApprovalFlood(t *testing.T) {
 	hl.script(t, fakeScript{Approvals: "flood", Count: 300})
 	d := hl.desk(t)
 	d.startBroker()
-	d.screen.think = 50 * time.Millisecond // a person faster than any
+	d.screen.setThink(50 * time.Millisecond) // a person faster than any
 	d.mustUp(bad, good)
 	m := hl.waitEvent(t, `flood-sent written=(\d+) failed=(\d+)`, 30*time.Second)
 	t.Logf("the fake wrote %s requests (%s failed)", m[1], m[2])

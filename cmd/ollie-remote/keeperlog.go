@@ -76,11 +76,12 @@ func (r *rotatingFile) Close() error {
 	return r.f.Close()
 }
 
-// repeatHandler passes a record on at most once per interval when it is
-// identical to one before (same level, message, attributes and logger
-// attributes such as host), and says how many it dropped the next time
-// it passes one: a host that makes the keeper log the same thing in a
-// loop costs a line every interval, not a line each time.
+// repeatHandler passes a record on at most logBurst times per interval
+// when it is identical to one before (same level, message, attributes and
+// logger attributes such as host), and says how many it dropped the next
+// time it passes one: a host that makes the keeper log the same thing in
+// a loop costs a few lines every interval, not a line each time, while an
+// event that merely recurs (a second reconnect) is still seen.
 type repeatHandler struct {
 	inner    slog.Handler
 	interval time.Duration
@@ -94,9 +95,13 @@ type repeatState struct {
 }
 
 type repeatEntry struct {
-	last    time.Time
+	since   time.Time // the start of the current interval
+	passed  int       // records passed in it
 	dropped int
 }
+
+// logBurst is how many identical records pass in one interval.
+const logBurst = 3
 
 // maxRepeatKeys bounds the table: past it the table starts again, so that
 // distinct records cannot grow it either.
@@ -124,22 +129,23 @@ func (h *repeatHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	h.st.mu.Lock()
 	e := h.st.seen[key]
-	if e != nil && now.Sub(e.last) < h.interval {
+	dropped := 0
+	switch {
+	case e != nil && now.Sub(e.since) < h.interval && e.passed >= logBurst:
 		e.dropped++
 		h.st.mu.Unlock()
 		return nil
-	}
-	dropped := 0
-	if e != nil {
+	case e != nil && now.Sub(e.since) < h.interval:
+		e.passed++
+	case e != nil:
 		dropped = e.dropped
-	} else {
+		e.since, e.passed, e.dropped = now, 1, 0
+	default:
 		if len(h.st.seen) >= maxRepeatKeys {
 			clear(h.st.seen)
 		}
-		e = &repeatEntry{}
-		h.st.seen[key] = e
+		h.st.seen[key] = &repeatEntry{since: now, passed: 1}
 	}
-	e.last, e.dropped = now, 0
 	h.st.mu.Unlock()
 	if dropped > 0 {
 		r = r.Clone()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -62,8 +63,8 @@ func TestKeeperLogRepeats(t *testing.T) {
 	h5.Warn("resume: server reply to no request; dropped", "type", 101, "tag", 7)
 	h4.Info("something else")
 	out := b.String()
-	if n := strings.Count(out, "\n"); n != 3 {
-		t.Errorf("%d lines, want 3:\n%s", n, out)
+	if n := strings.Count(out, "\n"); n != logBurst+2 {
+		t.Errorf("%d lines, want %d:\n%s", n, logBurst+2, out)
 	}
 	if !strings.Contains(out, "host=h5") || !strings.Contains(out, "something else") {
 		t.Errorf("other records lost:\n%s", out)
@@ -78,7 +79,7 @@ func TestKeeperLogRepeats(t *testing.T) {
 	}
 	time.Sleep(60 * time.Millisecond)
 	log.Warn("again")
-	if out := b2.String(); strings.Count(out, "\n") != 2 || !strings.Contains(out, "repeated=99") {
+	if out := b2.String(); strings.Count(out, "\n") != logBurst+1 || !strings.Contains(out, fmt.Sprintf("repeated=%d", 100-logBurst)) {
 		t.Errorf("after the interval:\n%s", out)
 	}
 }
