@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 
 	"gopkg.in/yaml.v3"
 
@@ -37,6 +38,11 @@ import (
 // A sudo request is never allowed by a wildcard: an allow rule applies to
 // one only when its host has no glob metacharacters and its tool is a
 // name, not "*". A deny rule may be as wide as it likes.
+//
+// The file is live: Refresh, which costs one stat when nothing changed,
+// reads it again after an edit, and a version that does not parse keeps
+// the last good rules in force (Err says why) rather than asking about
+// everything or nothing.
 type Policy struct {
 	// Path is the file the policy was read from and AddAlways writes.
 	Path string
@@ -45,6 +51,31 @@ type Policy struct {
 	rules []Rule
 	doc   *yaml.Node // the file as read, so that saving keeps its comments
 	blank []byte     // the file, when it held only comments (yaml.v3 drops those)
+	seen  fileStamp  // the file as last looked at, for Refresh
+	err   error      // why the file as it is now is not in force; nil when it is
+}
+
+// fileStamp tells one version of a file from another without reading it:
+// an editor that writes in place changes the size or the times, one that
+// renames a new file over the old changes the inode.
+type fileStamp struct {
+	exists           bool
+	size             int64
+	mtime, ctime     int64 // nanoseconds
+	dev, ino, nlinks uint64
+}
+
+func stampOf(name string) fileStamp {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return fileStamp{} // missing, or unreadable: reading it says which
+	}
+	st := fileStamp{exists: true, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ctime = sys.Ctim.Nano()
+		st.dev, st.ino, st.nlinks = uint64(sys.Dev), sys.Ino, uint64(sys.Nlink)
+	}
+	return st
 }
 
 // Rule is one line of policy.
@@ -92,11 +123,57 @@ func DefaultPolicyPath() (string, error) {
 // an empty policy (everything is asked); one that cannot be parsed is an
 // error naming the file, the line and the rule.
 func LoadPolicy(path string) (*Policy, error) {
-	p := &Policy{Path: path}
-	if err := p.reload(); err != nil {
+	p, err := OpenPolicy(path)
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// OpenPolicy is LoadPolicy for a policy that stays live (see Refresh): it
+// always returns one. When the file cannot be used, the error says why
+// and the policy has no rules, so that everything is asked, until a good
+// version is read.
+func OpenPolicy(path string) (*Policy, error) {
+	p := &Policy{Path: path}
+	_, err := p.Refresh()
+	return p, err
+}
+
+// Refresh reads the file again if it changed since it was last looked at
+// (its size, times or inode differ), so that an edit applies to the next
+// request; when it did not, it costs one stat. A version that cannot be
+// read or parsed leaves the rules as they were: Refresh returns its
+// error, and so does Err, until a good version is read. changed reports
+// that the file is another version than the one last looked at, good or
+// bad, so that a caller can say so once per edit. A removed file is an
+// empty policy.
+func (p *Policy) Refresh() (changed bool, err error) {
+	if p == nil || p.Path == "" {
+		return false, nil
+	}
+	st := stampOf(p.Path)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st == p.seen {
+		return false, p.err
+	}
+	// The stamp is taken before the read: a version written in between
+	// is read now and, its stamp being newer, again next time.
+	p.seen = st
+	p.err = p.reload()
+	return true, p.err
+}
+
+// Err is why the file as it was last looked at is not in force (the
+// rules are those of the last good version), or nil.
+func (p *Policy) Err() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.err
 }
 
 // ParsePolicy parses a policy from data; name is used in errors.
@@ -221,8 +298,9 @@ func (p *Policy) AddAlways(req *Request) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.reload(); err != nil {
-		return err
+	p.seen = stampOf(p.Path)
+	if p.err = p.reload(); p.err != nil {
+		return p.err
 	}
 	r := Rule{Host: escapeGlob(req.Host), Tool: req.Tool, Decision: RuleAllow}
 	for _, o := range p.rules {
@@ -259,7 +337,9 @@ func (p *Policy) AddAlways(req *Request) error {
 	if err := writeFileAtomic(p.Path, buf.Bytes()); err != nil {
 		return err
 	}
-	return p.reload()
+	p.seen = stampOf(p.Path)
+	p.err = p.reload()
+	return p.err
 }
 
 func newPolicyDoc() *yaml.Node {

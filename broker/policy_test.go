@@ -241,6 +241,110 @@ func TestPolicyAddAlwaysKeepsCommentOnlyFile(t *testing.T) {
 	}
 }
 
+// TestPolicyRefresh: a policy file edited while it is in use applies to
+// the next request; a version that does not parse keeps the last good
+// rules and says why until it is fixed; a removed file asks about
+// everything.
+func TestPolicyRefresh(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "broker-policy.yaml")
+	write := func(text string) {
+		t.Helper()
+		// In place, as an editor that does not rename writes.
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := &Request{Host: "web1", Tool: "tail_log"}
+	write("rules:\n  - {host: web1, tool: tail_log, decision: allow}\n")
+	pol, err := OpenPolicy(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func() Decision {
+		t.Helper()
+		d, _, ok := pol.Match(req)
+		if !ok {
+			return ""
+		}
+		return d
+	}
+	if changed, err := pol.Refresh(); changed || err != nil {
+		t.Errorf("Refresh of an unchanged file: %v, %v", changed, err)
+	}
+	if d := decide(); d != Once {
+		t.Fatalf("before the edit: %q, want once", d)
+	}
+
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: web1, tool: tail_log, decision: allow}\n")
+	if changed, err := pol.Refresh(); !changed || err != nil {
+		t.Fatalf("Refresh after an edit: %v, %v", changed, err)
+	}
+	if d := decide(); d != Deny {
+		t.Errorf("after a deny rule was added: %q, want deny", d)
+	}
+
+	// Renamed over the old one with the same size, as most editors save.
+	same := "rules:\n  - {tool: tail_log, decision: deny}\n  - {host: web1, tool: tail_lo?, decision: allow}\n"
+	if err := writeFileAtomic(file, []byte(same)); err != nil {
+		t.Fatal(err)
+	}
+	if changed, _ := pol.Refresh(); !changed {
+		t.Error("a file renamed over the old one with the same size was not read again")
+	}
+
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {hots: web1, decision: allow}\n")
+	changed, err := pol.Refresh()
+	if !changed || !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), `unknown field "hots"`) {
+		t.Fatalf("Refresh of a broken file: %v, %v; want changed, ErrPolicy naming the field", changed, err)
+	}
+	if d := decide(); d != Deny || len(pol.Rules()) != 2 {
+		t.Errorf("a broken edit: %q with %d rules, want the last good rules (deny, 2)", d, len(pol.Rules()))
+	}
+	if changed, again := pol.Refresh(); changed || !errors.Is(again, ErrPolicy) || !errors.Is(pol.Err(), ErrPolicy) {
+		t.Errorf("still broken: Refresh %v, %v; Err %v", changed, again, pol.Err())
+	}
+
+	write("rules:\n  - {host: web1, tool: tail_log, decision: allow}\n")
+	if changed, err := pol.Refresh(); !changed || err != nil || pol.Err() != nil {
+		t.Fatalf("Refresh after the fix: %v, %v, Err %v", changed, err, pol.Err())
+	}
+	if d := decide(); d != Once {
+		t.Errorf("after the fix: %q, want once", d)
+	}
+
+	os.Remove(file)
+	if changed, err := pol.Refresh(); !changed || err != nil {
+		t.Fatalf("Refresh of a removed file: %v, %v", changed, err)
+	}
+	if d := decide(); d != "" {
+		t.Errorf("a removed file: %q, want a person asked", d)
+	}
+}
+
+// TestOpenPolicyBroken: a policy that is broken when opened asks about
+// everything, says why, and applies once fixed.
+func TestOpenPolicyBroken(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "broker-policy.yaml")
+	os.WriteFile(file, []byte("rules:\n  - {tool: x, decision: maybe}\n"), 0o600)
+	pol, err := OpenPolicy(file)
+	if pol == nil || !errors.Is(err, ErrPolicy) || !errors.Is(pol.Err(), ErrPolicy) {
+		t.Fatalf("OpenPolicy of a broken file: %v, %v", pol, err)
+	}
+	if _, _, ok := pol.Match(&Request{Host: "h", Tool: "x"}); ok {
+		t.Error("a broken policy matched")
+	}
+	if _, err := LoadPolicy(file); !errors.Is(err, ErrPolicy) {
+		t.Errorf("LoadPolicy of a broken file: %v", err)
+	}
+	os.WriteFile(file, []byte("rules:\n  - {tool: x, decision: deny}\n"), 0o600)
+	if changed, err := pol.Refresh(); !changed || err != nil {
+		t.Fatalf("after the fix: %v, %v", changed, err)
+	}
+	if d, _, ok := pol.Match(&Request{Host: "h", Tool: "x"}); !ok || d != Deny {
+		t.Errorf("after the fix: %q, %v", d, ok)
+	}
+}
+
 // TestPolicyConcurrent runs matches while answers are saved.
 func TestPolicyConcurrent(t *testing.T) {
 	p, _ := LoadPolicy(filepath.Join(t.TempDir(), "p.yaml"))
