@@ -279,6 +279,22 @@ func (a *Agent) Resume(chat, lastErr string) {
 	a.ChatRaw.Write([]byte("<restored>\n" + chat + "</restored>\n"))
 }
 
+// EndInterrupted settles a restored agent's turn that the session file
+// shows running, which a stop of olliesrv cut short: the chat says note,
+// and the turn's end is recorded with note as its error, so that the next
+// restart finds it ended and does not mark it again. Like Resume, it is for
+// an agent no one can reach yet.
+func (a *Agent) EndInterrupted(note string) error {
+	a.mu.Lock()
+	a.lastErr = note
+	a.mu.Unlock()
+	a.Note(note)
+	if a.cfg.Journal == nil {
+		return nil
+	}
+	return a.cfg.Journal.Entry("end", note)
+}
+
 // Interrupt ends the running turn with cause; it reports whether one was
 // running.
 func (a *Agent) Interrupt(cause error) bool {

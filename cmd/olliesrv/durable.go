@@ -167,7 +167,9 @@ func (n *namespace) restore(ctx context.Context) {
 				if len(rs.Rerun) > 0 {
 					note = "interrupted: olliesrv stopped during this turn; replay-safe tool calls are run once more, others were not run again"
 				}
-				e.Note(note)
+				if err := e.EndInterrupted(note); err != nil {
+					n.log.Error("olliesrv: recording an interrupted turn's end; the next restart marks it again", "session", s.Name(), "agent", ra.Name, "err", err)
+				}
 			}
 			if !n.agents.add(e) {
 				e.Close()
