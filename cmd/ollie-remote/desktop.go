@@ -20,39 +20,108 @@ import (
 
 	"ollie/broker"
 	"ollie/internal/paths"
+	"ollie/internal/termsafe"
 )
 
 func terminalSocket() string { return filepath.Join(paths.RemoteDir(), "broker.sock") }
 
-// rules adapts the policy file to the broker.
-type rules struct{ p *broker.Policy }
+// liveRules is the policy file as a broker consults it: read again before
+// each decision when it changed (one stat when it did not), a version
+// that does not parse keeping the last good rules in force. report hears
+// once of each version: nil when it is in force, else why not.
+type liveRules struct {
+	p      *broker.Policy
+	report func(err error)
+}
 
-func (r rules) Match(req *broker.Request) (broker.Decision, bool) {
+// refresh reads the file again if it changed, and says why it is not in
+// force, if it is not.
+func (r *liveRules) refresh() error {
+	changed, err := r.p.Refresh()
+	if changed && r.report != nil {
+		r.report(err)
+	}
+	return err
+}
+
+func (r *liveRules) Match(req *broker.Request) (broker.Decision, bool) {
+	r.refresh()
 	d, _, ok := r.p.Match(req)
 	return d, ok
 }
 
-func (r rules) AddAlways(req *broker.Request) error { return r.p.AddAlways(req) }
+func (r *liveRules) AddAlways(req *broker.Request) error { return r.p.AddAlways(req) }
 
-func loadRules(log *slog.Logger) broker.Rules {
+// watch refreshes every so often, so that a bad edit is reported even
+// while no request comes.
+func (r *liveRules) watch(every time.Duration) {
+	for range time.Tick(every) {
+		r.refresh()
+	}
+}
+
+// problem says why the file is not in force and what is instead, or "".
+func (r *liveRules) problem() string {
+	err := r.refresh()
+	if err == nil {
+		return ""
+	}
+	return policyProblem(r.p, err)
+}
+
+func policyProblem(p *broker.Policy, err error) string {
+	n := len(p.Rules())
+	if n == 0 {
+		return fmt.Sprintf("%v; until it is fixed, every request is asked (no rule was read without error)", err)
+	}
+	return fmt.Sprintf("%v; until it is fixed, the %d rules last read without error stay in force", err, n)
+}
+
+// policyWatchEvery is how often a broker looks at the policy file while
+// no request comes (before each request it always does).
+const policyWatchEvery = 2 * time.Second
+
+// openRules opens the broker policy file, live; report hears of each
+// version read, the first one too when it is broken. It is nil when
+// there is no place for the file (no home).
+func openRules(log *slog.Logger, report func(p *broker.Policy, err error)) *liveRules {
 	path, err := broker.DefaultPolicyPath()
 	if err != nil {
 		log.Warn("ollie-remote: no broker policy", "err", err)
 		return nil
 	}
-	p, err := broker.LoadPolicy(path)
+	p, err := broker.OpenPolicy(path)
+	r := &liveRules{p: p, report: func(err error) { report(p, err) }}
 	if err != nil {
-		// A broken policy must not approve anything by accident: ask.
-		log.Error("ollie-remote: the broker policy is broken; asking about everything", "err", err)
-		return nil
+		r.report(err)
 	}
-	return rules{p}
+	return r
 }
 
 // desktopBroker is the keeper's own broker, for when no terminal broker
-// runs.
+// runs. A broken policy is logged once per version.
 func desktopBroker(log *slog.Logger) *broker.Broker {
-	return &broker.Broker{Approver: &broker.Queue{Approver: broker.Auto(nil, io.Discard)}, Rules: loadRules(log), Log: log}
+	b := &broker.Broker{Approver: &broker.Queue{Approver: broker.Auto(nil, io.Discard)}, Log: log}
+	if r := openRules(log, func(p *broker.Policy, err error) {
+		if err != nil {
+			log.Error("ollie-remote: the broker policy is broken", "problem", policyProblem(p, err))
+		} else {
+			log.Info("ollie-remote: the broker policy was read", "path", p.Path, "rules", len(p.Rules()))
+		}
+	}); r != nil {
+		b.Rules = r
+		go r.watch(policyWatchEvery)
+	}
+	return b
+}
+
+// policyState is what status shows of the policy b uses: "" when its file
+// is in force, else why not and what is.
+func policyState(b *broker.Broker) string {
+	if r, ok := b.Rules.(*liveRules); ok {
+		return r.problem()
+	}
+	return ""
 }
 
 // serveApprovals answers the requests arriving from host on l: through
@@ -111,9 +180,19 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	defer os.Remove(sock)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := &broker.Broker{Approver: &broker.Queue{Approver: &broker.TerminalApprover{In: os.Stdin, Out: stdout}},
-		Rules: loadRules(log), Log: log}
+	b := &broker.Broker{Approver: &broker.Queue{Approver: &broker.TerminalApprover{In: os.Stdin, Out: stdout}}, Log: log}
 	fmt.Fprintf(stdout, "ollie-remote broker: answering the approval requests of every host ollie-remote up holds; ^C to stop\n")
+	// The person here is told when the policy file they edit is refused.
+	if r := openRules(log, func(p *broker.Policy, err error) {
+		if err != nil {
+			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file is broken: %s\n", termsafe.Line(policyProblem(p, err)))
+		} else {
+			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file %s was read again: %d rules in force\n", termsafe.Line(p.Path), len(p.Rules()))
+		}
+	}); r != nil {
+		b.Rules = r
+		go r.watch(policyWatchEvery)
+	}
 	go func() {
 		<-ctx.Done()
 		l.Close()

@@ -56,6 +56,9 @@ type reply struct {
 	Socket string        `json:"socket,omitempty"`
 	Result *deployResult `json:"result,omitempty"`
 	Held   []heldInfo    `json:"held,omitempty"`
+	// Policy, for list, says why the broker policy file is not in force
+	// and what is instead; "" when it is.
+	Policy string `json:"policy,omitempty"`
 }
 
 type heldInfo struct {
@@ -237,7 +240,7 @@ func (k *keeper) serve(c net.Conn) {
 		err := k.down(ctx, req.Host, req.Stop)
 		send(reply{Host: req.Host, Done: true, Err: errString(err)})
 	case "list":
-		send(reply{Done: true, Held: k.list()})
+		send(reply{Done: true, Held: k.list(), Policy: policyState(k.broker)})
 	case "deploy":
 		k.mu.Lock()
 		h := k.hosts[req.Host]

@@ -108,13 +108,19 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	held := map[string]heldInfo{}
 	everyHost := len(hosts) == 0 || c.all
+	policy := ""
 	if r, err := keeperCall(ctx, request{Op: "list"}, nil); err == nil {
+		policy = r.Policy
 		for _, h := range r.Held {
 			held[h.Host] = h
 			if everyHost {
 				hosts = append(hosts, h.Host)
 			}
 		}
+	}
+	if policy != "" {
+		// The desktop's own file, but its text may quote anything.
+		defer fmt.Fprintf(stdout, "\nbroker policy: %s\n", termsafe.Field(policy, maxHostMessage))
 	}
 	if len(hosts) == 0 {
 		fmt.Fprintln(stdout, "nothing is up: ollie-remote up HOST...")

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"ollie/broker"
+)
+
+// lockedBuffer is a log both the test and a broker's goroutines use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testPolicy points the broker policy at a private file, and returns a
+// function that writes it.
+func testPolicy(t *testing.T) (path string, write func(string)) {
+	conf := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", conf)
+	path = filepath.Join(conf, "ollie", "broker-policy.yaml")
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	return path, func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestKeeperPolicyLive: the keeper's broker reads its policy file again
+// when it changes: a deny rule added while it runs applies to the next
+// request, and a broken edit keeps the last good rules, saying so in the
+// log and in what status shows, once per edit.
+func TestKeeperPolicyLive(t *testing.T) {
+	dir := privateRemoteDir(t) // no terminal broker runs there
+	_, write := testPolicy(t)
+	write("rules:\n  - {host: h4, tool: tail_log, decision: allow}\n")
+	program, asked := askpass(t, t.TempDir(), "unused", true)
+	t.Setenv("OLLIE_ASKPASS", program)
+	var log lockedBuffer
+	b := desktopBroker(slog.New(slog.NewTextHandler(&log, nil)))
+	socks := approvalSockets(t, b, dir, "h4")
+	ask := func(tool string) broker.Answer {
+		t.Helper()
+		c, err := net.Dial("unix", socks["h4"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cv, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: tool, Executable: "/bin/" + tool, Cwd: "/"})
+		if err != nil {
+			t.Fatalf("asking for %s: %v", tool, err)
+		}
+		cv.Close("done")
+		return ans
+	}
+	askpassed := func() string { b, _ := os.ReadFile(asked); return string(b) }
+
+	if a := ask("tail_log"); a.Decision != broker.Once || askpassed() != "" {
+		t.Fatalf("allowed by the policy: %+v; askpass was asked %q", a, askpassed())
+	}
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: h4, tool: tail_log, decision: allow}\n")
+	if a := ask("tail_log"); a.Decision != broker.Deny || !strings.Contains(a.Reason, "policy") || askpassed() != "" {
+		t.Fatalf("after a deny rule was added: %+v; askpass was asked %q", a, askpassed())
+	}
+	if policyState(b) != "" {
+		t.Errorf("status of a good policy: %q", policyState(b))
+	}
+
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {hots: h4, decision: allow}\n")
+	if a := ask("tail_log"); a.Decision != broker.Deny || askpassed() != "" {
+		t.Errorf("after a broken edit: %+v, want the last good rules' deny; askpass was asked %q", a, askpassed())
+	}
+	ask("tail_log")
+	st := policyState(b)
+	if !strings.Contains(st, `unknown field "hots"`) || !strings.Contains(st, "the 2 rules last read without error stay in force") {
+		t.Errorf("status of a broken policy: %q", st)
+	}
+	if n := strings.Count(log.String(), "the broker policy is broken"); n != 1 {
+		t.Errorf("the broken edit was logged %d times, want once:\n%s", n, log.String())
+	}
+	if a := ask("other_tool"); a.Decision != broker.Once || !strings.Contains(askpassed(), "other_tool") {
+		t.Errorf("a tool no rule names: %+v; askpass was asked %q", a, askpassed())
+	}
+
+	write("rules: []\n")
+	if a := ask("tail_log"); a.Decision != broker.Once || policyState(b) != "" {
+		t.Errorf("after the fix: %+v, status %q", a, policyState(b))
+	}
+}
+
+// TestPolicyBrokenReported: a broken policy file is reported on the
+// terminal of ollie-remote broker, in keeper.log and by status, each
+// saying that the last good rules stay in force; the terminal also says
+// when a fixed file is read again.
+func TestPolicyBrokenReported(t *testing.T) {
+	if buildFailed != nil {
+		t.Fatal(buildFailed)
+	}
+	dir := privateRemoteDir(t)
+	_, write := testPolicy(t)
+	write("rules:\n  - {tool: rm_rf, decision: deny}\n")
+
+	cmd := exec.Command(remoteBin, "broker")
+	cmd.Env = os.Environ()
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		tty.Close()
+	}()
+	scr := watchTerminal(tty)
+	scr.waitFor(t, "answering the approval requests")
+
+	keeper := exec.Command(remoteBin, keeperCommand)
+	keeper.Env = os.Environ()
+	if err := keeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		keeper.Process.Kill()
+		keeper.Wait()
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", controlSocket()); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper never listened")
+		}
+	}
+
+	write("rules:\n  - {tool: rm_rf, decision: deny}\n  - {tool: x, decision: perhaps}\n")
+	scr.waitFor(t, `the policy file is broken: broker: bad policy: `)
+	if s := scr.String(); !strings.Contains(s, `decision "perhaps"`) || !strings.Contains(s, "the 1 rules last read without error stay in force") {
+		t.Errorf("the terminal says:\n%s", s)
+	}
+	out, err := exec.Command(remoteBin, "status").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `broker policy: broker: bad policy: `) || !strings.Contains(string(out), `decision "perhaps"`) {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		klog, _ := os.ReadFile(filepath.Join(dir, "keeper.log"))
+		if bytes.Contains(klog, []byte("the broker policy is broken")) && bytes.Contains(klog, []byte(`perhaps`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keeper.log does not say the policy is broken:\n%s", klog)
+		}
+	}
+
+	write("rules:\n  - {tool: rm_rf, decision: deny}\n  - {tool: x, decision: allow}\n")
+	scr.waitFor(t, "was read again: 2 rules in force")
+	if out, _ := exec.Command(remoteBin, "status").CombinedOutput(); strings.Contains(string(out), "broker policy") {
+		t.Errorf("status after the fix:\n%s", out)
+	}
+}
