@@ -180,6 +180,20 @@ type Approver interface {
 // ErrDenied is returned when a person declines or nobody can answer.
 var ErrDenied = errors.New("denied")
 
+// ErrUnavailable is returned by an Approver that could not put a request
+// to a person at all: its terminal hung up or reached its end. A Broker
+// then closes the conversation unanswered, so that whoever relayed it
+// there (ollie-remote's keeper) asks its next approver instead of
+// denying.
+var ErrUnavailable = errors.New("broker: nobody is there to ask")
+
+// Finisher is an Approver that holds something for a request while it
+// runs (a relay to another broker). A Broker calls Finish once the
+// request's conversation has ended, however it ended.
+type Finisher interface {
+	Finish(req *Request)
+}
+
 // Zero overwrites a secret in memory once it has been handed on.
 func Zero(b []byte) {
 	for i := range b {

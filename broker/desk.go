@@ -247,7 +247,14 @@ func (b *Broker) answer(host string, c net.Conn) {
 		b.log().Warn("broker: a request named another host; using the connection's", "claimed", req.Host, "host", host)
 	}
 	req.Host = host
-	ans := b.decide(req)
+	if f, ok := b.Approver.(Finisher); ok {
+		defer f.Finish(req)
+	}
+	ans, put := b.decide(req)
+	if !put {
+		b.log().Info("broker: nobody here could be asked; closing unanswered, for whoever relayed it to ask another", "host", host, "id", req.ID)
+		return
+	}
 	b.log().Info("broker: elevation", "host", host, "session", req.Session, "tool", req.Tool, "sudo", req.Sudo, "id", req.ID, "decision", ans.Decision, "reason", ans.Reason)
 	if err := in.Answer(ans); err != nil || ans.Decision == Deny {
 		return
@@ -281,6 +288,10 @@ func (b *Broker) answer(host string, c net.Conn) {
 		ctx, cancel = context.WithTimeout(context.Background(), b.timeout())
 		pw, err := b.Approver.Password(ctx, req, asked, problem)
 		cancel()
+		if errors.Is(err, ErrUnavailable) {
+			b.log().Info("broker: nobody here could be asked for the password; closing unanswered, for whoever relayed it to ask another", "host", host, "id", req.ID)
+			return
+		}
 		if err != nil {
 			reason := "the sudo password was not given"
 			if !errors.Is(err, ErrDenied) {
@@ -295,26 +306,30 @@ func (b *Broker) answer(host string, c net.Conn) {
 	}
 }
 
-// decide is the elevation gate: the rules, then a person.
-func (b *Broker) decide(req *Request) Answer {
+// decide is the elevation gate: the rules, then a person. put is false
+// when the Approver could not put the request to anyone (ErrUnavailable):
+// it is then not answered at all.
+func (b *Broker) decide(req *Request) (ans Answer, put bool) {
 	if b.Rules != nil {
 		if d, ok := b.Rules.Match(req); ok {
 			if d == Deny {
-				return Answer{Decision: Deny, Reason: "denied by a rule of the desktop's broker policy"}
+				return Answer{Decision: Deny, Reason: "denied by a rule of the desktop's broker policy"}, true
 			}
-			return Answer{Decision: Once, Reason: "allowed by a rule of the desktop's broker policy"}
+			return Answer{Decision: Once, Reason: "allowed by a rule of the desktop's broker policy"}, true
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
 	defer cancel()
 	ans, err := b.Approver.Approve(ctx, req)
 	switch {
+	case errors.Is(err, ErrUnavailable):
+		return Answer{}, false
 	case ctx.Err() != nil:
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody answered within %v", b.timeout())}
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody answered within %v", b.timeout())}, true
 	case err != nil:
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("the approval could not be asked: %v", err)}
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("the approval could not be asked: %v", err)}, true
 	case !ans.Decision.Valid():
-		return Answer{Decision: Deny, Reason: "the approver gave no decision"}
+		return Answer{Decision: Deny, Reason: "the approver gave no decision"}, true
 	}
 	if ans.Decision == Deny && ans.Reason == "" {
 		ans.Reason = "denied by the person at the desktop"
@@ -324,5 +339,5 @@ func (b *Broker) decide(req *Request) Answer {
 			b.log().Warn("broker: saving an always answer", "err", err)
 		}
 	}
-	return ans
+	return ans, true
 }

@@ -295,3 +295,64 @@ func TestBrokerConnCap(t *testing.T) {
 		t.Errorf("refusals %+v, want 16 too large", r)
 	}
 }
+
+// gone is an approver whose person is gone: after approvals approvals it
+// returns ErrUnavailable, as a terminal that hung up does; it records the
+// requests it was told are finished.
+type gone struct {
+	approvals int // answered before it is gone
+	mu        sync.Mutex
+	finished  []*Request
+}
+
+func (g *gone) Approve(ctx context.Context, req *Request) (Answer, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.approvals == 0 {
+		return Answer{}, ErrUnavailable
+	}
+	g.approvals--
+	return Answer{Decision: Once}, nil
+}
+
+func (g *gone) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+	return nil, ErrUnavailable
+}
+
+func (g *gone) Finish(req *Request) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.finished = append(g.finished, req)
+}
+
+// TestBrokerUnavailable: a request the approver could not put to anyone
+// (ErrUnavailable) is not answered, neither at the question nor at the
+// password: the conversation is closed, so that whoever relayed it asks
+// another approver. A Finisher hears of each request's end.
+func TestBrokerUnavailable(t *testing.T) {
+	g := &gone{approvals: 1}
+	b := &Broker{Approver: g}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, served := serveOne(b, "h1", nil)
+	cv, ans, err := Ask(ctx, c, &Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != Once {
+		t.Fatalf("the question: %+v, %v", ans, err)
+	}
+	if _, err := cv.Password(ctx, 1, ""); err == nil || errors.Is(err, ErrDenied) {
+		t.Errorf("a password nobody could be asked for: %v, want the conversation closed unanswered", err)
+	}
+	waitServed(t, served, 5*time.Second, "an unavailable password")
+
+	c, served = serveOne(b, "h1", nil)
+	if _, ans, err := Ask(ctx, c, &Request{Session: "s", Tool: "t"}); err == nil {
+		t.Errorf("a question nobody could be asked: answered %+v, want the conversation closed unanswered", ans)
+	}
+	waitServed(t, served, 5*time.Second, "an unavailable question")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.finished) != 2 {
+		t.Errorf("Finish was called for %d of 2 requests", len(g.finished))
+	}
+}

@@ -26,11 +26,97 @@ import (
 // is released when the read ends, at once if In supports deadlines (a
 // terminal opened with os.Open does), else when the person presses Enter,
 // and that answer is not used.
+//
+// A terminal that hangs up or reaches its end (^D) is gone for good: the
+// prompt it was showing and every later one return ErrUnavailable, not a
+// denial, so that a relayed request goes to another approver; Gone tells
+// the broker's owner, so that it stops taking requests.
 type TerminalApprover struct {
 	In  *os.File
 	Out io.Writer
 
 	mu sync.Mutex
+
+	goneOnce  sync.Once
+	gmu       sync.Mutex    // not mu: that one is held across a prompt
+	gone      chan struct{} // closed when In hung up or ended
+	goneErr   error         // why, set before gone is closed
+	watchOnce sync.Once
+}
+
+// Gone is closed once the terminal is gone: a read ended (end of input,
+// or an error such as a hung-up terminal's), or In reports a hang-up,
+// which it watches for from the first call on, so that an idle broker
+// notices too.
+func (t *TerminalApprover) Gone() <-chan struct{} {
+	t.goneOnce.Do(t.initGone)
+	t.watchOnce.Do(func() {
+		if t.In != nil {
+			go t.watchHangup()
+		}
+	})
+	return t.gone
+}
+
+func (t *TerminalApprover) initGone() { t.gone = make(chan struct{}) }
+
+// lose records that the terminal is gone, the first cause only.
+func (t *TerminalApprover) lose(cause error) {
+	t.goneOnce.Do(t.initGone)
+	t.gmu.Lock()
+	defer t.gmu.Unlock()
+	select {
+	case <-t.gone:
+	default:
+		t.goneErr = cause
+		close(t.gone)
+	}
+}
+
+// unavailable is the error of a prompt on a terminal that is gone, or nil.
+func (t *TerminalApprover) unavailable() error {
+	t.goneOnce.Do(t.initGone)
+	select {
+	case <-t.gone:
+		return fmt.Errorf("broker: the broker's terminal is gone (%v): %w", t.goneErr, ErrUnavailable)
+	default:
+		return nil
+	}
+}
+
+// lost records that a read of In failed for a reason other than the
+// request's end, and returns the error a prompt gives for it.
+func (t *TerminalApprover) lost(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = errors.New("end of input")
+	}
+	t.lose(err)
+	return t.unavailable()
+}
+
+// watchHangup polls In for a hang-up (a closed pseudo-terminal, a pipe
+// whose writer went away) without reading from it, until the terminal is
+// gone.
+func (t *TerminalApprover) watchHangup() {
+	for t.unavailable() == nil {
+		hup := false
+		err := withFd(t.In, func(fd int) error {
+			fds := []unix.PollFd{{Fd: int32(fd)}} // no events: only POLLHUP, POLLERR, POLLNVAL
+			n, err := unix.Poll(fds, 500)
+			if errors.Is(err, unix.EINTR) {
+				return nil
+			}
+			hup = n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+			return err
+		})
+		if err != nil || hup {
+			if err == nil {
+				err = errors.New("hung up")
+			}
+			t.lose(err)
+			return
+		}
+	}
 }
 
 // maxTerminalLine bounds an answer or a password typed on the terminal.
@@ -48,6 +134,10 @@ func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, e
 		defer t.mu.Unlock()
 		if ctx.Err() != nil {
 			done <- result{err: context.Cause(ctx)}
+			return
+		}
+		if err := t.unavailable(); err != nil {
+			done <- result{err: err}
 			return
 		}
 		ans, err := t.approve(ctx, req)
@@ -70,11 +160,12 @@ func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, e
 	for {
 		fmt.Fprintf(t.Out, "approve: [o]nce / [a]lways (%s on %s) / [d]eny? ", req.ToolName(), req.HostName())
 		n, err := t.readLine(ctx, buf[:])
-		if errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, errLineTooLong): // asked again below
+		case err != nil && ctx.Err() == nil:
 			fmt.Fprintln(t.Out)
-			return Answer{Decision: Deny, Reason: "nobody answered on the broker's terminal (end of input)"}, nil
-		}
-		if err != nil {
+			return Answer{}, t.lost(err) // not a denial: another approver may ask
+		case err != nil:
 			return Answer{}, err
 		}
 		switch strings.ToLower(strings.TrimSpace(string(buf[:n]))) {
@@ -91,6 +182,9 @@ func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, e
 
 // Password reads the password with echo off.
 func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+	if err := t.unavailable(); err != nil {
+		return nil, err
+	}
 	if t.In == nil || !isTerminal(t.In) {
 		return nil, fmt.Errorf("broker: the broker's input is not a terminal, and a password typed there would be shown; refusing to read one: %w", ErrDenied)
 	}
@@ -104,6 +198,10 @@ func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt i
 		defer t.mu.Unlock()
 		if ctx.Err() != nil {
 			done <- result{err: context.Cause(ctx)}
+			return
+		}
+		if err := t.unavailable(); err != nil {
+			done <- result{err: err}
 			return
 		}
 		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
@@ -144,7 +242,8 @@ func (t *TerminalApprover) password(ctx context.Context, prompt string) ([]byte,
 		defer withFd(t.In, func(fd int) error { return term.Restore(fd, saved) })
 	}
 	if err != nil {
-		return nil, fmt.Errorf("broker: terminal %s: %w", t.In.Name(), err)
+		// A terminal that hung up has no settings to read.
+		return nil, t.lost(fmt.Errorf("terminal %s: %w", t.In.Name(), err))
 	}
 
 	fmt.Fprint(t.Out, prompt)
@@ -153,10 +252,10 @@ func (t *TerminalApprover) password(ctx context.Context, prompt string) ([]byte,
 	n, err := t.readLine(ctx, buf[:])
 	fmt.Fprintln(t.Out) // the Enter was not echoed
 	switch {
-	case errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("broker: no password typed on the terminal: %w", ErrDenied)
 	case errors.Is(err, errLineTooLong):
 		return nil, fmt.Errorf("broker: the password typed is longer than %d bytes: %w", maxTerminalLine, ErrDenied)
+	case err != nil && ctx.Err() == nil:
+		return nil, t.lost(err) // not a denial: another approver may ask
 	case err != nil:
 		return nil, err
 	}

@@ -34,13 +34,13 @@ func TestTerminalHelperProcess(t *testing.T) {
 	req := askRequest(true)
 	for {
 		ans, err := a.Approve(ctx, req)
-		fmt.Printf("result: decision=%s err=%v\n", ans.Decision, err)
+		fmt.Printf("result: decision=%s err=%v unavailable=%v\n", ans.Decision, err, errors.Is(err, ErrUnavailable))
 		if ans.Decision == Deny || err != nil {
 			break
 		}
 		for attempt, problem := 1, ""; attempt <= 2; attempt, problem = attempt+1, "wrong password" {
 			pw, err := a.Password(ctx, req, attempt, problem)
-			fmt.Printf("result: password sha256=%x len=%d denied=%v err=%v\n", sha256.Sum256(pw), len(pw), errors.Is(err, ErrDenied), err)
+			fmt.Printf("result: password sha256=%x len=%d denied=%v err=%v unavailable=%v\n", sha256.Sum256(pw), len(pw), errors.Is(err, ErrDenied), err, errors.Is(err, ErrUnavailable))
 			Zero(pw)
 		}
 	}
@@ -135,7 +135,7 @@ func TestTerminalApproverPty(t *testing.T) {
 	c.expect("please answer o (once), a (always) or d (deny)", 1)
 	c.expect(question, 2)
 	c.typeLine("a")
-	c.expect("result: decision=always err=<nil>", 1)
+	c.expect("result: decision=always err=<nil> unavailable=false", 1)
 
 	const secret = "correct horse battery staple"
 	c.expect(req.PasswordPrompt(1, ""), 1)
@@ -159,7 +159,7 @@ func TestTerminalApproverPty(t *testing.T) {
 		t.Errorf("the password was echoed on the terminal:\n%s", out)
 	}
 	for i, want := range []string{secret, secret + "-2"} {
-		line := fmt.Sprintf("result: password sha256=%x len=%d denied=false err=<nil>", sha256.Sum256([]byte(want)), len(want))
+		line := fmt.Sprintf("result: password sha256=%x len=%d denied=false err=<nil> unavailable=false", sha256.Sum256([]byte(want)), len(want))
 		if !strings.Contains(out, line) {
 			t.Errorf("password %d did not arrive intact; want %q in:\n%s", i+1, line, out)
 		}
@@ -172,24 +172,68 @@ func TestTerminalApproverPty(t *testing.T) {
 	}
 }
 
-// TestTerminalApproverEOF closes the terminal's input: Ctrl-D at the
-// password prompt declines, and at the question denies.
+// TestTerminalApproverEOF: end of input (^D) at the question, or at the
+// password prompt, is not a person's answer: the terminal is gone, that
+// prompt and every later one return ErrUnavailable at once, so that a
+// relayed request goes to another approver, and Gone is closed.
 func TestTerminalApproverEOF(t *testing.T) {
-	c := startPtyChild(t)
-	c.expect("[d]eny? ", 1)
-	c.typeLine("o")
-	c.expect(askRequest(true).PasswordPrompt(1, ""), 1)
-	c.master.Write([]byte{4}) // ^D: end of input
-	c.expect("result: password", 1)
-	if !strings.Contains(c.output(), "len=0 denied=true") {
-		t.Errorf("^D at the password prompt was not a refusal:\n%s", c.output())
+	t.Run("question", func(t *testing.T) {
+		c := startPtyChild(t)
+		c.expect("[d]eny? ", 1)
+		c.master.Write([]byte{4}) // ^D: end of input
+		c.expect("result: decision= err=broker: the broker's terminal is gone (end of input): broker: nobody is there to ask unavailable=true", 1)
+	})
+	t.Run("password", func(t *testing.T) {
+		c := startPtyChild(t)
+		c.expect("[d]eny? ", 1)
+		c.typeLine("o")
+		c.expect(askRequest(true).PasswordPrompt(1, ""), 1)
+		c.master.Write([]byte{4})
+		c.expect("result: password", 2)
+		c.expect("result: decision=", 2)
+		out := c.output()
+		if n := strings.Count(out, "denied=false err=broker: the broker's terminal is gone (end of input): broker: nobody is there to ask unavailable=true"); n != 2 {
+			t.Errorf("after ^D at the password prompt, %d of 2 password asks were unavailable:\n%s", n, out)
+		}
+		if strings.Contains(out, askRequest(true).PasswordPrompt(2, "wrong password")) || strings.Count(out, "[d]eny? ") != 1 {
+			t.Errorf("a gone terminal was prompted again:\n%s", out)
+		}
+		if !strings.HasSuffix(strings.TrimSpace(out), "unavailable=true") {
+			t.Errorf("the next question was not unavailable:\n%s", out)
+		}
+	})
+}
+
+// TestTerminalApproverHangup: a terminal that hangs up while idle (its
+// pseudo-terminal's master closed) closes Gone without a prompt, and the
+// next prompt is unavailable without reading.
+func TestTerminalApproverHangup(t *testing.T) {
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.expect(askRequest(true).PasswordPrompt(2, "wrong password"), 1)
-	c.master.Write([]byte{4})
-	c.expect("result: password", 2)
-	c.expect("[d]eny? ", 2)
-	c.master.Write([]byte{4})
-	c.expect("result: decision=deny", 1)
+	defer tty.Close()
+	a := &TerminalApprover{In: tty, Out: io.Discard}
+	gone := a.Gone()
+	select {
+	case <-gone:
+		t.Fatal("gone before the hang-up")
+	case <-time.After(100 * time.Millisecond):
+	}
+	master.Close()
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a hung-up terminal was not noticed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := a.Approve(ctx, askRequest(false)); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "hung up") {
+		t.Errorf("Approve on a hung-up terminal: %v, want ErrUnavailable", err)
+	}
+	if _, err := a.Password(ctx, askRequest(true), 1, ""); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Password on a hung-up terminal: %v, want ErrUnavailable", err)
+	}
 }
 
 // TestTerminalApproverCancel checks that a withdrawn request frees the
