@@ -2,16 +2,20 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"ollie/internal/peer"
@@ -71,13 +75,25 @@ type Gate struct {
 	// (the toolsrv children are this same binary).
 	TrustExe string
 
+	// Dir is the namespace directory, where ollie-remote forwards its
+	// broker-* sockets: one nobody listens on any more is removed from it
+	// (and from the registrations), since sshd leaves the file behind when
+	// its connection ends. "" removes none.
+	Dir string
+
 	mu      sync.Mutex
 	policy  HostPolicy
-	broker  string // the socket forwarded to the desktop broker, "" when none
+	brokers []string      // registered sockets leading to desktop brokers, newest first
+	gen     int           // counts registrations, so a request knows it missed one
+	joined  chan struct{} // closed and replaced at each registration: parked requests go to it
 	pending map[string]*pendingReq
 	used    map[string]bool // request ids seen: each is single use
 	always  map[string]bool // tool names approved "always" through the namespace
 	wg      sync.WaitGroup
+	lns     []net.Listener
+	closing chan struct{} // closed by Shutdown
+	base    context.Context
+	cancel  context.CancelCauseFunc // ends every conversation when Shutdown stops waiting
 }
 
 type pendingReq struct {
@@ -98,9 +114,15 @@ func NewGate(log *slog.Logger) *Gate {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT},
-		pending: map[string]*pendingReq{}, used: map[string]bool{}, always: map[string]bool{}}
+	base, cancel := context.WithCancelCause(context.Background())
+	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT}, joined: make(chan struct{}),
+		pending: map[string]*pendingReq{}, used: map[string]bool{}, always: map[string]bool{},
+		closing: make(chan struct{}), base: base, cancel: cancel}
 }
+
+// ErrShutdown ends the conversations still in flight when Shutdown stops
+// waiting for them.
+var ErrShutdown = errors.New("broker: olliesrv on this host stopped before the request was answered; ask again once it is back")
 
 func (g *Gate) Policy() HostPolicy {
 	g.mu.Lock()
@@ -114,29 +136,111 @@ func (g *Gate) SetPolicy(p HostPolicy) {
 	g.policy = p
 }
 
-// SetBroker records the socket that leads to the desktop broker ("" when
-// it went away). ollie-remote up forwards a fresh one per connection.
-func (g *Gate) SetBroker(path string) error {
-	if path != "" {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return fmt.Errorf("broker socket: %w", err)
-		}
-		if fi.Mode()&os.ModeSocket == 0 {
-			return fmt.Errorf("broker socket: %s is not a socket", path)
-		}
+// Register adds a socket leading to a desktop broker, or moves it first:
+// requests go to the newest registration that answers, and requests parked
+// for want of one are handed to it. ollie-remote up registers a fresh
+// socket for each SSH connection it holds, so a host reached from two
+// desktops (or two keepers) has a registration each.
+func (g *Gate) Register(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("broker socket: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("broker socket: %s is not a socket", path)
 	}
 	g.mu.Lock()
-	g.broker = path
+	g.brokers = append([]string{path}, slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })...)
+	g.gen++
+	close(g.joined)
+	g.joined = make(chan struct{})
 	g.mu.Unlock()
-	g.publish("bypass.broker", path)
+	g.publish("bypass.broker", "+"+path)
+	g.Sweep()
 	return nil
 }
 
-func (g *Gate) Broker() string {
+// Unregister removes a registration (a keeper going down removes its
+// own, and no other), and the socket with it when it is one of
+// ollie-remote's in Dir. Removing one that is not registered is not an
+// error: a daemon started since does not know it.
+func (g *Gate) Unregister(path string) {
+	g.mu.Lock()
+	n := len(g.brokers)
+	g.brokers = slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })
+	removed := len(g.brokers) < n
+	g.mu.Unlock()
+	g.removeSocket(path)
+	if removed {
+		g.publish("bypass.broker", "-"+path)
+	}
+}
+
+// Brokers lists the registrations, newest first.
+func (g *Gate) Brokers() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.broker
+	return slices.Clone(g.brokers)
+}
+
+// Sweep drops the registrations and removes the broker-* sockets in Dir
+// that nobody listens on: their SSH connections are gone. A socket made
+// in the last few seconds is left alone, since sshd may not listen on it
+// yet.
+func (g *Gate) Sweep() {
+	if g.Dir == "" {
+		return
+	}
+	live, err := listeningSockets()
+	if err != nil {
+		return // not Linux, or no /proc: the gate drops a dead one when it cannot reach it
+	}
+	socks, _ := filepath.Glob(filepath.Join(g.Dir, "broker-*"))
+	for _, s := range socks {
+		fi, err := os.Lstat(s)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 || live[s] || time.Since(fi.ModTime()) < sweepAge {
+			continue
+		}
+		g.Log.Info("broker gate: removing a broker socket nobody listens on", "socket", s)
+		g.Unregister(s)
+	}
+}
+
+// sweepAge is how old a broker socket must be before Sweep may remove it.
+const sweepAge = 5 * time.Second
+
+// removeSocket removes path if it is a socket ollie-remote forwarded into
+// Dir; the gate removes nothing else.
+func (g *Gate) removeSocket(path string) {
+	if g.Dir == "" || filepath.Dir(path) != filepath.Clean(g.Dir) || !strings.HasPrefix(filepath.Base(path), "broker-") {
+		return
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+}
+
+// listeningSockets reads the paths of the Unix sockets listening on this
+// host from /proc/net/unix, which, unlike connecting, tells without
+// opening a conversation with the desktop at the other end.
+func listeningSockets() (map[string]bool, error) {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil, err
+	}
+	const acceptCon = 0x10000 // __SO_ACCEPTCON: the socket listens
+	live := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		flags, err := strconv.ParseUint(f[3], 16, 32)
+		if err == nil && flags&acceptCon != 0 {
+			live[f[7]] = true
+		}
+	}
+	return live, nil
 }
 
 func (g *Gate) publish(topic, data string) {
@@ -145,14 +249,34 @@ func (g *Gate) publish(topic, data string) {
 	}
 }
 
-// Serve answers the toolsrv children connecting on l until l closes.
+// Serve answers the toolsrv children connecting on l until l closes or
+// Shutdown closes it.
 func (g *Gate) Serve(l net.Listener) error {
+	g.mu.Lock()
+	select {
+	case <-g.closing:
+		g.mu.Unlock()
+		l.Close()
+		return net.ErrClosed
+	default:
+	}
+	g.lns = append(g.lns, l)
+	g.mu.Unlock()
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return err
 		}
+		g.mu.Lock()
+		select {
+		case <-g.closing:
+			g.mu.Unlock()
+			c.Close()
+			return net.ErrClosed
+		default:
+		}
 		g.wg.Add(1)
+		g.mu.Unlock()
 		go func() {
 			defer g.wg.Done()
 			g.ServeConn(c)
@@ -167,7 +291,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 		g.Log.Warn("broker gate: refused a peer", "err", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(g.base, 30*time.Second)
 	in, err := Receive(ctx, c)
 	cancel()
 	if err != nil {
@@ -183,28 +307,31 @@ func (g *Gate) ServeConn(c net.Conn) {
 		return
 	}
 	g.used[req.ID] = true
-	policy, brokerPath := g.policy, g.broker
+	policy := g.policy
 	always := g.always[req.Tool] && !req.Bypass
 	g.mu.Unlock()
 
-	ctx, cancel = context.WithTimeout(context.Background(), policy.Timeout)
+	ctx, cancel = context.WithTimeoutCause(g.base, policy.Timeout, fmt.Errorf("nobody answered within %v", policy.Timeout))
 	defer cancel()
-	if brokerPath != "" {
-		if bc, err := net.Dial("unix", brokerPath); err == nil {
-			g.relay(ctx, in, bc, policy)
-			return
-		} else {
-			g.Log.Warn("broker gate: the desktop broker is not reachable", "socket", brokerPath, "err", err)
-		}
-	}
 	var ans Answer
-	switch {
-	case always:
-		ans = Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}
-	case policy.NoBroker == DenyNow:
-		ans = Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}
-	default:
-		ans = g.park(ctx, req, policy.Timeout)
+	for {
+		asked, gen := g.ask(ctx, in, policy)
+		if asked {
+			return
+		}
+		// No desktop broker answers: the host's policy says what now.
+		handed := false
+		switch {
+		case always:
+			ans = Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}
+		case policy.NoBroker == DenyNow:
+			ans = Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}
+		default:
+			ans, handed = g.park(ctx, req, policy.Timeout, gen)
+		}
+		if !handed {
+			break
+		}
 	}
 	in.Answer(ans)
 	if ans.Decision == Deny || !req.Sudo {
@@ -221,48 +348,94 @@ func (g *Gate) ServeConn(c net.Conn) {
 	}
 }
 
+// ask relays the request to the newest registered broker that answers,
+// dropping those that are gone. It reports whether the request was
+// answered (by a broker, or denied because the last one reached broke),
+// and the registrations it saw, for park.
+func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answered bool, gen int) {
+	g.mu.Lock()
+	brokers, gen := slices.Clone(g.brokers), g.gen
+	g.mu.Unlock()
+	var failed error
+	for _, path := range brokers {
+		bc, err := net.Dial("unix", path)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
+				// Its SSH connection is gone (sshd leaves the file).
+				g.Log.Info("broker gate: a desktop broker is gone; dropping it", "socket", path, "err", err)
+				g.Unregister(path)
+			} else {
+				g.Log.Warn("broker gate: the desktop broker is not reachable", "socket", path, "err", err)
+			}
+			continue
+		}
+		err = g.relay(ctx, in, bc, policy)
+		if err == nil {
+			return true, gen
+		}
+		failed = err
+	}
+	if failed != nil {
+		// A broker was reached and broke before answering, and no other
+		// did: deny, saying so, rather than park what a desktop refused.
+		in.Answer(Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", failed)})
+		return true, gen
+	}
+	return false, gen
+}
+
+// reason says why a conversation ended: the request's context's cause
+// when it ended (the timeout, or the daemon stopping), else what failed.
+func (g *Gate) reason(ctx context.Context, what string, err error) string {
+	if ctx.Err() != nil {
+		return context.Cause(ctx).Error()
+	}
+	return fmt.Sprintf("%s: %v", what, err)
+}
+
 // relay carries the conversation between the toolsrv child and the desktop
-// broker, checking every message belongs to this request.
-func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy) {
+// broker, checking every message belongs to this request. An error means
+// the broker broke before answering, and nothing was said to the asker:
+// another broker may be asked.
+func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy) error {
 	req := in.Req
 	cv, ans, err := Ask(ctx, bc, req)
 	if err != nil {
-		reason := fmt.Sprintf("the desktop broker failed: %v", err)
-		if ctx.Err() != nil {
-			reason = fmt.Sprintf("nobody answered within %v", policy.Timeout)
-		}
 		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)
-		in.Answer(Answer{Decision: Deny, Reason: reason})
-		return
+		if ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
+			in.Answer(Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", err)})
+			return nil
+		}
+		return err
 	}
 	g.publish("bypass.decided", req.ID+" "+string(ans.Decision))
 	if err := in.Answer(ans); err != nil || ans.Decision == Deny {
 		cv.Close("denied")
-		return
+		return nil
 	}
 	for {
 		attempt, problem, result, err := in.Next(ctx)
 		if err != nil {
 			cv.Close("broken")
-			return
+			return nil
 		}
 		if attempt == 0 {
 			cv.Close(result)
-			return
+			return nil
 		}
 		pw, err := cv.Password(ctx, attempt, problem)
 		if err != nil {
 			reason := err.Error()
 			if ctx.Err() != nil {
-				reason = fmt.Sprintf("no password within %v", policy.Timeout)
+				reason = "no password: " + context.Cause(ctx).Error()
 			}
 			in.Answer(Answer{Decision: Deny, Reason: strings.TrimPrefix(reason, "denied: ")})
 			cv.Close("no password")
-			return
+			return nil
 		}
 		if err := in.Secret(pw); err != nil {
 			cv.Close("broken")
-			return
+			return nil
 		}
 	}
 }
@@ -270,9 +443,17 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 // park waits for a decision written to bypass/pending/{id}. A request
 // identical to one already waiting waits on it and gets its answer, and a
 // session may park only MaxParkedPerSession distinct ones, so that a
-// looping agent cannot flood the directory.
-func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration) Answer {
+// looping agent cannot flood the directory. When a broker registers, or
+// registered since ask saw gen, park returns handed: the request goes to
+// it instead, so nothing waits here behind a parked request while a
+// desktop could be asked.
+func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen int) (ans Answer, handed bool) {
 	g.mu.Lock()
+	if g.gen != gen {
+		g.mu.Unlock()
+		return Answer{}, true
+	}
+	joined := g.joined
 	var p *pendingReq
 	parked := 0
 	for _, q := range g.pending {
@@ -285,7 +466,7 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration) An
 	}
 	if p == nil && parked >= MaxParkedPerSession {
 		g.mu.Unlock()
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}, false
 	}
 	if p == nil {
 		p = &pendingReq{req: req, created: time.Now(), decided: make(chan struct{})}
@@ -296,19 +477,31 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration) An
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
-		if p.waiters--; p.waiters == 0 {
+		if p.waiters--; p.waiters == 0 && g.pending[p.req.ID] == p {
 			delete(g.pending, p.req.ID)
 		}
 		g.mu.Unlock()
 	}()
 	select {
 	case <-p.decided:
-		return p.ans
+		return p.ans, false
+	case <-joined:
+		select {
+		case <-p.decided: // decided at the same moment: the decision stands
+			return p.ans, false
+		default:
+		}
+		return Answer{}, true
+	case <-g.closing:
+		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, false
 	case <-ctx.Done():
 		if p.req == req {
 			g.publish("bypass.decided", req.ID+" timeout")
 		}
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}
+		if errors.Is(context.Cause(ctx), ErrShutdown) {
+			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, false
+		}
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, false
 	}
 }
 
@@ -411,5 +604,36 @@ func (g *Gate) checkPeer(c net.Conn) error {
 	return nil
 }
 
-// Wait waits for the conversations in progress, for shutdown.
-func (g *Gate) Wait() { g.wg.Wait() }
+// Shutdown stops the gate: it closes the listeners Serve was given and
+// denies the parked requests at once, saying why (no one could answer
+// them before the daemon is gone). It waits for the conversations with a
+// desktop broker until ctx ends; those still in flight then are denied
+// with ErrShutdown's reason and their connections to the desktop closed,
+// so no request is left half-answered, and Shutdown returns ctx's error.
+func (g *Gate) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	select {
+	case <-g.closing:
+	default:
+		close(g.closing)
+	}
+	lns := g.lns
+	g.lns = nil
+	g.mu.Unlock()
+	for _, l := range lns {
+		l.Close()
+	}
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	g.cancel(ErrShutdown)
+	<-done
+	return ctx.Err()
+}

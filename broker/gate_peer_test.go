@@ -127,7 +127,7 @@ func TestGateRefusesSandboxedAsker(t *testing.T) {
 	}
 	t.Cleanup(func() { bl.Close() })
 	go (&Broker{Approver: desk}).Serve("web1", bl)
-	if err := gate.SetBroker(bsock); err != nil {
+	if err := gate.Register(bsock); err != nil {
 		t.Fatal(err)
 	}
 

@@ -66,7 +66,7 @@ func newLab(t *testing.T, withBroker bool) *lab {
 		t.Cleanup(func() { bl.Close() })
 		b := &Broker{Approver: l.desk}
 		go b.Serve("web1", bl)
-		if err := l.gate.SetBroker(bsock); err != nil {
+		if err := l.gate.Register(bsock); err != nil {
 			t.Fatal(err)
 		}
 	}

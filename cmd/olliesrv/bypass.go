@@ -26,15 +26,38 @@ func (n *namespace) setBypassPolicy(ctx context.Context, c *ns.Call, data []byte
 	return nil
 }
 
+// bypassBroker lists the registered brokers, newest first: the gate asks
+// them in that order.
 func (n *namespace) bypassBroker(ctx context.Context, c *ns.Call) ([]byte, error) {
-	if b := n.gate.Broker(); b != "" {
-		return []byte(b + "\n"), nil
+	var b strings.Builder
+	for _, p := range n.gate.Brokers() {
+		b.WriteString(p + "\n")
 	}
-	return nil, nil
+	return []byte(b.String()), nil
 }
 
+// setBypassBroker takes a line per change: PATH (or +PATH) registers a
+// broker's socket, -PATH removes that registration and no other.
 func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte) error {
-	return n.gate.SetBroker(strings.TrimSpace(string(data)))
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return fmt.Errorf("%s: write PATH to register a broker's socket, -PATH to remove it", c.Path())
+	}
+	for _, l := range lines {
+		if p, ok := strings.CutPrefix(l, "-"); ok {
+			n.gate.Unregister(p)
+			continue
+		}
+		if err := n.gate.Register(strings.TrimPrefix(l, "+")); err != nil {
+			return fmt.Errorf("%s: %w", c.Path(), err)
+		}
+	}
+	return nil
 }
 
 func (n *namespace) listPending(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {

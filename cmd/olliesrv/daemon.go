@@ -196,6 +196,10 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 	if exe, err := os.Executable(); err == nil {
 		gate.TrustExe = exe
 	}
+	// ollie-remote forwards its broker sockets beside ours; those of
+	// connections gone (before a crash, say) are removed.
+	gate.Dir = cfg.Dir
+	gate.Sweep()
 	d.gate = gate
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, namespace: cfg.Dir, spill: d.spill.Dir}, gate: gate,
 		agents: &agents{}, started: time.Now(), backends: cfg.Backends, registry: cfg.Registry, loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
@@ -260,6 +264,12 @@ func (d *daemon) closeListeners() {
 // flight, removes the socket and releases the lock.
 func (d *daemon) Shutdown(ctx context.Context) error {
 	err := d.srv.Shutdown(ctx)
+	// Approvals in flight are answered, or denied saying the daemon
+	// stopped, before the agents whose tools asked are stopped.
+	if gerr := d.gate.Shutdown(ctx); gerr != nil {
+		d.log.Warn("olliesrv: approvals still in flight were denied", "err", gerr)
+		err = errors.Join(err, gerr)
+	}
 	d.ns.agents.closeAll()
 	d.ns.tools.closeAll()
 	d.spill.Close()

@@ -62,7 +62,7 @@ func (n *namespace) spec() *ns.Node {
 			&ns.Node{Name: "policy", Mode: 0644, Read: n.bypassPolicy, Write: n.setBypassPolicy,
 				Doc: "What happens while no desktop broker is connected: nobroker=pending (wait here) or deny; timeout=DURATION for any answer."},
 			&ns.Node{Name: "broker", Mode: 0600, Read: n.bypassBroker, Write: n.setBypassBroker,
-				Doc: "The socket leading to the desktop broker (ollie-remote up writes it); empty when none is connected."},
+				Doc: "Sockets leading to desktop brokers, newest first (the gate asks the newest that answers): write PATH to register one (ollie-remote up registers one per SSH connection), -PATH to remove it."},
 			ns.Dir("pending", 0555, "Requests waiting for a decision while no broker is connected.",
 				ns.DynamicFile("id", 0644, "A pending request: read it; write approve, always or deny [REASON].",
 					&ns.Each{List: n.listPending, Lookup: n.lookupPending},

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bypass/broker keeps a registration per connection: writing a path adds
+// one (first), -PATH removes that one and its socket, reading lists them
+// newest first; each change is an event. A daemon that starts removes the
+// broker sockets of connections gone.
+func TestBypassBrokerRegistrations(t *testing.T) {
+	dir := shortTempDir(t)
+	// A socket an SSH connection gone left behind, before the daemon ran.
+	stale := filepath.Join(dir, "broker-stale")
+	sl, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.(*net.UnixListener).SetUnlinkOnClose(false)
+	sl.Close()
+	old := time.Now().Add(-time.Minute)
+	os.Chtimes(stale, old, old)
+
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+	})
+	if _, err := os.Lstat(stale); err == nil {
+		t.Error("the stale broker socket was not removed at start")
+	}
+	fs := attach(t, d.Socket, "admin")
+	events := d.ns.bus.Subscribe("bypass.broker")
+	defer events.Close()
+
+	var socks []string
+	for _, name := range []string{"broker-a", "broker-b"} {
+		p := filepath.Join(dir, name)
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		socks = append(socks, p)
+		if err := writeFile(fs, "bypass/broker", p+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readFile(t, fs, "bypass/broker"); got != socks[1]+"\n"+socks[0]+"\n" {
+		t.Errorf("bypass/broker = %q, want b then a", got)
+	}
+	if err := writeFile(fs, "bypass/broker", "-"+socks[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, fs, "bypass/broker"); got != socks[0]+"\n" {
+		t.Errorf("after -b: %q, want a alone", got)
+	}
+	if _, err := os.Lstat(socks[1]); err == nil {
+		t.Error("the removed registration's socket is still there")
+	}
+	for _, bad := range []string{"", filepath.Join(dir, "nothing")} {
+		if err := writeFile(fs, "bypass/broker", bad); err == nil {
+			t.Errorf("writing %q was accepted", bad)
+		}
+	}
+	var got []string
+	for len(got) < 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		evs, err := events.Events(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("events %q, then %v", got, err)
+		}
+		for _, ev := range evs {
+			got = append(got, ev.Topic+" "+ev.Data)
+		}
+	}
+	want := []string{"bypass.broker +" + socks[0], "bypass.broker +" + socks[1], "bypass.broker -" + socks[1]}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
