@@ -40,7 +40,7 @@ type Request struct {
 	Session    string          `json:"session"`
 	Agent      string          `json:"agent,omitempty"`
 	Tool       string          `json:"tool"`
-	Variant    int             `json:"variant"`
+	Variant    int             `json:"variant"` // -1 for a tool without variants
 	Executable string          `json:"executable"`
 	Args       json.RawMessage `json:"args,omitempty"`
 	Cwd        string          `json:"cwd"`
@@ -94,17 +94,24 @@ func (r *Request) Prompt() string {
 		what = "run as root (sudo)"
 	}
 	fmt.Fprintf(&b, "ollie: %s asks to %s\n", r.HostName(), what)
-	fmt.Fprintf(&b, "  tool:     %s (variant %d)\n", termsafe.Field(r.Tool, maxNameField), r.Variant)
+	fmt.Fprintf(&b, "  tool:     %s", termsafe.Field(r.Tool, maxNameField))
+	if r.Variant >= 0 { // -1: the tool has no variants
+		fmt.Fprintf(&b, " (variant %d)", r.Variant)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "  runs:     %s\n", termsafe.Field(r.Executable, maxPathField))
 	if len(r.Args) > 0 {
 		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(string(compactJSON(r.Args)), maxArgsField))
 	}
 	fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
-	fmt.Fprintf(&b, "  session:  %s", termsafe.Field(r.Session, maxNameField))
-	if r.Agent != "" {
-		fmt.Fprintf(&b, ", agent %s", termsafe.Field(r.Agent, maxNameField))
+	switch {
+	case r.Session == "" && r.Agent == "":
+		b.WriteString("  session:  none: run by hand on the host (olliesrv tools run), not by an agent\n")
+	case r.Agent == "":
+		fmt.Fprintf(&b, "  session:  %s, no agent: called through the session's tools\n", termsafe.Field(r.Session, maxNameField))
+	default:
+		fmt.Fprintf(&b, "  session:  %s, agent %s\n", termsafe.Field(r.Session, maxNameField), termsafe.Field(r.Agent, maxNameField))
 	}
-	b.WriteString("\n")
 	if r.Bypass {
 		b.WriteString("  the agent asked for bypass\n")
 	}

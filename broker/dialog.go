@@ -69,6 +69,16 @@ func alwaysLabel(req *Request) string {
 	return fmt.Sprintf("Always (%s on %s)", req.ToolName(), req.HostName())
 }
 
+// gtkButton quotes a label that GTK parses for a mnemonic (zenity's
+// --ok-label, --cancel-label and --extra-button), so that "_" is shown,
+// not taken as the next letter's underline: "bars_zen" showed "barszen".
+// Text GTK shows as it is (--text with --no-markup, --title) is left alone.
+func gtkButton(s string) string { return strings.ReplaceAll(s, "_", "__") }
+
+// qtButton quotes a label that Qt parses for an accelerator (kdialog's
+// --yes-label, --no-label and --cancel-label): "&" marks one.
+func qtButton(s string) string { return strings.ReplaceAll(s, "&", "&&") }
+
 // Approve notifies, then shows the three-button question.
 func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, error) {
 	kind, err := d.kind()
@@ -89,11 +99,11 @@ func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, err
 		// Pango markup a tool's arguments could forge.
 		args = []string{"--question", "--title", dialogTitle(req), "--no-markup", "--width", "640",
 			"--text", req.Prompt(),
-			"--ok-label", "Approve once", "--cancel-label", "Deny", "--extra-button", always}
+			"--ok-label", gtkButton("Approve once"), "--cancel-label", gtkButton("Deny"), "--extra-button", gtkButton(always)}
 	case "kdialog":
 		args = []string{"--title", dialogTitle(req),
 			"--warningyesnocancel", qtPlain(req.Prompt()),
-			"--yes-label", "Approve once", "--no-label", always, "--cancel-label", "Deny"}
+			"--yes-label", qtButton("Approve once"), "--no-label", qtButton(always), "--cancel-label", qtButton("Deny")}
 	}
 	res, err := runHelper(ctx, d.Program, args, "")
 	if err != nil {
@@ -102,12 +112,13 @@ func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, err
 	defer Zero(res.out)
 	switch kind {
 	case "zenity":
-		// OK exits 0; the extra button prints its label and exits 1;
-		// Cancel, closing the window and a timeout exit non-zero.
-		switch {
+		// OK exits 0; the extra button prints its label as given (the
+		// quoted one) and exits 1; Cancel, closing the window and a
+		// timeout exit non-zero.
+		switch out := string(trimNewline(res.out)); {
 		case res.code == 0:
 			return Answer{Decision: Once}, nil
-		case string(trimNewline(res.out)) == always:
+		case out == gtkButton(always) || out == always:
 			return Answer{Decision: Always}, nil
 		}
 	case "kdialog":

@@ -77,11 +77,15 @@ func TestDialogZenity(t *testing.T) {
 	req := askRequest(true)
 	req.Args = []byte(`{"lines":"<b>10</b> & more"}`)
 	always := "Always (system_logs on db3)"
+	// GTK takes "_" in a button's label for a mnemonic: the label doubles
+	// it, and zenity prints the label as it was given.
+	button := "Always (system__logs on db3)"
 	for _, tc := range []struct {
 		status, print string
 		want          Decision
 	}{
 		{"0", "", Once},
+		{"1", button + "\n", Always},
 		{"1", always + "\n", Always},
 		{"1", "", Deny},                              // Deny, or the window closed
 		{"5", "", Deny},                              // timed out
@@ -106,7 +110,7 @@ func TestDialogZenity(t *testing.T) {
 	if text, _ := after(argv, "--text"); text != req.Prompt() {
 		t.Errorf("--text %q, want the prompt %q", text, req.Prompt())
 	}
-	for flag, want := range map[string]string{"--ok-label": "Approve once", "--cancel-label": "Deny", "--extra-button": always} {
+	for flag, want := range map[string]string{"--ok-label": "Approve once", "--cancel-label": "Deny", "--extra-button": button} {
 		if got, _ := after(argv, flag); got != want {
 			t.Errorf("%s %q, want %q", flag, got, want)
 		}
@@ -163,6 +167,14 @@ func TestDialogKdialog(t *testing.T) {
 			t.Errorf("%s %q, want %q", flag, got, want)
 		}
 	}
+	// Qt takes "&" in a button's label for an accelerator.
+	req.Host = "r&d"
+	f.setAnswer("0", "")
+	d.Approve(context.Background(), req)
+	if got, _ := after(f.argv(), "--no-label"); got != "Always (system_logs on r&&d)" {
+		t.Errorf("--no-label %q, want the & doubled", got)
+	}
+	req.Host = "db3"
 
 	f.setAnswer("0", "s3cret\n")
 	pw, err := d.Password(context.Background(), req, 1, "")
@@ -340,6 +352,37 @@ func TestDialogWithoutBus(t *testing.T) {
 		// Not a timing assertion: a hang would be minutes.
 		if time.Since(start) > 30*time.Second {
 			t.Errorf("bus %q held the dialog up for %v", n.Address, time.Since(start))
+		}
+	}
+}
+
+// TestPromptWhoAsks: the prompt names the session and the agent, says
+// when there is none, and shows a variant only for a tool that has them.
+func TestPromptWhoAsks(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		session, agent string
+		variant        int
+		want, not      []string
+	}{
+		{"agent", "s1", "ops", 0, []string{"  tool:     system_logs (variant 0)\n", "  session:  s1, agent ops\n"}, nil},
+		{"no variants", "s1", "ops", -1, []string{"  tool:     system_logs\n"}, []string{"variant"}},
+		{"second variant", "s1", "ops", 1, []string{"system_logs (variant 1)\n"}, nil},
+		{"no agent", "s1", "", -1, []string{"  session:  s1, no agent: called through the session's tools\n"}, []string{", agent"}},
+		{"by hand", "", "", -1, []string{"  session:  none: run by hand on the host (olliesrv tools run), not by an agent\n"}, nil},
+	} {
+		req := askRequest(true)
+		req.Session, req.Agent, req.Variant = tc.session, tc.agent, tc.variant
+		p := req.Prompt()
+		for _, w := range tc.want {
+			if !strings.Contains(p, w) {
+				t.Errorf("%s: the prompt lacks %q:\n%s", tc.name, w, p)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(p, w) {
+				t.Errorf("%s: the prompt says %q:\n%s", tc.name, w, p)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,4 +202,56 @@ func TestRunSandboxAndApproval(t *testing.T) {
 	if !res.Failed || !strings.Contains(res.Output, "nonesuch") {
 		t.Fatalf("unknown profile: %+v", res)
 	}
+}
+
+// recordApprover approves every request and keeps them.
+type recordApprover struct {
+	mu   sync.Mutex
+	reqs []ApprovalRequest
+}
+
+func (a *recordApprover) Approve(_ context.Context, req *ApprovalRequest) (Grant, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reqs = append(a.reqs, *req)
+	return approveAll{}, nil
+}
+
+func (a *recordApprover) last() ApprovalRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reqs[len(a.reqs)-1]
+}
+
+// TestApprovalNamesCaller: a request for approval names the session and
+// the agent a call runs for, in the foreground and in the background, and
+// variant -1 for a tool without variants.
+func TestApprovalNamesCaller(t *testing.T) {
+	r, cwd := runner(t, map[string][2]string{
+		"priv": {`{"description": "Needs elevation.", "elevated": true}`, "#!/bin/sh\necho ran\n"},
+	})
+	rec := &recordApprover{}
+	r.Approver, r.SessionID = rec, "sess-1"
+	ctx := context.Background()
+	check := func(how, agent string) {
+		t.Helper()
+		got := rec.last()
+		if got.Session != "sess-1" || got.Agent != agent || got.Tool != "priv" || got.Variant != -1 || got.Cwd != cwd {
+			t.Errorf("%s: asked %+v, want session sess-1, agent %q, tool priv, variant -1, cwd %s", how, got, agent, cwd)
+		}
+	}
+	if res := r.RunFor(ctx, Caller{Agent: "agent-7"}, "priv", nil); res.Failed {
+		t.Fatalf("RunFor: %s", res.Output)
+	}
+	check("RunFor", "agent-7")
+	if res := r.Run(ctx, "priv", nil); res.Failed {
+		t.Fatalf("Run: %s", res.Output)
+	}
+	check("Run", "")
+	ps := &Procs{Runner: r}
+	defer ps.Close()
+	if _, err := ps.StartFor(ctx, Caller{Agent: "agent-8"}, "priv", nil); err != nil {
+		t.Fatal(err)
+	}
+	check("StartFor", "agent-8")
 }

@@ -181,8 +181,12 @@ func (n *namespace) restore(ctx context.Context) {
 		// Replay-safe calls run once more in the background, so a slow one
 		// never keeps the namespace from starting; the agents' queued
 		// prompts wait for their results.
+		who := map[string]toolsrv.Caller{}
+		for _, e := range started {
+			who[e.ID()] = toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd}
+		}
 		go func() {
-			results := n.rerun(ctx, s, rs)
+			results := n.rerun(ctx, s, rs, who)
 			for _, e := range started {
 				e.AppendResults(results[e.ID()]...)
 				for _, p := range queues[e.ID()] {
@@ -194,15 +198,21 @@ func (n *namespace) restore(ctx context.Context) {
 }
 
 // rerun runs once more the replay-safe calls that were running when
-// olliesrv stopped, settles them, and returns their results by agent.
-func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.RestoredSession) map[string][]backend.Message {
+// olliesrv stopped, for the agent that made each (who: its directory, its
+// capability, and its name in an approval), settles them, and returns
+// their results by agent.
+func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.RestoredSession, who map[string]toolsrv.Caller) map[string][]backend.Message {
 	out := map[string][]backend.Message{}
 	for _, in := range rs.Rerun {
 		agentID, callID, _ := strings.Cut(agent.CallBase(in.ID), "/")
 		var res *toolsrv.Result
 		child, err := n.tools.get(ctx, s)
 		if err == nil {
-			res, err = child.Call(ctx, in.Tool, in.Args)
+			c, ok := who[agentID]
+			if !ok {
+				c = toolsrv.Caller{Agent: agentID}
+			}
+			res, err = child.CallFor(ctx, c, in.Tool, in.Args)
 		}
 		if err != nil {
 			res = &toolsrv.Result{Tool: in.Tool, Failed: true, ExitCode: -1, Output: "interrupted, and running it again failed: " + err.Error()}
