@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -131,9 +133,10 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 }
 
 // TestApprovalsConnCapThroughTerminal: with "ollie-remote broker" running
-// (here a stand-in that never answers), the keeper relays each host's
-// connections to it, and still holds at most 16 of one host's at once,
-// with goroutines to match; another host keeps its own.
+// (here a stand-in that never answers), the keeper holds at most 16 of one
+// host's connections at once, with goroutines to match, and hands the
+// terminal broker none of them before its request is whole; another
+// host's whole request reaches it.
 func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 	dir := privateRemoteDir(t)
 	term, err := net.Listen("unix", terminalSocket())
@@ -153,7 +156,7 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 			relayed.Store(c, true)
 		}
 	}()
-	b := &broker.Broker{Approver: broker.Nobody{Reason: "the terminal broker answers"}}
+	b := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "the terminal broker answers"}, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	socks := approvalSockets(t, b, dir, "h4", "h5")
 
 	g0 := runtime.NumGoroutine()
@@ -182,13 +185,13 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 		}
 	}
 	waitFor("h4's connections over the cap refused", func() bool { return b.Refused("h4").Conns == 400-16 })
-	if n, r := b.Conns("h4"), relays.Load(); n != 16 || r != 16 {
-		t.Errorf("h4: %d connections held, %d relayed to the terminal broker; want 16, 16", n, r)
+	if n, r := b.Conns("h4"), relays.Load(); n != 16 || r != 0 {
+		t.Errorf("h4: %d connections held, %d relayed to the terminal broker; want 16, none (no request is whole)", n, r)
 	}
 	g1 := runtime.NumGoroutine()
 	t.Logf("400 connections of h4's: %d held, %d goroutines more", b.Conns("h4"), g1-g0)
 	if g1-g0 > 16*3+8 {
-		t.Errorf("%d goroutines more for 16 relayed connections", g1-g0)
+		t.Errorf("%d goroutines more for 16 held connections", g1-g0)
 	}
 
 	c, err := net.Dial("unix", socks["h5"])
@@ -196,6 +199,9 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor("h5 relayed", func() bool { return relays.Load() == 17 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "t", Executable: "/bin/t", Cwd: "/"})
+	waitFor("h5 relayed", func() bool { return relays.Load() == 1 })
 	relayed.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
 }

@@ -1,13 +1,15 @@
 package main
 
-// The desktop broker. The keeper answers the hosts' approval requests
-// itself (askpass, a dialog, or a denial saying how to be asked) unless
-// "ollie-remote broker" runs in a terminal: then the keeper hands each
-// request to it, and the person answers there.
+// The desktop broker. The keeper answers the hosts' approval requests:
+// its policy first, then the person at the terminal of "ollie-remote
+// broker" when one runs, else askpass, a dialog, or a denial saying how to
+// be asked. What the terminal broker cannot put to a person (it exited,
+// its terminal hung up) goes to the keeper's other approvers.
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"ollie/broker"
 	"ollie/internal/paths"
@@ -98,10 +103,11 @@ func openRules(log *slog.Logger, report func(p *broker.Policy, err error)) *live
 	return r
 }
 
-// desktopBroker is the keeper's own broker, for when no terminal broker
-// runs. A broken policy is logged once per version.
+// desktopBroker is the keeper's broker: the policy first, then the
+// person at the terminal broker's terminal when one runs, else askpass or
+// a dialog (handoff). A broken policy is logged once per version.
 func desktopBroker(log *slog.Logger) *broker.Broker {
-	b := &broker.Broker{Approver: &broker.Queue{Approver: broker.Auto(nil, io.Discard)}, Log: log}
+	b := &broker.Broker{Approver: newHandoff(&broker.Queue{Approver: broker.Auto(nil, io.Discard)}, log), Log: log}
 	if r := openRules(log, func(p *broker.Policy, err error) {
 		if err != nil {
 			log.Error("ollie-remote: the broker policy is broken", "problem", policyProblem(p, err))
@@ -124,39 +130,104 @@ func policyState(b *broker.Broker) string {
 	return ""
 }
 
-// serveApprovals answers the requests arriving from host on l: through
-// the terminal broker when one runs, else with b. Either way b holds the
-// host to its caps (connections at once), and whoever answers to its
-// deadlines and size limits: the terminal broker enforces them on what
-// is relayed, and closing its end closes the host's.
+// serveApprovals answers the requests arriving from host on l with b,
+// which holds the host to its limits (connections at once, deadlines,
+// message size, password asks) whoever answers: the keeper's b asks the
+// terminal broker, when one runs, only once a request is whole.
 func serveApprovals(b *broker.Broker, host string, l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go b.ServeConnVia(host, c, toTerminal)
+		go b.ServeConn(host, c)
 	}
 }
 
-// toTerminal relays host's conversation on c to the terminal broker, if
-// one runs, after a header naming the host.
-func toTerminal(host string, c net.Conn) bool {
-	t, err := net.Dial("unix", terminalSocket())
+// handoff is the keeper's approver: the person at the terminal of
+// "ollie-remote broker" when one runs, else next (askpass, a dialog, or a
+// denial saying how to be asked). What the terminal broker cannot put to
+// a person goes to next, never to a denial: none runs, its terminal hung
+// up (it then closes the conversation unanswered), or it exited while
+// asking. A password goes where the question went, or to next when that
+// one is gone.
+type handoff struct {
+	next broker.Approver
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	convs map[*broker.Request]*broker.Conversation // asked on the terminal, until Finish
+}
+
+func newHandoff(next broker.Approver, log *slog.Logger) *handoff {
+	return &handoff{next: next, log: log, convs: map[*broker.Request]*broker.Conversation{}}
+}
+
+// errNoTerminalBroker is that none runs: its socket does not answer.
+var errNoTerminalBroker = errors.New("no terminal broker runs")
+
+func (h *handoff) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
+	cv, ans, err := askTerminal(ctx, req)
+	if err == nil {
+		h.mu.Lock()
+		h.convs[req] = cv
+		h.mu.Unlock()
+		return ans, nil
+	}
+	if ctx.Err() != nil {
+		return broker.Answer{}, context.Cause(ctx)
+	}
+	if !errors.Is(err, errNoTerminalBroker) {
+		h.log.Info("ollie-remote: the terminal broker did not answer; asking here", "host", req.Host, "id", req.ID, "err", err)
+	}
+	return h.next.Approve(ctx, req)
+}
+
+func (h *handoff) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
+	h.mu.Lock()
+	cv := h.convs[req]
+	h.mu.Unlock()
+	if cv != nil {
+		pw, err := cv.Password(ctx, attempt, problem)
+		if err == nil || errors.Is(err, broker.ErrDenied) || ctx.Err() != nil {
+			return pw, err
+		}
+		h.log.Info("ollie-remote: the terminal broker did not answer for the password; asking here", "host", req.Host, "id", req.ID, "err", err)
+		h.Finish(req)
+	}
+	return h.next.Password(ctx, req, attempt, problem)
+}
+
+// Finish ends the request's conversation with the terminal broker, if it
+// has one.
+func (h *handoff) Finish(req *broker.Request) {
+	h.mu.Lock()
+	cv := h.convs[req]
+	delete(h.convs, req)
+	h.mu.Unlock()
+	if cv != nil {
+		cv.Close("ended")
+	}
+}
+
+func (h *handoff) String() string {
+	return "the terminal broker when one runs, else " + broker.Describe(h.next)
+}
+
+// askTerminal puts req to the terminal broker, after a header naming the
+// host it came from.
+func askTerminal(ctx context.Context, req *broker.Request) (*broker.Conversation, broker.Answer, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", terminalSocket())
 	if err != nil {
-		return false
+		return nil, broker.Answer{}, fmt.Errorf("%w: %v", errNoTerminalBroker, err)
 	}
-	defer t.Close()
-	hdr, _ := json.Marshal(map[string]string{"host": host})
-	if _, err := t.Write(append(hdr, '\n')); err != nil {
-		return true
+	hdr, _ := json.Marshal(map[string]string{"host": req.Host})
+	if _, err := c.Write(append(hdr, '\n')); err != nil {
+		c.Close()
+		return nil, broker.Answer{}, err
 	}
-	go func() {
-		io.Copy(t, c)
-		t.(*net.UnixConn).CloseWrite()
-	}()
-	io.Copy(c, t)
-	return true
+	return broker.Ask(ctx, c, req)
 }
 
 // brokerMain runs the terminal broker: the person at this terminal answers
@@ -180,7 +251,11 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	defer os.Remove(sock)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := &broker.Broker{Approver: &broker.Queue{Approver: &broker.TerminalApprover{In: os.Stdin, Out: stdout}}, Log: log}
+	// A prompt cut short by the exit may have turned echo off.
+	defer restoreTerminal(os.Stdin)()
+	person := &broker.TerminalApprover{In: os.Stdin, Out: stdout}
+	// The keeper applies the policy before it asks here.
+	b := &broker.Broker{Approver: &broker.Queue{Approver: person}, Log: log}
 	fmt.Fprintf(stdout, "ollie-remote broker: answering the approval requests of every host ollie-remote up holds; ^C to stop\n")
 	// The person here is told when the policy file they edit is refused.
 	if r := openRules(log, func(p *broker.Policy, err error) {
@@ -190,22 +265,36 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file %s was read again: %d rules in force\n", termsafe.Line(p.Path), len(p.Rules()))
 		}
 	}); r != nil {
-		b.Rules = r
 		go r.watch(policyWatchEvery)
 	}
-	go func() {
-		<-ctx.Done()
-		l.Close()
-	}()
+	// Whatever ends the broker, the keeper asks its other approvers from
+	// then on: its socket stops answering, and what was being asked here
+	// goes back unanswered. A broker whose terminal is gone (hung up,
+	// end of input) must not stay: the keeper would hand it every request.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	why := make(chan string, 1)
+	go func() {
+		select {
+		case <-ctx.Done():
+			why <- "stopped"
+		case <-sigs:
+			why <- "its terminal hung up"
+		case <-person.Gone():
+			why <- "its terminal is gone"
+		}
+		l.Close()
+	}()
+	var inflight sync.WaitGroup
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			return 0
+			break
 		}
+		inflight.Add(1)
 		go func() {
+			defer inflight.Done()
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			host, err := readHeader(c)
 			if err != nil {
@@ -216,6 +305,39 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 			b.ServeConn(host, c)
 		}()
 	}
+	// Prompts on a gone terminal end at once and go back to the keeper;
+	// a conversation still open (a tool running) closes as we exit.
+	waitGroupFor(&inflight, 2*time.Second)
+	fmt.Fprintf(stderr, "ollie-remote broker: %s; the keeper asks with askpass or a dialog from now on\n", <-why)
+	return 0
+}
+
+// waitGroupFor waits for wg, no longer than d.
+func waitGroupFor(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// restoreTerminal saves f's terminal settings, if it is a terminal, and
+// returns what puts them back.
+func restoreTerminal(f *os.File) func() {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return func() {}
+	}
+	var st *term.State
+	rc.Control(func(fd uintptr) { st, _ = term.GetState(int(fd)) })
+	if st == nil {
+		return func() {}
+	}
+	return func() { rc.Control(func(fd uintptr) { term.Restore(int(fd), st) }) }
 }
 
 // readHeader reads the keeper's one-line header byte by byte, so that

@@ -59,7 +59,8 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fallback := &broker.Broker{Approver: broker.Nobody{Reason: "no terminal broker"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fallback := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "no terminal broker"}, log), Log: log}
 	go serveApprovals(fallback, "h4", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))

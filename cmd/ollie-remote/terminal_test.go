@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"ollie/broker"
 )
@@ -57,7 +58,8 @@ func TestTerminalBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	fallback := &broker.Broker{Approver: broker.Nobody{Reason: "no terminal broker"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fallback := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "no terminal broker"}, log), Log: log}
 	go serveApprovals(fallback, "web1", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))
@@ -145,4 +147,128 @@ func (s *terminalScreen) waitFor(t *testing.T, what string) {
 		}
 	}
 	t.Fatalf("no %q on the terminal:\n%s", what, s)
+}
+
+// TestTerminalBrokerLetsGo: "ollie-remote broker" whose terminal hangs up
+// (its pty closed, as when its tmux session ends) or reaches its end (^D)
+// exits, and the request it was showing is not denied: the keeper asks
+// its other approver (here a test askpass) for it, the password too, and
+// for every request after.
+func TestTerminalBrokerLetsGo(t *testing.T) {
+	if buildFailed != nil {
+		t.Fatal(buildFailed)
+	}
+	for _, how := range []string{"hang-up", "end of input", "hang-up while idle"} {
+		t.Run(how, func(t *testing.T) {
+			dir := privateRemoteDir(t)
+			t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no policy file: ask about everything
+			program, asked := askpass(t, t.TempDir(), "Hunter2-secret", true)
+			t.Setenv("OLLIE_ASKPASS", program)
+			var log lockedBuffer
+			b := desktopBroker(slog.New(slog.NewTextHandler(&log, nil)))
+			socks := approvalSockets(t, b, dir, "web1")
+
+			cmd := exec.Command(remoteBin, "broker")
+			cmd.Env = os.Environ()
+			tty := startHangable(t, cmd)
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			defer func() {
+				cmd.Process.Kill()
+				<-exited
+				tty.Close()
+			}()
+			scr := watchTerminal(tty)
+			scr.waitFor(t, "answering the approval requests")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ask := func(tool string) (*broker.Conversation, broker.Answer, error) {
+				c, err := net.Dial("unix", socks["web1"])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: tool, Executable: "/x", Cwd: "/", Sudo: true})
+			}
+			type asked1 struct {
+				cv  *broker.Conversation
+				ans broker.Answer
+				err error
+			}
+			first := make(chan asked1, 1)
+			if how != "hang-up while idle" {
+				go func() {
+					cv, ans, err := ask("fix_nginx")
+					first <- asked1{cv, ans, err}
+				}()
+				scr.waitFor(t, "[d]eny? ")
+			}
+			if how == "end of input" {
+				tty.Write([]byte{4}) // ^D
+			} else {
+				tty.Close()
+			}
+			select {
+			case err := <-exited:
+				exited <- err
+				if err != nil {
+					t.Errorf("the broker exited with %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the broker still runs 10 s after the %s:\n%s", how, scr)
+			}
+			if _, err := os.Stat(terminalSocket()); err == nil {
+				t.Error("the terminal broker's socket is still there")
+			}
+
+			if how == "hang-up while idle" {
+				close(first)
+			}
+			if a, ok := <-first; !ok {
+				// Nothing was showing.
+			} else if a.err != nil || a.ans.Decision != broker.Once {
+				t.Fatalf("the request showing at the %s: %+v, %v; want it approved by askpass", how, a.ans, a.err)
+			} else {
+				pw, err := a.cv.Password(ctx, 1, "")
+				if string(pw) != "Hunter2-secret" || err != nil {
+					t.Errorf("its password: %q, %v; want askpass's", pw, err)
+				}
+				a.cv.Close("ran")
+				if seen, _ := os.ReadFile(asked); !strings.Contains(string(seen), "web1 asks to run as root") || !strings.Contains(string(seen), "sudo password for root on web1, to run fix_nginx") {
+					t.Errorf("askpass was asked:\n%s", seen)
+				}
+			}
+
+			cv, ans, err := ask("next_tool")
+			if err != nil || ans.Decision != broker.Once {
+				t.Fatalf("the next request: %+v, %v; want askpass's approval", ans, err)
+			}
+			cv.Close("ran")
+			if b, _ := os.ReadFile(asked); !strings.Contains(string(b), "next_tool") {
+				t.Errorf("the next request did not reach askpass:\n%s", b)
+			}
+		})
+	}
+}
+
+// startHangable starts cmd on a new pty and returns its master, which,
+// unlike pty.Start's, closes at once while being read: closing it hangs
+// the terminal up, as a terminal emulator or tmux does when it ends.
+// (pty.Start's master is in blocking mode, and a blocked read keeps it
+// open.)
+func startHangable(t *testing.T, cmd *exec.Cmd) *os.File {
+	t.Helper()
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(int(tty.Fd()))
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	return os.NewFile(uintptr(fd), "ptmx")
 }
