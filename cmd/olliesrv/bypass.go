@@ -83,6 +83,36 @@ func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error)
 	return []byte(r.Prompt() + "write approve, always or deny [REASON] to this file to answer\n"), nil
 }
 
+// decidePending answers a parked request. An "always" is kept in the
+// host's always file too, as the desktop keeps one in its policy file, so
+// that it outlasts the daemon.
 func (n *namespace) decidePending(ctx context.Context, c *ns.Call, data []byte) error {
-	return n.gate.Decide(c.Key("id"), string(data))
+	id := c.Key("id")
+	req, _ := n.gate.PendingRequest(id)
+	if err := n.gate.Decide(id, string(data)); err != nil {
+		return err
+	}
+	if req == nil || n.always == "" || !n.gate.AlwaysAllowed(req.Tool) {
+		return nil
+	}
+	if err := broker.SaveAlways(n.always, req.Tool, req.ID); err != nil {
+		// The answer is given; only keeping it failed.
+		n.log.Warn("olliesrv: an always answer holds until the daemon stops: it could not be kept", "tool", req.Tool, "err", err)
+		return fmt.Errorf("%s: approved always until olliesrv stops, but not kept in %s: %w", c.Path(), n.always, err)
+	}
+	return nil
+}
+
+// loadAlways approves the tools the host's always file names, kept from
+// "always" answers given before the daemon started.
+func (n *namespace) loadAlways() {
+	if n.always == "" {
+		return
+	}
+	tools, err := broker.LoadAlways(n.always)
+	if err != nil {
+		n.log.Error("olliesrv: the always file cannot be read; no tool is approved always until it is fixed", "err", err)
+		return
+	}
+	n.gate.AllowAlways(tools...)
 }

@@ -44,6 +44,9 @@ func serveMain(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg := daemonConfig{Dir: ns.NamespaceDir(), TCP: *tcp, Log: log}
+	if f, err := broker.DefaultAlwaysPath(); err == nil {
+		cfg.AlwaysFile = f
+	}
 	reg, err := backend.Load()
 	if err != nil {
 		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
@@ -93,6 +96,9 @@ type daemonConfig struct {
 	TCP      string // optional unauthenticated TCP listener
 	Log      *slog.Logger
 	Trace    io.Writer
+	// AlwaysFile keeps the tools approved "always" through bypass/pending
+	// across restarts ("": for the daemon's life only).
+	AlwaysFile string
 }
 
 // A daemon is a running olliesrv: its listeners, its lock and its state.
@@ -209,6 +215,8 @@ func startDaemon(cfg daemonConfig) (_ *daemon, err error) {
 		return nil, err
 	}
 	d.ns.tree = tree
+	d.ns.always = cfg.AlwaysFile
+	d.ns.loadAlways()
 	d.ns.restore(context.Background())
 	// Who a sandboxed tool is comes from its agent's capability; an agent
 	// is a member of its session's group and of the group of the agents

@@ -39,6 +39,7 @@ type namespace struct {
 	tree         *ns.Tree
 	started      time.Time
 	gate         *broker.Gate
+	always       string // where "always" answers through bypass/pending are kept; "": not kept
 }
 
 // spec declares the namespace. Every file is one line; help is generated
