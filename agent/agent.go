@@ -66,6 +66,10 @@ type Config struct {
 	Hooks     *Hooks                   // nil runs none
 	Now       func() time.Time         // time.Now when nil
 	History   []backend.Message        // restored history
+	// TurnNote, when set, is written to the chat at the start of every
+	// turn, as a line in brackets: what a person reading any turn must
+	// know (a yolo session's tools run unsandboxed and unapproved).
+	TurnNote string
 }
 
 // An Agent runs the loop for one conversation: each prompt is streamed to

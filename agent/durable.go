@@ -41,6 +41,7 @@ type SessionMeta struct {
 	Name  string `json:"name"`
 	Cwd   string `json:"cwd"`
 	Owner string `json:"owner"`
+	Yolo  bool   `json:"yolo,omitempty"` // set at creation, for the session's life
 }
 
 // AgentMeta describes an agent in its session file.
@@ -71,7 +72,7 @@ func CreateSessionLog(dir string, s *Session) (*SessionLog, error) {
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return nil, fmt.Errorf("agent: sessions directory: %w", err)
 	}
-	meta, _ := json.Marshal(SessionMeta{Name: s.Name(), Cwd: s.Cwd(), Owner: s.Owner})
+	meta, _ := json.Marshal(SessionMeta{Name: s.Name(), Cwd: s.Cwd(), Owner: s.Owner, Yolo: s.Yolo})
 	st, err := store.Create(filepath.Join(dir, s.ID+".jsonl"), store.Header{ID: s.ID, CreatedAt: s.Created, Meta: meta}, nil)
 	if err != nil {
 		return nil, err

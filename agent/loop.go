@@ -80,6 +80,9 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 	a.mu.Lock()
 	a.lastErr = ""
 	a.mu.Unlock()
+	if a.cfg.TurnNote != "" {
+		a.say("[" + a.cfg.TurnNote + "]\n")
+	}
 	a.raw("<prompt>\n")
 	a.say(prompt + "\n")
 	a.raw("</prompt>\n")

@@ -32,6 +32,9 @@ type Session struct {
 	ID      string // immutable UUID
 	Owner   string // the namespace user who created it
 	Created time.Time
+	// Yolo is set for good at creation: the session's tools run without
+	// the sandbox and without approvals (sudo still needs both gates).
+	Yolo bool
 
 	mu     sync.Mutex
 	name   string
@@ -155,6 +158,7 @@ type SessionOptions struct {
 	Name  string // empty: the next free "sN"
 	Cwd   string
 	Owner string
+	Yolo  bool // tools unsandboxed and unapproved: the caller decides who may ask
 }
 
 // Create starts a session.
@@ -176,7 +180,7 @@ func (r *Sessions) Create(opt SessionOptions) (*Session, error) {
 	if r.byName[name] != nil {
 		return nil, fmt.Errorf("%w: %q", ErrNameTaken, name)
 	}
-	s := &Session{ID: newUUID(), Owner: opt.Owner, Created: time.Now(), name: name, cwd: opt.Cwd}
+	s := &Session{ID: newUUID(), Owner: opt.Owner, Created: time.Now(), Yolo: opt.Yolo, name: name, cwd: opt.Cwd}
 	r.byID[s.ID] = s
 	r.byName[name] = s
 	r.publish(s, "new", name)
@@ -194,7 +198,7 @@ func (r *Sessions) Restore(id string, created time.Time, opt SessionOptions, pau
 	if r.byName[name] != nil || checkName(name) != nil {
 		name = id // a clash or a bad name must not lose the session
 	}
-	s := &Session{ID: id, Owner: opt.Owner, Created: created, name: name, cwd: opt.Cwd, paused: paused}
+	s := &Session{ID: id, Owner: opt.Owner, Created: created, Yolo: opt.Yolo, name: name, cwd: opt.Cwd, paused: paused}
 	r.byID[id] = s
 	r.byName[name] = s
 	r.publish(s, "restore", name)

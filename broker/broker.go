@@ -46,7 +46,15 @@ type Request struct {
 	Cwd        string          `json:"cwd"`
 	Bypass     bool            `json:"bypass,omitempty"` // the call asked; otherwise the .meta declares elevated or sudo
 	Sudo       bool            `json:"sudo,omitempty"`
+	// Yolo asks to create a yolo session (Session is its name): one whose
+	// tools all run outside the sandbox, without approval. Its Tool is
+	// YoloTool, which policy rules name to allow or forbid it per host.
+	Yolo bool `json:"yolo,omitempty"`
 }
+
+// YoloTool is the tool name of a request to create a yolo session: a
+// name no tool can have (tools' names have no "-"), for policy rules.
+const YoloTool = "yolo-session"
 
 // NewID returns a fresh request id: 128 random bits.
 func NewID() string {
@@ -59,7 +67,7 @@ func NewID() string {
 // ids), so that identical pending requests are asked once.
 func (r *Request) Same(o *Request) bool {
 	return r.Host == o.Host && r.Session == o.Session && r.Tool == o.Tool && r.Variant == o.Variant &&
-		r.Executable == o.Executable && r.Cwd == o.Cwd && r.Sudo == o.Sudo && r.Bypass == o.Bypass &&
+		r.Executable == o.Executable && r.Cwd == o.Cwd && r.Sudo == o.Sudo && r.Bypass == o.Bypass && r.Yolo == o.Yolo &&
 		string(compactJSON(r.Args)) == string(compactJSON(o.Args))
 }
 
@@ -89,6 +97,13 @@ const (
 // the cursor, erase what is shown, add a line or write the clipboard.
 func (r *Request) Prompt() string {
 	var b strings.Builder
+	if r.Yolo {
+		fmt.Fprintf(&b, "ollie: %s asks to create a yolo session: all its tools run outside the sandbox, without approval\n", r.HostName())
+		fmt.Fprintf(&b, "  session:  %s\n", termsafe.Field(orNone(r.Session), maxNameField))
+		fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
+		fmt.Fprintf(&b, "  request:  %s\n", r.IDName())
+		return b.String()
+	}
 	what := "run outside its sandbox"
 	if r.Sudo {
 		what = "run as root (sudo)"
@@ -137,12 +152,24 @@ func (r *Request) PasswordPrompt(attempt int, problem string) string {
 func (r *Request) HostName() string { return termsafe.Field(orUnknown(r.Host), maxNameField) }
 
 // ToolName is the tool's name to show: the host's word, made safe and
-// clipped.
-func (r *Request) ToolName() string { return termsafe.Field(r.Tool, maxNameField) }
+// clipped; YoloTool for a yolo request, whatever the host said.
+func (r *Request) ToolName() string {
+	if r.Yolo {
+		return YoloTool
+	}
+	return termsafe.Field(r.Tool, maxNameField)
+}
 
 // IDName is the request's id to show: the host made it, so it is made
 // safe and clipped too.
 func (r *Request) IDName() string { return termsafe.Field(r.ID, maxNameField) }
+
+func orNone(s string) string {
+	if s == "" {
+		return "(named by the host)"
+	}
+	return s
+}
 
 func orUnknown(s string) string {
 	if s == "" {

@@ -187,6 +187,9 @@ func qtPlain(s string) string {
 var markupEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 func notifySummary(req *Request) string {
+	if req.Yolo {
+		return fmt.Sprintf("ollie: %s asks to create a yolo session (tools unsandboxed, without approval)", req.HostName())
+	}
 	if req.Sudo {
 		return fmt.Sprintf("ollie: %s asks to run %s as root", req.HostName(), req.ToolName())
 	}

@@ -31,25 +31,49 @@ const (
 	DefaultT          = 5 * time.Minute
 )
 
+// YoloPolicy says whether a host allows yolo sessions.
+type YoloPolicy string
+
+const (
+	// YoloAllow lets the admin create them: a connected desktop broker is
+	// asked first (its policy or its person may deny); with none, the
+	// admin's word on this host is enough.
+	YoloAllow YoloPolicy = "allow"
+	// YoloDeny refuses them on this host, without asking anyone.
+	YoloDeny YoloPolicy = "deny"
+)
+
 // HostPolicy is a host's bypass/policy.
 type HostPolicy struct {
 	NoBroker NoBroker
 	Timeout  time.Duration // how long a request waits for an answer
+	Yolo     YoloPolicy    // "" denies, as YoloDeny
 }
+
+// YoloAllowed reports whether the policy lets the admin ask for a yolo
+// session; the zero value does not.
+func (p HostPolicy) YoloAllowed() bool { return p.Yolo == YoloAllow }
 
 func (p HostPolicy) String() string {
-	return fmt.Sprintf("nobroker=%s timeout=%s\n", p.NoBroker, p.Timeout)
+	yolo := YoloDeny
+	if p.YoloAllowed() {
+		yolo = YoloAllow
+	}
+	return fmt.Sprintf("nobroker=%s timeout=%s yolo=%s\n", p.NoBroker, p.Timeout, yolo)
 }
 
-// ParseHostPolicy reads "nobroker=pending|deny timeout=DURATION" (either
-// part may be left out; what is left out keeps its value in old).
+// ParseHostPolicy reads "nobroker=pending|deny timeout=DURATION
+// yolo=allow|deny" (any part may be left out; what is left out keeps its
+// value in old).
 func ParseHostPolicy(s string, old HostPolicy) (HostPolicy, error) {
 	p := old
 	for _, f := range strings.Fields(s) {
 		k, v, ok := strings.Cut(f, "=")
 		switch {
 		case !ok:
-			return old, fmt.Errorf("bypass/policy: %q is not key=value (nobroker=pending|deny timeout=5m)", f)
+			return old, fmt.Errorf("bypass/policy: %q is not key=value (nobroker=pending|deny timeout=5m yolo=allow|deny)", f)
+		case k == "yolo" && (v == string(YoloAllow) || v == string(YoloDeny)):
+			p.Yolo = YoloPolicy(v)
 		case k == "nobroker" && (v == string(Park) || v == string(DenyNow)):
 			p.NoBroker = NoBroker(v)
 		case k == "timeout":
@@ -59,7 +83,7 @@ func ParseHostPolicy(s string, old HostPolicy) (HostPolicy, error) {
 			}
 			p.Timeout = d
 		default:
-			return old, fmt.Errorf("bypass/policy: unknown setting %q (nobroker=pending|deny timeout=5m)", f)
+			return old, fmt.Errorf("bypass/policy: unknown setting %q (nobroker=pending|deny timeout=5m yolo=allow|deny)", f)
 		}
 	}
 	return p, nil
@@ -115,7 +139,7 @@ func NewGate(log *slog.Logger) *Gate {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT}, joined: make(chan struct{}),
+	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT, Yolo: YoloAllow}, joined: make(chan struct{}),
 		pending: map[string]*pendingReq{}, used: map[string]bool{}, always: map[string]bool{},
 		closing: make(chan struct{}), base: base, cancel: cancel}
 }
@@ -310,6 +334,10 @@ func (g *Gate) ServeConn(c net.Conn) {
 	policy := g.policy
 	always := g.always[req.Tool] && !req.Bypass
 	g.mu.Unlock()
+	if req.Yolo && !policy.YoloAllowed() {
+		in.Answer(Answer{Decision: Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"})
+		return
+	}
 
 	ctx, cancel = context.WithTimeoutCause(g.base, policy.Timeout, fmt.Errorf("nobody answered within %v", policy.Timeout))
 	defer cancel()
@@ -322,6 +350,10 @@ func (g *Gate) ServeConn(c net.Conn) {
 		// No desktop broker answers: the host's policy says what now.
 		handed := false
 		switch {
+		case req.Yolo:
+			// Only the admin asks (olliesrv checks), and no desktop
+			// forbids it: the host's policy allowed it above.
+			ans = Answer{Decision: Once, Reason: "no desktop broker is connected; this host's bypass/policy allows yolo sessions"}
 		case always:
 			ans = Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}
 		case policy.NoBroker == DenyNow:

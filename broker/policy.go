@@ -82,7 +82,8 @@ func stampOf(name string) fileStamp {
 type Rule struct {
 	// Host is a path.Match glob for the host's name; "" means "*".
 	Host string `yaml:"host"`
-	// Tool is a tool's name, or "*" for any; "" means "*".
+	// Tool is a tool's name, YoloTool for creating a yolo session, or
+	// "*" for any; "" means "*".
 	Tool string `yaml:"tool"`
 	// Args, when set, is a regular expression that must match the whole
 	// of the call's arguments as compact JSON (keys sorted), e.g.
@@ -225,7 +226,7 @@ func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
 	argsDone := false
 	for i := range p.rules {
 		r := &p.rules[i]
-		if r.Decision == RuleAllow && req.Sudo && !r.literal() {
+		if r.Decision == RuleAllow && (req.Sudo || req.Yolo) && !r.literal() {
 			continue
 		}
 		if r.Sudo != nil && *r.Sudo != req.Sudo {
@@ -255,7 +256,7 @@ func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
 }
 
 // literal reports whether the rule names one host and one tool, the only
-// kind that may allow a sudo request.
+// kind that may allow a sudo request or a yolo session.
 func (r *Rule) literal() bool { return r.Tool != "*" && !hasGlobMeta(r.Host) }
 
 // hasGlobMeta reports whether a path.Match pattern matches anything other

@@ -213,6 +213,11 @@ func Receive(ctx context.Context, c net.Conn) (*Incoming, error) {
 	if m.Type != "request" || m.Request == nil || m.Request.ID == "" {
 		return nil, fmt.Errorf("broker: expected a request, got %q", m.Type)
 	}
+	if r := m.Request; r.Yolo {
+		// A yolo request is only what it says, wherever it is read: no
+		// tool but YoloTool for the policy and "always", and never sudo.
+		m.Request = &Request{ID: r.ID, Host: r.Host, Session: r.Session, Tool: YoloTool, Variant: -1, Cwd: r.Cwd, Yolo: true}
+	}
 	return &Incoming{w: w, Req: m.Request}, nil
 }
 

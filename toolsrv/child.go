@@ -42,6 +42,7 @@ type childConfig struct {
 	ElevateSocket string   `json:"elevate_socket"`
 	Namespace     string   `json:"namespace"`
 	SpillDir      string   `json:"spill_dir"` // the session's, made by Spawn
+	Yolo          bool     `json:"yolo,omitempty"`
 }
 
 // SpawnConfig describes a session's toolsrv.
@@ -57,6 +58,9 @@ type SpawnConfig struct {
 	// Spawn makes the session's directory for cut tool output, removed by
 	// Close; "" makes it under os.TempDir.
 	SpillBase string
+	// Yolo runs every call without the sandbox and without approval
+	// (Runner.Yolo): for a yolo session, which only the admin may make.
+	Yolo bool
 }
 
 // A Child is a running toolsrv process serving one session.
@@ -118,7 +122,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		}
 	}()
 	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, SessionID: cfg.SessionID,
-		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill})
+		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill, Yolo: cfg.Yolo})
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +418,7 @@ func child() error {
 		}
 	}
 	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
-		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir}
+		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir, Yolo: cfg.Yolo}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
 	}

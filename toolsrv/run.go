@@ -87,6 +87,13 @@ type Runner struct {
 	SessionID     string
 	AgentID       string // the caller when a call names none
 
+	// Yolo runs every call outside the sandbox and without asking the
+	// Approver, as a yolo session's are: the sandbox profile a call names
+	// gives only its environment allowlist. A sudo tool is the exception:
+	// it still passes both gates, the approval and the password, since
+	// the password is never on the host.
+	Yolo bool
+
 	spillMu   sync.Mutex
 	spilled   int64  // bytes kept in spill files, against SessionSpillLimit
 	spillMade string // the directory spillDir made when SpillDir is ""
@@ -144,7 +151,7 @@ func (r *Runner) RunFor(ctx context.Context, c Caller, name string, args json.Ra
 // error is for the model. A nil Grant with a nil error is a call that
 // stays in its sandbox.
 func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (Grant, error) {
-	if !t.Elevated && !t.Sudo && !flags.Bypass {
+	if !t.Elevated && !t.Sudo && !flags.Bypass || r.Yolo && !t.Sudo {
 		return nil, nil
 	}
 	approver := r.Approver
@@ -186,7 +193,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 		cmd.Dir = c.Cwd
 		return cmd, "none (sudo)", nil
 	}
-	if t.Elevated || flags.Bypass {
+	if t.Elevated || flags.Bypass || r.Yolo {
 		profile = "none"
 		cmd, err = sandbox.Unsandboxed(ctx, policy, t.Path, nil)
 	} else {

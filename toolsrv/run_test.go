@@ -255,3 +255,46 @@ func TestApprovalNamesCaller(t *testing.T) {
 	}
 	check("StartFor", "agent-8")
 }
+
+// TestRunYolo: a yolo Runner runs every call outside the sandbox without
+// asking anyone, in the foreground and the background, and still asks
+// for a sudo tool.
+func TestRunYolo(t *testing.T) {
+	outside := t.TempDir()
+	r, _ := runner(t, map[string][2]string{
+		"write": {`{"description": "Write a file.", "args": {"type": "object", "properties": {"path": {"type": "string"}}}}`,
+			"#!/bin/sh\np=$(sed 's/.*\"path\": *\"\\([^\"]*\\)\".*/\\1/')\necho data > \"$p\" && echo wrote \"$p\"\n"},
+		"priv": {`{"description": "Needs elevation.", "elevated": true}`, "#!/bin/sh\necho ran\n"},
+		"root": {`{"description": "Runs as root.", "sudo": true}`, "#!/bin/sh\nid -u\n"},
+	})
+	r.Yolo = true
+	ctx := context.Background()
+	res := r.Run(ctx, "write", json.RawMessage(`{"path": "`+outside+`/escape"}`))
+	if res.Failed || res.Sandbox != "none" {
+		t.Fatalf("yolo write outside the session's directory: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "escape")); err != nil {
+		t.Fatal("the file outside the session's directory was not written")
+	}
+	if res := r.Run(ctx, "priv", nil); res.Failed || res.Output != "ran\n" {
+		t.Fatalf("yolo elevated tool without an approver: %+v", res)
+	}
+	ps := &Procs{Runner: r}
+	defer ps.Close()
+	p, err := ps.Start(ctx, "write", json.RawMessage(`{"path": "`+outside+`/bg"}`))
+	if err != nil || p.Sandbox != "none" {
+		t.Fatalf("yolo background call: %v, %+v", err, p)
+	}
+	// sudo still needs the approval (and then the password): no approver
+	// denies it.
+	if res := r.Run(ctx, "root", nil); !res.Failed || !strings.Contains(res.Output, "no approval broker") {
+		t.Fatalf("yolo sudo tool without an approver: %+v", res)
+	}
+	rec := &recordApprover{}
+	r.Approver = rec
+	r.Run(ctx, "priv", nil)
+	r.Run(ctx, "write", json.RawMessage(`{"path": "`+outside+`/x", "bypass": true}`))
+	if len(rec.reqs) != 0 {
+		t.Errorf("a yolo Runner asked for approval: %+v", rec.reqs)
+	}
+}

@@ -557,6 +557,9 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	}
 	cfg := agent.Config{ID: m.ID, Name: m.Name, SessionID: s.ID, Backend: be, Model: m.Model, System: system,
 		Tools: tools, Cwd: m.Cwd, MaxSteps: prof.MaxSteps, Publish: n.bus.Publish, Hooks: hooks}
+	if s.Yolo {
+		cfg.TurnNote = yoloNote
+	}
 	if l := n.logs.get(s.ID); l != nil {
 		cfg.Journal = l.Journal(m.ID)
 	}

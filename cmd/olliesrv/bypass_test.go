@@ -26,7 +26,7 @@ func TestBypassPending(t *testing.T) {
 
 	be := &twoStep{}
 	_, fs := modelDaemon(t, be)
-	if got := readFile(t, fs, "bypass/policy"); got != "nobroker=pending timeout=5m0s\n" {
+	if got := readFile(t, fs, "bypass/policy"); got != "nobroker=pending timeout=5m0s yolo=allow\n" {
 		t.Errorf("default policy %q", got)
 	}
 	if _, err := rdwr(fs, "session/new", "name=s cwd=/tmp"); err != nil {

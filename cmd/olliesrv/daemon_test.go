@@ -251,7 +251,7 @@ func TestSessions(t *testing.T) {
 	if len(id) != 36 {
 		t.Fatalf("id %q is not a UUID", id)
 	}
-	if got, want := readFile(t, fs, "session/idx"), id+"\tproj\tfalse\ttrue\t-\t/tmp\tok\n"; got != want {
+	if got, want := readFile(t, fs, "session/idx"), id+"\tproj\tfalse\ttrue\t-\t/tmp\tok\t-\n"; got != want {
 		t.Errorf("idx = %q, want %q", got, want)
 	}
 	if got := readFile(t, fs, "aliases"); got != id+"\tsession/proj\n" {

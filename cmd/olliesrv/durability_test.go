@@ -274,10 +274,10 @@ func TestDamagedSessionFiles(t *testing.T) {
 	_, fs = durableDaemon(t, state, &twoStep{})
 	idx := readFile(t, fs, "session/idx")
 	for _, want := range []string{
-		good + "\tgood\tfalse\ttrue\t-\t/tmp\tok\n",
-		badHeader + "\t-\t-\tfalse\t-\t-\tdamaged\n",
-		badMiddle + "\t-\t-\tfalse\t-\t-\tdamaged\n",
-		newer + "\t-\t-\tfalse\t-\t-\tnewer\n",
+		good + "\tgood\tfalse\ttrue\t-\t/tmp\tok\t-\n",
+		badHeader + "\t-\t-\tfalse\t-\t-\tdamaged\t-\n",
+		badMiddle + "\t-\t-\tfalse\t-\t-\tdamaged\t-\n",
+		newer + "\t-\t-\tfalse\t-\t-\tnewer\t-\n",
 	} {
 		if !strings.Contains(idx, want) {
 			t.Errorf("session/idx lacks %q:\n%s", want, idx)

@@ -140,13 +140,16 @@ func (n *namespace) restore(ctx context.Context) {
 	n.logs.damaged = damaged
 	n.logs.mu.Unlock()
 	for _, rs := range restored {
-		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner}, rs.Paused)
+		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner, Yolo: rs.Meta.Yolo}, rs.Paused)
 		if err != nil {
 			n.log.Error("olliesrv: restoring a session", "session", rs.ID, "err", err)
 			rs.Log.Close()
 			continue
 		}
 		n.logs.put(s.ID, rs.Log)
+		if s.Yolo {
+			n.log.Warn("olliesrv: a yolo session restored: its tools run unsandboxed and without approval", "session", s.Name(), "id", s.ID)
+		}
 		if rs.Goal != "" || rs.GoalStatus != "" {
 			s.SetGoal(&rs.Goal, rs.GoalStatus)
 		}

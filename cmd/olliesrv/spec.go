@@ -48,7 +48,7 @@ func (n *namespace) spec() *ns.Node {
 	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
-		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
+		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
 		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
 		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
@@ -61,7 +61,7 @@ func (n *namespace) spec() *ns.Node {
 			Doc: "Server events as 'topic payload' lines: read blocks for the next events; write patterns, then read them as they come."},
 		ns.Dir("bypass", 0555, "Approvals of sandbox escapes (elevated, bypass) and sudo.",
 			&ns.Node{Name: "policy", Mode: 0644, Read: n.bypassPolicy, Write: n.setBypassPolicy,
-				Doc: "What happens while no desktop broker is connected: nobroker=pending (wait here) or deny; timeout=DURATION for any answer."},
+				Doc: "What happens while no desktop broker is connected: nobroker=pending (wait here) or deny; timeout=DURATION for any answer; yolo=allow (default: the admin may create yolo sessions, a connected desktop asked first) or deny."},
 			&ns.Node{Name: "broker", Mode: 0600, Read: n.bypassBroker, Write: n.setBypassBroker,
 				Doc: "Sockets leading to desktop brokers, newest first (the gate asks the newest that answers): write PATH to register one (ollie-remote up registers one per SSH connection), -PATH to remove it."},
 			ns.Dir("pending", 0555, "Requests waiting for a decision while no broker is connected.",
@@ -71,13 +71,13 @@ func (n *namespace) spec() *ns.Node {
 			),
 		),
 		ns.Dir("session", 0555, "Session collection.",
-			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR]'; read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it).", n.newSession),
-			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served).", n.sessionIdx),
+			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR] [yolo=true]'; read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it). yolo=true (the admin only, as bypass/policy and a connected desktop allow): every tool runs unsandboxed and without approval.", n.newSession),
+			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served)<TAB>yolo (yolo: tools unsandboxed and without approval; else -).", n.sessionIdx),
 			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
 				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
 				&ns.Node{Name: "name", Mode: 0644, Read: n.sessionRead(sessionName), Write: n.renameSession,
 					Doc: "Mutable display name: write to rename."},
-				ns.ReadFile("env", 0444, "Session environment and runtime variables.", n.sessionRead(n.sessionEnv)),
+				ns.ReadFile("env", 0444, "Session environment and runtime variables (OLLIE_YOLO=1 and OLLIE_SANDBOX=NONE for a yolo session).", n.sessionRead(n.sessionEnv)),
 				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
 				&ns.Node{Name: "goal", Mode: 0644, Read: n.sessionRead(func(s *agent.Session) string { g, _ := s.Goal(); return g }),
 					Write: n.setGoal, Doc: "The session's goal: writing it sets the status to running and gives it to the session's first agent. Only the session's owner may write it: it is a prompt to an agent, which its fellow agents may not give (they write goalstatus)."},
@@ -93,13 +93,16 @@ func (n *namespace) spec() *ns.Node {
 }
 
 func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
-	agents := 0
+	agents, yolo := 0, 0
 	sessions := n.sessions.List()
 	for _, s := range sessions {
 		agents += len(n.agents.of(s.ID))
+		if s.Yolo {
+			yolo++
+		}
 	}
-	out := fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\n",
-		version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents)
+	out := fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\nyolo %d\n",
+		version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents, yolo)
 	// A session file that could not be restored is otherwise only in the
 	// log, and its session silently missing.
 	var names []string
@@ -214,7 +217,7 @@ func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
 	return s, nil
 }
 
-var sessionKeys = []string{"name", "cwd"}
+var sessionKeys = []string{"name", "cwd", "yolo"}
 
 func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	creator, err := n.creator(c)
@@ -238,6 +241,15 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 				return nil, fmt.Errorf("session/new: cwd %q is not a directory on this host", v)
 			}
 			opt.Cwd = v
+		case "yolo":
+			switch v {
+			case "true":
+				opt.Yolo = true
+			case "false":
+				opt.Yolo = false
+			default:
+				return nil, fmt.Errorf("session/new: yolo %q is not true or false", v)
+			}
 		default:
 			return nil, fmt.Errorf("session/new: unknown key %q (keys: %s)", k, strings.Join(sessionKeys, ", "))
 		}
@@ -256,6 +268,17 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 	case opt.Cwd == "":
 		opt.Cwd, _ = os.UserHomeDir()
 	}
+	if opt.Yolo {
+		if creator != nil {
+			return nil, fmt.Errorf("session/new: yolo: %w (agent %s asked)", errYoloNotAdmin, creator.Name())
+		}
+		if _, taken := n.sessions.Lookup(opt.Name); opt.Name != "" && taken {
+			return nil, fmt.Errorf("session/new: %w: %q", agent.ErrNameTaken, opt.Name)
+		}
+		if err := n.allowYolo(ctx, c, opt.Name, opt.Cwd); err != nil {
+			return nil, fmt.Errorf("session/new: yolo: %w", err)
+		}
+	}
 	s, err := n.sessions.Create(opt)
 	if err != nil {
 		return nil, fmt.Errorf("session/new: %w", err)
@@ -268,6 +291,9 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return nil, fmt.Errorf("session/new: %w", err)
 	}
 	n.logs.put(s.ID, l)
+	if s.Yolo {
+		n.log.Warn("olliesrv: a yolo session: its tools run unsandboxed and without approval", "session", s.Name(), "id", s.ID, "cwd", s.Cwd(), "by", c.User)
+	}
 	return []byte(s.Name() + "\n"), nil
 }
 
@@ -275,12 +301,12 @@ func (n *namespace) sessionIdx(ctx context.Context, c *ns.Call) ([]byte, error) 
 	var b strings.Builder
 	for _, s := range n.sessions.List() {
 		// Every session is local until ollie-remote attaches remote ones.
-		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd(), n.logs.state(s.ID))
+		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd(), n.logs.state(s.ID), yoloColumn(s))
 	}
 	// Files that could not be restored are listed by their file's name (the
 	// session's ID), so that a missing session shows why.
 	for _, d := range n.logs.damagedFiles() {
-		fmt.Fprintf(&b, "%s\t-\t-\t%t\t-\t-\t%s\n", strings.TrimSuffix(filepath.Base(d.Path), ".jsonl"), false, d.State())
+		fmt.Fprintf(&b, "%s\t-\t-\t%t\t-\t-\t%s\t-\n", strings.TrimSuffix(filepath.Base(d.Path), ".jsonl"), false, d.State())
 	}
 	return []byte(b.String()), nil
 }
@@ -301,8 +327,20 @@ func sessionName(s *agent.Session) string   { return s.Name() + "\n" }
 func sessionPaused(s *agent.Session) string { return fmt.Sprintln(s.Paused()) }
 
 func (n *namespace) sessionEnv(s *agent.Session) string {
-	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\nOLLIE_SANDBOX=%s\n",
-		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, version, s.Created.UTC().Format(time.RFC3339), sandboxStatus(s.Cwd()))
+	sandbox, yolo := sandboxStatus(s.Cwd()), 0
+	if s.Yolo {
+		sandbox, yolo = "NONE: a yolo session: tools run unsandboxed and without approval (sudo still asks)", 1
+	}
+	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\nOLLIE_SANDBOX=%s\nOLLIE_YOLO=%d\n",
+		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, version, s.Created.UTC().Format(time.RFC3339), sandbox, yolo)
+}
+
+// yoloColumn is session/idx's last column: "yolo" for a yolo session.
+func yoloColumn(s *agent.Session) string {
+	if s.Yolo {
+		return "yolo"
+	}
+	return "-"
 }
 
 func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) error {

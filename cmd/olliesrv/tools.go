@@ -188,7 +188,7 @@ func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Chil
 	if c := ts.children[s.ID]; c != nil {
 		return c, nil
 	}
-	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, Namespace: ts.namespace, SpillBase: ts.spill})
+	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, Namespace: ts.namespace, SpillBase: ts.spill, Yolo: s.Yolo})
 	if err != nil {
 		return nil, err
 	}
