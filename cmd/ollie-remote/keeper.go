@@ -28,7 +28,6 @@ import (
 
 	"ollie/broker"
 	"ollie/internal/paths"
-	"ollie/ns/client"
 	"ollie/ns/resume"
 	"ollie/tunnel"
 )
@@ -67,6 +66,10 @@ type heldInfo struct {
 	Tunnel string    `json:"tunnel"`
 	Proxy  string    `json:"proxy"`
 	Since  time.Time `json:"since"`
+	// Approvals is the approval channel's state (ok, registering,
+	// missing: why); Broker the host-side socket registered for it.
+	Approvals string `json:"approvals,omitempty"`
+	Broker    string `json:"broker,omitempty"`
 }
 
 func controlSocket() string { return filepath.Join(paths.RemoteDir(), "keeper.sock") }
@@ -115,10 +118,13 @@ type heldHost struct {
 	deadlines  deadlines
 	deployMu   sync.Mutex
 
-	stop chan struct{} // closed by close: ends carryApprovals
+	stop          chan struct{} // closed by close: ends carryApprovals
+	stopOnce      sync.Once
+	approvalsDone chan struct{} // closed when carryApprovals has let the host go
 
 	mu         sync.Mutex
 	proxyState string
+	approvals  string         // the approval channel's state: ok, registering, missing: why
 	brokerSock string         // the host-side socket forwarded to our broker now
 	lastClient *tunnel.Client // the connection dial last ran olliesrv start on
 }
@@ -321,7 +327,7 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 	h.ln = ln
 	h.proxy = &resume.Proxy{Dial: h.dial, Log: k.log.With("host", req.Host), OnState: h.setProxyState}
 	go h.proxy.Serve(ln)
-	h.stop = make(chan struct{})
+	h.stop, h.approvalsDone = make(chan struct{}), make(chan struct{})
 	go h.carryApprovals(k.broker, k.log.With("host", req.Host))
 	k.mu.Lock()
 	if other := k.hosts[req.Host]; other != nil {
@@ -332,85 +338,6 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 	k.hosts[req.Host] = h
 	k.mu.Unlock()
 	return h.sock, nil
-}
-
-// carryApprovals forwards, for every SSH connection to the host, a fresh
-// socket on the host to the desktop broker (a leftover file from an
-// earlier connection can never block it), and tells the host's olliesrv
-// where it is by writing bypass/broker. Requests that arrive on it are
-// from this host: the broker takes the host's name from here, never from
-// the request.
-func (h *heldHost) carryApprovals(b *broker.Broker, log *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-h.stop
-		cancel()
-	}()
-	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
-		c, err := h.th.Client(ctx)
-		if err != nil {
-			if ctx.Err() != nil || tunnel.Permanent(err) {
-				return
-			}
-			time.Sleep(delay)
-			continue
-		}
-		h.mu.Lock()
-		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+randomHex(8))
-		h.mu.Unlock()
-		ln, err := c.ListenUnix(path)
-		if err == nil {
-			go serveApprovals(b, h.name, ln)
-			err = h.register(ctx, c, path)
-			if err != nil {
-				ln.Close()
-			}
-		}
-		if err != nil {
-			log.Warn("ollie-remote: approvals from this host cannot reach the desktop", "err", err)
-			select {
-			case <-c.Done():
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 10*time.Second)
-			continue
-		}
-		delay = 250 * time.Millisecond
-		h.mu.Lock()
-		h.brokerSock = path
-		h.mu.Unlock()
-		log.Info("ollie-remote: approvals from the host come to this desktop", "socket", path)
-		select {
-		case <-c.Done():
-		case <-ctx.Done():
-			// Going down: the host no longer has a broker.
-			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-			h.register(rctx, c, "")
-			rcancel()
-			ln.Close()
-			return
-		}
-	}
-}
-
-// register writes the broker socket's path to the host's bypass/broker.
-func (h *heldHost) register(ctx context.Context, c *tunnel.Client, path string) error {
-	h.mu.Lock()
-	sock := h.remoteSock
-	h.mu.Unlock()
-	conn, err := c.DialUnix(sock)
-	if err != nil {
-		return err
-	}
-	nc, err := client.NewConn(conn, "")
-	if err != nil {
-		conn.Close()
-		return err
-	}
-	defer nc.Close()
-	return nc.Write(ctx, "bypass/broker", []byte(path))
 }
 
 // dial reaches the host's namespace over the current connection. On a
@@ -458,10 +385,21 @@ func (h *heldHost) setProxyState(s string) {
 	h.mu.Unlock()
 }
 
-func (h *heldHost) close() {
-	if h.stop != nil {
-		close(h.stop)
+// letApprovalsGo ends carryApprovals, which removes this desktop's
+// registration from the host (and no other's), and waits for it.
+func (h *heldHost) letApprovalsGo() {
+	if h.stop == nil {
+		return
 	}
+	h.stopOnce.Do(func() { close(h.stop) })
+	select {
+	case <-h.approvalsDone:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (h *heldHost) close() {
+	h.letApprovalsGo()
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
@@ -500,6 +438,8 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 		return fmt.Errorf("%s is not up", host)
 	}
 	var err error
+	// First the registration, while the daemon is there to remove it.
+	h.letApprovalsGo()
 	if stop {
 		sctx, cancel := within(ctx, 2*h.deadlines.step())
 		defer cancel()
@@ -524,7 +464,8 @@ func (k *keeper) list() []heldInfo {
 	var out []heldInfo
 	for _, h := range k.hosts {
 		h.mu.Lock()
-		out = append(out, heldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since})
+		out = append(out, heldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
+			Approvals: h.approvals, Broker: h.brokerSock})
 		h.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -126,14 +127,14 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		fmt.Fprintln(stdout, "nothing is up: ollie-remote up HOST...")
 		return 0
 	}
-	type row struct{ host, version, uptime, sessions, agents, tunnel string }
+	type row struct{ host, version, uptime, sessions, agents, approvals, tunnel string }
 	rows := make([]row, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := row{host: h, version: "-", uptime: "-", sessions: "-", agents: "-", tunnel: "down"}
+			r := row{host: h, version: "-", uptime: "-", sessions: "-", agents: "-", approvals: "-", tunnel: "down"}
 			if info, ok := held[h]; ok {
 				r.tunnel = info.Tunnel
 				if info.Proxy != "" && info.Proxy != "connected" {
@@ -148,25 +149,63 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 						r.uptime = (time.Duration(s) * time.Second).String()
 					}
 				}
+				// A connected tunnel never hides a missing approval
+				// channel: the word here, the reason after the tunnel's.
+				state := approvalsState(ctx, info, err == nil)
+				word, why, _ := strings.Cut(state, ": ")
+				r.approvals = cmp.Or(word, "-")
+				if why != "" {
+					r.tunnel += "; approvals: " + why
+				}
 			}
 			rows[i] = r
 		}()
 	}
 	wg.Wait()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tTUNNEL")
+	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tAPPROVALS\tTUNNEL")
 	// Version, sessions, agents and the namespace's errors are the
 	// host's words.
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.host), cell(r.version), r.uptime, cell(r.sessions), cell(r.agents),
-			termsafe.Field(r.tunnel, maxHostMessage))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.host), cell(r.version), r.uptime, cell(r.sessions), cell(r.agents),
+			termsafe.Line(r.approvals), termsafe.Field(r.tunnel, maxHostMessage))
 	}
 	tw.Flush()
 	return 0
 }
 
+// approvalsState is the approval channel's state as the keeper keeps it
+// (ok, registering, missing: why), checked against the host: an ok whose
+// socket the host's bypass/broker does not list is missing.
+func approvalsState(ctx context.Context, info heldInfo, reachable bool) string {
+	if info.Approvals != approvalsOK || info.Broker == "" || !reachable {
+		return info.Approvals
+	}
+	b, err := readHostFile(ctx, info.Socket, "bypass/broker")
+	if err == nil && !listed(b, info.Broker) {
+		return approvalsMissing + ": the host does not list this desktop's broker socket"
+	}
+	return info.Approvals
+}
+
 // readStatus reads a host's status file through its forwarded socket.
 func readStatus(ctx context.Context, sock string) (map[string]string, error) {
+	b, err := readHostFile(ctx, sock, "status")
+	if err != nil {
+		return nil, err
+	}
+	st := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			st[k] = v
+		}
+	}
+	return st, nil
+}
+
+// readHostFile reads a file of a host's namespace through its forwarded
+// socket, within 10 s.
+func readHostFile(ctx context.Context, sock, name string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	type result struct {
@@ -184,25 +223,15 @@ func readStatus(ctx context.Context, sock string) (map[string]string, error) {
 		// The host writes the file: read no more than a status can hold.
 		var b limitedBuffer
 		b.limit = 64 << 10
-		err = c.Follow(ctx, "status", &b)
+		err = c.Follow(ctx, name, &b)
 		done <- result{b.Bytes(), err}
 	}()
-	var r result
 	select {
-	case r = <-done:
+	case r := <-done:
+		return r.b, r.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no answer within 10s")
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	st := map[string]string{}
-	for _, line := range strings.Split(string(r.b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok {
-			st[k] = v
-		}
-	}
-	return st, nil
 }
 
 // limitedBuffer is a bytes.Buffer that refuses to grow past limit.

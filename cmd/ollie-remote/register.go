@@ -1,0 +1,352 @@
+package main
+
+// The approval channel: for as long as it holds a host, the keeper keeps
+// the host's registration of this desktop's broker true.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"ollie/broker"
+	"ollie/ns/client"
+	"ollie/tunnel"
+)
+
+// The approval channel's states, for status: ok when the host's daemon
+// lists this desktop's socket and the keeper watches it; registering
+// while it is being written; missing, with the reason, otherwise.
+const (
+	approvalsOK          = "ok"
+	approvalsRegistering = "registering"
+	approvalsMissing     = "missing"
+)
+
+// carryApprovals forwards, for every SSH connection to the host, a fresh
+// socket on the host to the desktop broker (a leftover file from an
+// earlier connection can never block it) and registers it in the host's
+// bypass/broker, then keeps it registered (keepRegistered). Requests that
+// arrive on it are from this host: the broker takes the host's name from
+// here, never from the request. When the host is let go it removes its
+// own registration and socket, no other keeper's.
+func (h *heldHost) carryApprovals(b *broker.Broker, log *slog.Logger) {
+	defer close(h.approvalsDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-h.stop
+		cancel()
+	}()
+	prev := "" // the socket of the connection before, which the host should drop
+	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
+		c, err := h.th.Client(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.setApprovals(approvalsMissing+": no SSH connection: "+err.Error(), "")
+			if tunnel.Permanent(err) {
+				return
+			}
+			sleepCtx(ctx, delay)
+			continue
+		}
+		h.setApprovals(approvalsRegistering, "")
+		h.mu.Lock()
+		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+randomHex(8))
+		h.mu.Unlock()
+		ln, err := c.ListenUnix(path)
+		if err != nil {
+			log.Warn("ollie-remote: approvals from this host cannot reach the desktop", "err", err)
+			h.setApprovals(approvalsMissing+": "+err.Error(), "")
+			select {
+			case <-c.Done():
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 10*time.Second)
+			continue
+		}
+		delay = 250 * time.Millisecond
+		go serveApprovals(b, h.name, ln)
+		h.keepRegistered(ctx, c, path, prev, log)
+		prev = path
+		if ctx.Err() != nil {
+			h.unregister(c, path, ln, log)
+			return
+		}
+		ln.Close()
+	}
+}
+
+// keepRegistered registers path with the host's daemon and keeps it
+// registered until c or ctx ends. It watches bypass.broker events on a 9P
+// connection of its own: a daemon that is new (restarted, crashed and
+// started again, upgraded by deploy) ends that connection, and one that
+// dropped the registration says so; either way it registers again, within
+// a second of the daemon answering. prev, if set, is the socket of an
+// earlier connection, which it removes once path is registered.
+func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, prev string, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var gone time.Time // since when the daemon does not answer
+	for wait := time.Duration(0); sleepCtx(ctx, wait); {
+		nc, err := h.nsConn(ctx, c)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if gone.IsZero() {
+				gone = time.Now()
+				log.Info("ollie-remote: olliesrv does not answer on the host; approvals are registered again once it does", "err", err)
+			}
+			h.setApprovals(approvalsMissing+": olliesrv does not answer on the host", path)
+			// Soon after a restart the new daemon answers within a
+			// second; one stopped for good is asked less often.
+			wait = min(max(2*wait, 50*time.Millisecond), 500*time.Millisecond)
+			if time.Since(gone) > time.Minute {
+				wait = 5 * time.Second
+			}
+			continue
+		}
+		gone, wait = time.Time{}, 0
+		err = h.watchRegistration(ctx, nc, path, &prev, log)
+		nc.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		if client.IsServerError(err) {
+			// The daemon refused the socket (gone from the host, say):
+			// the caller forwards a fresh one.
+			log.Warn("ollie-remote: the host refused this desktop's broker socket", "err", err)
+			h.setApprovals(approvalsMissing+": "+err.Error(), path)
+			sleepCtx(ctx, time.Second)
+			return
+		}
+		// The daemon went: a new one answers soon.
+		h.setApprovals(approvalsRegistering, path)
+		log.Info("ollie-remote: registering approvals again", "reason", err)
+	}
+}
+
+// watchRegistration registers path on nc and watches that it stays so,
+// until nc fails or ctx ends. It returns why it stopped.
+func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path string, prev *string, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := &eventLines{c: make(chan string, 64)}
+	subscribed := make(chan error, 1)
+	go func() { subscribed <- nc.Subscribe(ctx, "event", []byte("bypass.broker"), events) }()
+	register := func() error {
+		h.setApprovals(approvalsRegistering, path)
+		if err := nc.Write(ctx, "bypass/broker", []byte(path)); err != nil {
+			return err
+		}
+		h.setApprovals(approvalsOK, path)
+		if *prev != "" {
+			// The earlier connection's socket: sshd left it behind.
+			nc.Write(ctx, "bypass/broker", []byte("-"+*prev))
+			*prev = ""
+		}
+		return nil
+	}
+	if err := register(); err != nil {
+		return err
+	}
+	// The event of our own registration confirms that the watch is on;
+	// without it (the subscription came after the write) register again.
+	// A daemon without events is read every 2 s instead.
+	confirm := time.NewTimer(time.Second)
+	defer confirm.Stop()
+	var poll <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-subscribed:
+			if err == nil || !client.IsServerError(err) {
+				return fmt.Errorf("the watch on olliesrv ended: %v", err)
+			}
+			// The daemon refused the subscription: it is going (it
+			// interrupts every request), or has no event file (an
+			// older olliesrv): then read bypass/broker every 2 s.
+			if lerr := h.checkListed(ctx, nc, path, register); lerr != nil {
+				return fmt.Errorf("the watch on olliesrv ended: %v", err)
+			}
+			subscribed = nil
+			ticker := time.NewTicker(2 * time.Second)
+			defer ticker.Stop()
+			poll = ticker.C
+			confirm.Stop()
+		case <-poll:
+			if err := h.checkListed(ctx, nc, path, register); err != nil {
+				return err
+			}
+		case <-confirm.C:
+			if err := register(); err != nil {
+				return err
+			}
+			confirm.Reset(time.Second)
+		case ev := <-events.c:
+			topic, data, _ := strings.Cut(ev, " ")
+			switch {
+			case topic == "bypass.broker" && (data == "+"+path || data == path): // an older olliesrv says PATH
+				if confirm.Stop() {
+					log.Info("ollie-remote: approvals from the host come to this desktop", "socket", path)
+				}
+			case topic == "bypass.broker" && data == "-"+path, topic == "event.lost":
+				// Dropped (or maybe dropped) while the socket is ours:
+				// register again, not in a tight loop.
+				if !sleepCtx(ctx, 250*time.Millisecond) {
+					return ctx.Err()
+				}
+				if err := h.checkListed(ctx, nc, path, register); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// checkListed reads bypass/broker and registers path again unless it is
+// listed.
+func (h *heldHost) checkListed(ctx context.Context, nc *client.Conn, path string, register func() error) error {
+	b, err := nc.ReadAll(ctx, "bypass/broker")
+	if err != nil {
+		return err
+	}
+	if listed(b, path) {
+		h.setApprovals(approvalsOK, path)
+		return nil
+	}
+	return register()
+}
+
+// listed reports whether a read of bypass/broker lists path.
+func listed(b []byte, path string) bool {
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(l) == path {
+			return true
+		}
+	}
+	return false
+}
+
+// unregister removes this keeper's registration from the host, and its
+// socket (sshd leaves the file), then stops the forward.
+func (h *heldHost) unregister(c *tunnel.Client, path string, ln net.Listener, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if nc, err := h.nsConn(ctx, c); err == nil {
+		if err := nc.Write(ctx, "bypass/broker", []byte("-"+path)); err != nil {
+			log.Info("ollie-remote: removing this desktop's registration", "err", err)
+		}
+		nc.Close()
+	}
+	ln.Close()
+	// The daemon removes the socket with the registration; if it did not
+	// answer, remove it here.
+	if sc, err := c.SFTP(); err == nil {
+		if fi, err := sc.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			sc.Remove(path)
+		}
+	}
+	h.setApprovals(approvalsMissing+": the host is down", "")
+}
+
+// nsConn opens a 9P connection of its own to the host's namespace over c,
+// the handshake bounded by 10 s.
+func (h *heldHost) nsConn(ctx context.Context, c *tunnel.Client) (*client.Conn, error) {
+	h.mu.Lock()
+	sock := h.remoteSock
+	h.mu.Unlock()
+	conn, err := c.DialUnix(sock)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	nc, err := client.NewConn(conn, "")
+	if !stop() {
+		err = fmt.Errorf("olliesrv did not answer the 9P handshake: %w", context.Cause(ctx))
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	cancel()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return nc, nil
+}
+
+func (h *heldHost) setApprovals(state, sock string) {
+	h.mu.Lock()
+	h.approvals, h.brokerSock = state, sock
+	h.mu.Unlock()
+}
+
+// sleepCtx waits d, and reports whether ctx is still going.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// eventLines hands the lines written to it to c, whole. The writes come
+// from one Subscribe.
+type eventLines struct {
+	mu   sync.Mutex
+	part []byte
+	c    chan string
+}
+
+func (e *eventLines) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.part = append(e.part, p...)
+	for {
+		i := bytes.IndexByte(e.part, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(e.part[:i])
+		e.part = e.part[i+1:]
+		select {
+		case e.c <- line:
+		default:
+			// The watcher is behind: say so as the bus would.
+			select {
+			case e.c <- "event.lost 1":
+			default:
+			}
+		}
+	}
+	if len(e.part) > 64<<10 {
+		return 0, fmt.Errorf("an event line over 64 KiB")
+	}
+	return len(p), nil
+}
