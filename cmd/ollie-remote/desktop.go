@@ -28,6 +28,8 @@ import (
 	"ollie/internal/termsafe"
 )
 
+// terminalSocket is where "ollie-remote broker" listens: one per desktop
+// user, in RemoteDir, asked by the keepers of every ssh configuration.
 func terminalSocket() string { return filepath.Join(paths.RemoteDir(), "broker.sock") }
 
 // liveRules is the policy file as a broker consults it: read again before
@@ -233,7 +235,7 @@ func askTerminal(ctx context.Context, req *broker.Request) (*broker.Conversation
 // brokerMain runs the terminal broker: the person at this terminal answers
 // every host's requests, one at a time.
 func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
-	if err := prepareRemoteDir(); err != nil {
+	if err := prepareRemoteDir(paths.RemoteDir()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote broker: %v\n", err)
 		return 1
 	}

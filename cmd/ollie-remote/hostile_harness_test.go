@@ -324,12 +324,9 @@ func (d *desk) mustUp(hosts ...string) string {
 func keeperPid(dir string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
+		// ollie-remote __keeper -dir DIR [-F FILE]...
 		cmd, err := os.ReadFile(p + "/cmdline")
-		if err != nil || !bytes.HasSuffix(cmd, []byte("\x00"+keeperCommand+"\x00")) {
-			continue
-		}
-		env, _ := os.ReadFile(p + "/environ")
-		if bytes.Contains(env, []byte("\x00OLLIE_REMOTE_DIR="+dir+"\x00")) {
+		if err == nil && bytes.Contains(cmd, []byte("\x00"+keeperCommand+"\x00-dir\x00"+dir+"\x00")) {
 			pid, _ := strconv.Atoi(filepath.Base(p))
 			return pid
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/tunnel"
 )
@@ -34,7 +35,7 @@ const (
 // the above.
 func fakeKeeper(t *testing.T, statusSock, failingSock string) {
 	t.Helper()
-	l, err := net.Listen("unix", controlSocket())
+	l, err := net.Listen("unix", controlSocket(paths.RemoteDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 
 	"ollie/broker"
 	"ollie/internal/paths"
+	"ollie/internal/termsafe"
 	"ollie/ns/resume"
 	"ollie/tunnel"
 )
@@ -58,6 +60,19 @@ type reply struct {
 	// Policy, for list, says why the broker policy file is not in force
 	// and what is instead; "" when it is.
 	Policy string `json:"policy,omitempty"`
+	// OtherSSH, for deploy, is that the keeper holds the host with
+	// another ssh configuration than deploy's.
+	OtherSSH bool `json:"other_ssh,omitempty"`
+}
+
+// sameSSH checks that req was given the ssh configuration the keeper
+// holds its hosts with: the same host name may be another machine in
+// another one.
+func (k *keeper) sameSSH(req request) error {
+	if s := paths.NewSSHConfig(req.Config, req.Known); !s.Equal(k.ssh) {
+		return fmt.Errorf("the keeper in %s holds its hosts with %s, not %s: give the same -F and -known-hosts, or set OLLIE_REMOTE_DIR to another directory for a keeper of this configuration", k.dir, k.ssh, s)
+	}
+	return nil
 }
 
 type heldInfo struct {
@@ -72,12 +87,16 @@ type heldInfo struct {
 	Broker    string `json:"broker,omitempty"`
 }
 
-func controlSocket() string { return filepath.Join(paths.RemoteDir(), "keeper.sock") }
+// controlSocket is where the keeper whose directory is dir listens.
+func controlSocket(dir string) string { return filepath.Join(dir, "keeper.sock") }
 
-// prepareRemoteDir makes the private directory for the sockets, and checks
-// an existing one is ours: it may be in /tmp.
-func prepareRemoteDir() error {
-	dir := paths.RemoteDir()
+// keeperOf is the directory of the keeper a request is for: the one of
+// its ssh configuration.
+func keeperOf(req request) string { return paths.KeeperDir(paths.NewSSHConfig(req.Config, req.Known)) }
+
+// prepareRemoteDir makes a private directory for sockets, and checks an
+// existing one is ours: it may be in /tmp.
+func prepareRemoteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return err
 	}
@@ -96,7 +115,9 @@ func prepareRemoteDir() error {
 }
 
 type keeper struct {
-	broker *broker.Broker // answers the hosts' approval requests
+	broker *broker.Broker  // answers the hosts' approval requests
+	dir    string          // its directory: control socket, log, a socket per host
+	ssh    paths.SSHConfig // the ssh configuration its hosts are held with
 
 	mu     sync.Mutex
 	hosts  map[string]*heldHost
@@ -131,19 +152,29 @@ type heldHost struct {
 
 func keeperMain(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := prepareRemoteDir(); err != nil {
+	// The keeper holds hosts of one ssh configuration, in the directory
+	// ensureKeeper chose for it.
+	fl := flag.NewFlagSet(keeperCommand, flag.ContinueOnError)
+	dir := fl.String("dir", paths.RemoteDir(), "")
+	config := fl.String("F", "", "")
+	var known []string
+	fl.Func("known-hosts", "", func(s string) error { known = append(known, s); return nil })
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if err := prepareRemoteDir(*dir); err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
 	// Standard error stays on keeper.log for a crash's trace; everything
 	// logged goes through the cap, the rotation and the repeat filter.
-	log, logf, err := keeperLog(filepath.Join(paths.RemoteDir(), "keeper.log"))
+	log, logf, err := keeperLog(filepath.Join(*dir, "keeper.log"))
 	if err != nil {
 		slog.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
 	defer logf.Close()
-	lock, err := os.OpenFile(filepath.Join(paths.RemoteDir(), "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
+	lock, err := os.OpenFile(filepath.Join(*dir, "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
 	if err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
@@ -152,14 +183,21 @@ func keeperMain(args []string) int {
 		log.Error("ollie-remote keeper: another keeper runs", "err", err)
 		return 1
 	}
-	sock := controlSocket()
+	ssh := paths.NewSSHConfig(*config, known)
+	// What the keeper holds its hosts with, for status and ollie -H to
+	// name it.
+	if b, err := json.Marshal(ssh); err == nil {
+		os.WriteFile(filepath.Join(*dir, paths.KeeperSSHFile), append(b, '\n'), 0600)
+	}
+	sock := controlSocket(*dir)
 	os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
-	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktopBroker(log)}
+	log.Info("ollie-remote keeper: holding hosts", "ssh", ssh.String(), "dir", *dir)
+	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktopBroker(log), dir: *dir, ssh: ssh}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -255,6 +293,12 @@ func (k *keeper) serve(c net.Conn) {
 			send(reply{Host: req.Host, Done: true, Err: errNoKeeper.Error()})
 			return
 		}
+		// The host's name may mean another machine in deploy's ssh
+		// configuration: deploy then connects as that one says.
+		if s := paths.NewSSHConfig(req.Config, req.Known); !s.Equal(k.ssh) {
+			send(reply{Host: req.Host, Done: true, Err: "ollie-remote up holds it with " + k.ssh.String(), OtherSSH: true})
+			return
+		}
 		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
 		send(reply{Host: req.Host, Done: true, Result: &r})
 	default:
@@ -290,6 +334,9 @@ func startRemote(ctx context.Context, c *tunnel.Client, dl deadlines) (string, e
 }
 
 func (k *keeper) up(ctx context.Context, req request, progress func(string)) (string, error) {
+	if err := k.sameSSH(req); err != nil {
+		return "", err
+	}
 	k.mu.Lock()
 	if h := k.hosts[req.Host]; h != nil {
 		k.mu.Unlock()
@@ -314,7 +361,7 @@ func (k *keeper) up(ctx context.Context, req request, progress func(string)) (st
 		return "", err
 	}
 	progress("olliesrv serves " + remote)
-	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocket(req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
+	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
 	if err := removeStaleSocket(h.sock); err != nil {
 		th.Close()
 		return "", err
@@ -489,7 +536,7 @@ func removeStaleSocket(sock string) error {
 // until the final one, which it returns.
 func keeperCall(ctx context.Context, req request, on func(reply)) (reply, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", controlSocket())
+	c, err := d.DialContext(ctx, "unix", controlSocket(keeperOf(req)))
 	if err != nil {
 		return reply{}, errNoKeeper
 	}
@@ -516,29 +563,32 @@ func keeperCall(ctx context.Context, req request, on func(reply)) (reply, error)
 	if ctx.Err() != nil {
 		return reply{}, ctx.Err()
 	}
-	return reply{}, fmt.Errorf("the keeper closed the connection (see %s)", filepath.Join(paths.RemoteDir(), "keeper.log"))
+	return reply{}, fmt.Errorf("the keeper closed the connection (see %s)", filepath.Join(keeperOf(req), "keeper.log"))
 }
 
-// ensureKeeper starts the keeper in the background unless it runs.
-func ensureKeeper(ctx context.Context) error {
-	if c, err := net.Dial("unix", controlSocket()); err == nil {
+// ensureKeeper starts the keeper of the ssh configuration s in the
+// background unless it runs: one per desktop user and configuration, in
+// its own directory (paths.KeeperDir).
+func ensureKeeper(ctx context.Context, s paths.SSHConfig) error {
+	dir := paths.KeeperDir(s)
+	if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
 		c.Close()
 		return nil
 	}
-	if err := prepareRemoteDir(); err != nil {
+	if err := prepareRemoteDir(dir); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(paths.RemoteDir(), "keeper.log")
+	logPath := filepath.Join(dir, "keeper.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, keeperCommand)
+	cmd := exec.Command(exe, append([]string{keeperCommand, "-dir", dir}, s.Flags()...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -547,7 +597,7 @@ func ensureKeeper(ctx context.Context) error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	for {
-		if c, err := net.Dial("unix", controlSocket()); err == nil {
+		if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
 			c.Close()
 			return nil
 		}
@@ -561,10 +611,41 @@ func ensureKeeper(ctx context.Context) error {
 	}
 }
 
-// deployThroughKeeper deploys over the connection up holds, if it holds
-// the host.
+// otherKeepers says which hosts the keepers of other ssh configurations
+// than s hold, a line per keeper, with the flags that reach it.
+func otherKeepers(ctx context.Context, s paths.SSHConfig) []string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var out []string
+	for _, dir := range paths.KeeperDirs() {
+		o, err := paths.KeeperSSH(dir)
+		if err != nil || o.Equal(s) || dir == paths.KeeperDir(s) || paths.KeeperDir(o) != dir {
+			continue
+		}
+		r, err := keeperCall(ctx, request{Op: "list", Config: o.Config, Known: o.Known}, nil)
+		if err != nil || len(r.Held) == 0 {
+			continue
+		}
+		var hosts []string
+		for _, h := range r.Held {
+			hosts = append(hosts, termsafe.Line(h.Host))
+		}
+		out = append(out, fmt.Sprintf("also up with %s: %s (ollie-remote %s)", o, strings.Join(hosts, " "),
+			strings.Join(append(o.Flags(), "status"), " ")))
+	}
+	return out
+}
+
+// deployThroughKeeper deploys over the connection up holds, if the keeper
+// of deploy's ssh configuration holds the host.
 func deployThroughKeeper(ctx context.Context, c *common, host string, b *bundle, progress func(string)) (deployResult, bool) {
-	r, err := keeperCall(ctx, request{Op: "deploy", Host: host, Bundle: b, Keep: c.keep, Deadlines: c.deadlines}, func(r reply) { progress(r.Msg) })
+	req := c.request("deploy", host)
+	req.Bundle = b
+	r, err := keeperCall(ctx, req, func(r reply) { progress(r.Msg) })
+	if err == nil && r.OtherSSH {
+		// Honour deploy's own -F and known_hosts.
+		progress(fmt.Sprintf("%s; deploying with %s over a new connection", r.Err, c.ssh()))
+	}
 	if err != nil || r.Result == nil {
 		return deployResult{}, false
 	}

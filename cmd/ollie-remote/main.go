@@ -64,6 +64,15 @@ type common struct {
 	deadlines deadlines
 }
 
+// ssh is the ssh configuration the flags name: it picks the keeper.
+func (c *common) ssh() paths.SSHConfig {
+	var known []string
+	if c.knownHost != "" {
+		known = []string{c.knownHost}
+	}
+	return paths.NewSSHConfig(c.config, known)
+}
+
 func (c *common) options() tunnel.Options {
 	o := tunnel.Options{ConfigFile: c.config, AcceptNew: c.acceptNew}
 	if c.knownHost != "" {
@@ -120,6 +129,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.parallel < 1 {
 		c.parallel = 1
+	}
+	// The keeper that holds the hosts may run elsewhere: it is given the
+	// files by their absolute paths.
+	s := c.ssh()
+	c.config = s.Config
+	if len(s.Known) > 0 {
+		c.knownHost = s.Known[0]
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

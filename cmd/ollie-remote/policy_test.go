@@ -150,7 +150,7 @@ func TestPolicyBrokenReported(t *testing.T) {
 		keeper.Wait()
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("unix", controlSocket()); err == nil {
+		if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
 			c.Close()
 			break
 		}

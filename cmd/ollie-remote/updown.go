@@ -32,7 +32,7 @@ func (c *common) request(op, host string) request {
 // upMain has the keeper bring each host up, a few at once, and says where
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	if err := ensureKeeper(ctx); err != nil {
+	if err := ensureKeeper(ctx, c.ssh()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
@@ -76,7 +76,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 
 func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	if c.all {
-		r, err := keeperCall(ctx, request{Op: "list"}, nil)
+		r, err := keeperCall(ctx, c.request("list", ""), nil)
 		if err != nil {
 			fmt.Fprintln(stdout, "nothing is up")
 			return 0
@@ -110,7 +110,7 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	held := map[string]heldInfo{}
 	everyHost := len(hosts) == 0 || c.all
 	policy := ""
-	if r, err := keeperCall(ctx, request{Op: "list"}, nil); err == nil {
+	if r, err := keeperCall(ctx, c.request("list", ""), nil); err == nil {
 		policy = r.Policy
 		for _, h := range r.Held {
 			held[h.Host] = h
@@ -119,10 +119,17 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 			}
 		}
 	}
+	// Below the table: what else is up, then the policy's state.
+	notes := otherKeepers(ctx, c.ssh())
 	if policy != "" {
 		// The desktop's own file, but its text may quote anything.
-		defer fmt.Fprintf(stdout, "\nbroker policy: %s\n", termsafe.Field(policy, maxHostMessage))
+		notes = append(notes, "broker policy: "+termsafe.Field(policy, maxHostMessage))
 	}
+	defer func() {
+		for _, n := range notes {
+			fmt.Fprintf(stdout, "\n%s\n", n)
+		}
+	}()
 	if len(hosts) == 0 {
 		fmt.Fprintln(stdout, "nothing is up: ollie-remote up HOST...")
 		return 0

@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/term"
 
-	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/ns"
 	"ollie/ns/client"
@@ -99,7 +98,12 @@ func runOllie(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if *addr != "" {
 			return ollieUsageError(stderr, "-a and -H name the namespace twice: give one")
 		}
-		*addr = paths.RemoteSocket(*host)
+		sock, err := remoteSocket(*host)
+		if err != nil {
+			fmt.Fprintf(stderr, "ollie: %v\n", err)
+			return ollieExitNoServer
+		}
+		*addr = sock
 		if _, err := os.Stat(*addr); err != nil {
 			fmt.Fprintf(stderr, "ollie: no tunnel to %s (%s is missing): run ollie-remote up %s\n", *host, *addr, *host)
 			return ollieExitNoServer
