@@ -35,17 +35,21 @@ import (
 // never taken from the wire: the desktop sets it from the SSH connection
 // the request came over.
 type Request struct {
-	ID         string          `json:"id"`
-	Host       string          `json:"host,omitempty"`
-	Session    string          `json:"session"`
-	Agent      string          `json:"agent,omitempty"`
-	Tool       string          `json:"tool"`
-	Variant    int             `json:"variant"` // -1 for a tool without variants
-	Executable string          `json:"executable"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	Cwd        string          `json:"cwd"`
-	Bypass     bool            `json:"bypass,omitempty"` // the call asked; otherwise the .meta declares elevated or sudo
-	Sudo       bool            `json:"sudo,omitempty"`
+	ID      string `json:"id"`
+	Host    string `json:"host,omitempty"`
+	Session string `json:"session"`
+	Agent   string `json:"agent,omitempty"`
+	// SessionName and AgentName are what the host calls them, for people;
+	// Session and Agent are their IDs.
+	SessionName string          `json:"session_name,omitempty"`
+	AgentName   string          `json:"agent_name,omitempty"`
+	Tool        string          `json:"tool"`
+	Variant     int             `json:"variant"` // -1 for a tool without variants
+	Executable  string          `json:"executable"`
+	Args        json.RawMessage `json:"args,omitempty"`
+	Cwd         string          `json:"cwd"`
+	Bypass      bool            `json:"bypass,omitempty"` // the call asked; otherwise the .meta declares elevated or sudo
+	Sudo        bool            `json:"sudo,omitempty"`
 	// Yolo asks to create a yolo session (Session is its name): one whose
 	// tools all run outside the sandbox, without approval. Its Tool is
 	// YoloTool, which policy rules name to allow or forbid it per host.
@@ -123,9 +127,9 @@ func (r *Request) Prompt() string {
 	case r.Session == "" && r.Agent == "":
 		b.WriteString("  session:  none: run by hand on the host (olliesrv tools run), not by an agent\n")
 	case r.Agent == "":
-		fmt.Fprintf(&b, "  session:  %s, no agent: called through the session's tools\n", termsafe.Field(r.Session, maxNameField))
+		fmt.Fprintf(&b, "  session:  %s, no agent: called through the session's tools\n", named(r.SessionName, r.Session))
 	default:
-		fmt.Fprintf(&b, "  session:  %s, agent %s\n", termsafe.Field(r.Session, maxNameField), termsafe.Field(r.Agent, maxNameField))
+		fmt.Fprintf(&b, "  session:  %s, agent %s\n", named(r.SessionName, r.Session), named(r.AgentName, r.Agent))
 	}
 	if r.Bypass {
 		b.WriteString("  the agent asked for bypass\n")
@@ -163,6 +167,15 @@ func (r *Request) ToolName() string {
 // IDName is the request's id to show: the host made it, so it is made
 // safe and clipped too.
 func (r *Request) IDName() string { return termsafe.Field(r.ID, maxNameField) }
+
+// named shows a session or an agent as "NAME (ID)", or its ID alone when
+// the host gave no name; each made safe and clipped.
+func named(name, id string) string {
+	if name == "" || name == id {
+		return termsafe.Field(id, maxNameField)
+	}
+	return termsafe.Field(name, maxNameField) + " (" + termsafe.Field(id, maxNameField) + ")"
+}
 
 func orNone(s string) string {
 	if s == "" {

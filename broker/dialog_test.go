@@ -366,6 +366,7 @@ func TestPromptWhoAsks(t *testing.T) {
 		want, not      []string
 	}{
 		{"agent", "s1", "ops", 0, []string{"  tool:     system_logs (variant 0)\n", "  session:  s1, agent ops\n"}, nil},
+		{"names", "s1", "ops", 0, []string{"  session:  web (s1), agent fixer (ops)\n"}, nil},
 		{"no variants", "s1", "ops", -1, []string{"  tool:     system_logs\n"}, []string{"variant"}},
 		{"second variant", "s1", "ops", 1, []string{"system_logs (variant 1)\n"}, nil},
 		{"no agent", "s1", "", -1, []string{"  session:  s1, no agent: called through the session's tools\n"}, []string{", agent"}},
@@ -373,6 +374,9 @@ func TestPromptWhoAsks(t *testing.T) {
 	} {
 		req := askRequest(true)
 		req.Session, req.Agent, req.Variant = tc.session, tc.agent, tc.variant
+		if tc.name == "names" {
+			req.SessionName, req.AgentName = "web", "fixer"
+		}
 		p := req.Prompt()
 		for _, w := range tc.want {
 			if !strings.Contains(p, w) {

@@ -28,15 +28,17 @@ const (
 
 func hostileRequest(sudo bool) *Request {
 	return &Request{
-		ID:         "req-\x1b[2K1",
-		Host:       "db3", // what the desktop knows from the connection
-		Session:    "s1" + forgedTitle + "\r\n  session:  trusted",
-		Agent:      "ops\b\b\bh5\x7f",
-		Tool:       "system_logs" + forgedScreen,
-		Executable: "/usr/bin/dmesg" + forgedClip + "\u202egnp.exe",
-		Args:       json.RawMessage(`{"lines":"10\u009b2J` + "\u009b" + `\u001b[1A","x":"` + strings.Repeat("y", 2000) + `"}`),
-		Cwd:        "/home/ops" + forgedDCS + eightBitCSI + "\n\n",
-		Sudo:       sudo,
+		ID:          "req-\x1b[2K1",
+		Host:        "db3", // what the desktop knows from the connection
+		Session:     "s1" + forgedTitle + "\r\n  session:  trusted",
+		Agent:       "ops\b\b\bh5\x7f",
+		SessionName: "web" + forgedClip + "\n  agent:    trusted",
+		AgentName:   "fixer" + forgedScreen,
+		Tool:        "system_logs" + forgedScreen,
+		Executable:  "/usr/bin/dmesg" + forgedClip + "\u202egnp.exe",
+		Args:        json.RawMessage(`{"lines":"10\u009b2J` + "\u009b" + `\u001b[1A","x":"` + strings.Repeat("y", 2000) + `"}`),
+		Cwd:         "/home/ops" + forgedDCS + eightBitCSI + "\n\n",
+		Sudo:        sudo,
 	}
 }
 

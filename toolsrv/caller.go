@@ -19,6 +19,11 @@ type Caller struct {
 	// sandbox's {CWD}. It must lie within the session's (Runner.Cwd); ""
 	// means the session's.
 	Cwd string `json:"cwd,omitempty"`
+	// SessionName and AgentName are the session's and the agent's names
+	// when the call is made, for a person to read in an approval; the IDs
+	// are what decide.
+	SessionName string `json:"session_name,omitempty"`
+	AgentName   string `json:"agent_name,omitempty"`
 }
 
 // caller checks c against the session and fills in what it leaves out.

@@ -20,7 +20,7 @@ func (g GateApprover) Approve(ctx context.Context, req *ApprovalRequest) (Grant,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s needs approval, and the host's approval gate is not reachable (%v), so it was not run", ErrNotApproved, req.Tool, err)
 	}
-	breq := &broker.Request{ID: broker.NewID(), Session: req.Session, Agent: req.Agent, Tool: req.Tool, Variant: req.Variant,
+	breq := &broker.Request{ID: broker.NewID(), Session: req.Session, Agent: req.Agent, SessionName: req.SessionName, AgentName: req.AgentName, Tool: req.Tool, Variant: req.Variant,
 		Executable: req.Executable, Args: req.Args, Cwd: req.Cwd, Bypass: req.Bypass, Sudo: req.Sudo}
 	cv, ans, err := broker.Ask(ctx, c, breq)
 	if err != nil {

@@ -40,15 +40,18 @@ type Grant interface {
 
 // An ApprovalRequest says who asks to run what, outside the sandbox.
 type ApprovalRequest struct {
-	Session    string
-	Agent      string
-	Tool       string
-	Variant    int
-	Executable string
-	Args       json.RawMessage
-	Cwd        string
-	Bypass     bool // the call asked for it; otherwise the .meta declares elevated
-	Sudo       bool
+	Session string
+	Agent   string
+	// SessionName and AgentName are for people to read (Caller's).
+	SessionName string
+	AgentName   string
+	Tool        string
+	Variant     int
+	Executable  string
+	Args        json.RawMessage
+	Cwd         string
+	Bypass      bool // the call asked for it; otherwise the .meta declares elevated
+	Sudo        bool
 }
 
 // ErrNotApproved is wrapped by the error of a call that was not approved.
@@ -158,7 +161,7 @@ func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, 
 	if approver == nil {
 		approver = noApprover{}
 	}
-	req := &ApprovalRequest{Session: r.SessionID, Agent: c.Agent, Tool: t.Name, Variant: t.Variant,
+	req := &ApprovalRequest{Session: r.SessionID, Agent: c.Agent, SessionName: c.SessionName, AgentName: c.AgentName, Tool: t.Name, Variant: t.Variant,
 		Executable: t.Path, Args: own, Cwd: c.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
 	return approver.Approve(ctx, req)
 }

@@ -240,10 +240,13 @@ func TestApprovalNamesCaller(t *testing.T) {
 			t.Errorf("%s: asked %+v, want session sess-1, agent %q, tool priv, variant -1, cwd %s", how, got, agent, cwd)
 		}
 	}
-	if res := r.RunFor(ctx, Caller{Agent: "agent-7"}, "priv", nil); res.Failed {
+	if res := r.RunFor(ctx, Caller{Agent: "agent-7", SessionName: "web", AgentName: "fixer"}, "priv", nil); res.Failed {
 		t.Fatalf("RunFor: %s", res.Output)
 	}
 	check("RunFor", "agent-7")
+	if got := rec.last(); got.SessionName != "web" || got.AgentName != "fixer" {
+		t.Errorf("RunFor's request names session %q and agent %q, want web and fixer", got.SessionName, got.AgentName)
+	}
 	if res := r.Run(ctx, "priv", nil); res.Failed {
 		t.Fatalf("Run: %s", res.Output)
 	}

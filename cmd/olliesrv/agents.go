@@ -551,7 +551,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		if restored != nil && restored.Tools != nil {
 			allowed = restored.Tools
 		}
-		tools = n.tools.forAgent(ctx, s.ID, child, within(allowed, m.Limit), toolsrv.Caller{Agent: m.ID, Token: token, Cwd: m.Cwd})
+		tools = n.tools.forAgent(ctx, s.ID, child, within(allowed, m.Limit), toolsrv.Caller{Agent: m.ID, Token: token, Cwd: m.Cwd}, n.callerNames(s.ID, m.ID))
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
@@ -1138,7 +1138,7 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	tools := n.tools.forAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd})
+	tools := n.tools.forAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd}, n.callerNames(s.ID, e.ID()))
 	// Recorded before it takes effect; a switch the agent refuses (it is
 	// busy) is recorded back, so that a restart brings back what ran.
 	e.mu.Lock()

@@ -17,8 +17,9 @@ import (
 // which leave out the ones loaded for a single agent.
 type agentTools struct {
 	*toolsrv.Child
-	private func(string) bool // a tool loaded for one agent only
-	who     toolsrv.Caller    // the agent: its directory, and the capability its tools get
+	private func(string) bool              // a tool loaded for one agent only
+	who     toolsrv.Caller                 // the agent: its directory, and the capability its tools get
+	named   func() (session, agent string) // their names now, for approvals (nil: none)
 
 	mu      sync.Mutex
 	allowed []string // nil: the session's shared tools
@@ -100,22 +101,31 @@ func (a *agentTools) Call(ctx context.Context, tool string, args json.RawMessage
 		return &toolsrv.Result{Tool: tool, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(list, ", "))}, nil
 	}
-	return a.Child.CallFor(ctx, a.who, tool, args)
+	return a.Child.CallFor(ctx, a.caller(), tool, args)
+}
+
+// caller is who a call runs for, named as the session and agent are now.
+func (a *agentTools) caller() toolsrv.Caller {
+	who := a.who
+	if a.named != nil {
+		who.SessionName, who.AgentName = a.named()
+	}
+	return who
 }
 
 func (a *agentTools) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
 	if !a.has(tool) {
 		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
 	}
-	return a.Child.StartFor(ctx, a.who, tool, args)
+	return a.Child.StartFor(ctx, a.caller(), tool, args)
 }
 
 // forAgent gives an agent its view of the session's tools. A listed tool
 // the toolsrv has not loaded (a profile's, or one the agent loaded before a
 // restart) is loaded for that agent alone; one that no longer loads is left
 // out, as the model would only see it fail.
-func (ts *toolServers) forAgent(ctx context.Context, session string, child *toolsrv.Child, allowed []string, who toolsrv.Caller) *agentTools {
-	a := &agentTools{Child: child, allowed: slices.Clone(allowed), who: who,
+func (ts *toolServers) forAgent(ctx context.Context, session string, child *toolsrv.Child, allowed []string, who toolsrv.Caller, named func() (string, string)) *agentTools {
+	a := &agentTools{Child: child, allowed: slices.Clone(allowed), who: who, named: named,
 		private: func(name string) bool { return ts.isPrivate(session, name) }}
 	if allowed == nil {
 		return a
@@ -168,4 +178,18 @@ func (ts *toolServers) isPrivate(session, name string) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.private[session][name]
+}
+
+// callerNames returns the names of a session and one of its agents as they
+// are when asked (either may be renamed), for the approvals its calls need.
+func (n *namespace) callerNames(session, agentID string) func() (string, string) {
+	return func() (s, a string) {
+		if ss, ok := n.sessions.Lookup(session); ok {
+			s = ss.Name()
+		}
+		if e := n.agents.get(agentID); e != nil {
+			a = e.Name()
+		}
+		return s, a
+	}
 }

@@ -64,10 +64,10 @@ func TestBypassPending(t *testing.T) {
 	if req := readFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "tool:     echo\n") || !strings.Contains(req, "write approve") {
 		t.Errorf("bypass/pending/%s = %q", id, req)
 	}
-	// Who asks: the agent's session and the agent, by ID, as the toolsrv
-	// got them with the call.
+	// Who asks: the agent's session and the agent, by name and ID, as the
+	// toolsrv got them with the call.
 	sid, aid := strings.TrimSpace(readFile(t, fs, "session/s/id")), strings.TrimSpace(readFile(t, fs, "session/s/agent/a/id"))
-	if req := readFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  "+sid+", agent "+aid+"\n") || strings.Contains(req, "variant") {
+	if req := readFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  s ("+sid+"), agent a ("+aid+")\n") || strings.Contains(req, "variant") {
 		t.Errorf("bypass/pending/%s does not name session %s and agent %s (or names a variant of a tool without):\n%s", id, sid, aid, req)
 	}
 	if err := writeFile(fs, "bypass/pending/"+id, "maybe"); err == nil {
