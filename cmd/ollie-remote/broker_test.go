@@ -164,6 +164,14 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 		!strings.Contains(string(asked), "sudo password for root on h11") {
 		t.Errorf("the desktop was asked:\n%s", asked)
 	}
+	// Who asks: the agent's session and the agent, by name and ID; and no
+	// variant for a tool without.
+	sid, _ := c.ReadAll(ctx, "session/s/id")
+	aid, _ := c.ReadAll(ctx, "session/s/agent/a/id")
+	who := fmt.Sprintf("  session:  s (%s), agent a (%s)\n", strings.TrimSpace(string(sid)), strings.TrimSpace(string(aid)))
+	if !strings.Contains(string(asked), who) || strings.Contains(string(asked), "variant") {
+		t.Errorf("the desktop's prompt does not say %q (or names a variant):\n%s", who, asked)
+	}
 	c.Close()
 	r.must("down", "-stop-daemon", "h11")
 
