@@ -16,6 +16,8 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/broker"
+	"ollie/internal/sshlab"
+	"ollie/ns/client"
 )
 
 // lockedBuffer is a log both the test and a broker's goroutines use.
@@ -182,5 +184,90 @@ func TestPolicyBrokenReported(t *testing.T) {
 	scr.waitFor(t, "was read again: 2 rules in force")
 	if out, _ := exec.Command(remoteBin, "status").CombinedOutput(); strings.Contains(string(out), "broker policy") {
 		t.Errorf("status after the fix:\n%s", out)
+	}
+}
+
+// TestPolicyLiveThroughKeeper: the real keeper holding a real sshd host
+// reads its policy file again while it runs: a request the host sends
+// over its forwarded broker socket is allowed by a rule; once a deny rule
+// is added, the next is denied; a broken edit keeps that deny and is
+// reported in keeper.log and by status; the test askpass is never asked
+// about what a rule answers.
+func TestPolicyLiveThroughKeeper(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orpol"})
+	r := newRemote(t, lab)
+	r.must("deploy", "h11")
+	conf := t.TempDir()
+	policy := filepath.Join(conf, "ollie", "broker-policy.yaml")
+	os.MkdirAll(filepath.Dir(policy), 0o700)
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(policy, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules:\n  - {host: h11, tool: tail_log, decision: allow}\n")
+	program, asked := askpass(t, privateDir(t), "unused", true)
+	up := r.cmd("up", "h11")
+	up.Env = append(up.Env, "OLLIE_ASKPASS="+program, "XDG_CONFIG_HOME="+conf)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var sock string
+	for sock == "" {
+		if c, err := client.DialAs(filepath.Join(r.dir, "h11.ns"), ""); err == nil {
+			b, _ := c.ReadAll(ctx, "bypass/broker")
+			c.Close()
+			if first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); strings.Contains(first, "broker-") {
+				sock = first
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatal("h11 never learnt of the desktop broker")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// As the host's gate does: over the socket the keeper forwarded.
+	ask := func(tool string) broker.Answer {
+		t.Helper()
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv, a, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: tool, Executable: "/bin/" + tool, Cwd: "/"})
+		if err != nil {
+			t.Fatalf("asking for %s: %v", tool, err)
+		}
+		cv.Close("done")
+		return a
+	}
+	askpassed := func() string { b, _ := os.ReadFile(asked); return string(b) }
+
+	if a := ask("tail_log"); a.Decision != broker.Once || askpassed() != "" {
+		t.Fatalf("allowed by the policy: %+v; askpass was asked %q", a, askpassed())
+	}
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: h11, tool: tail_log, decision: allow}\n")
+	if a := ask("tail_log"); a.Decision != broker.Deny || !strings.Contains(a.Reason, "policy") {
+		t.Errorf("after a deny rule was added while the keeper runs: %+v", a)
+	}
+	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: h11, tool: tail_log, decision: alow}\n")
+	if a := ask("tail_log"); a.Decision != broker.Deny {
+		t.Errorf("after a broken edit: %+v, want the last good rules' deny", a)
+	}
+	if askpassed() != "" {
+		t.Errorf("askpass was asked what the policy answers:\n%s", askpassed())
+	}
+	klog, _ := os.ReadFile(filepath.Join(r.dir, "keeper.log"))
+	if !bytes.Contains(klog, []byte("the broker policy is broken")) || !bytes.Contains(klog, []byte(`decision \"alow\"`)) {
+		t.Errorf("keeper.log does not say the policy is broken:\n%s", klog)
+	}
+	if st := r.must("status"); !strings.Contains(st, `broker policy: broker: bad policy: `) || !strings.Contains(st, "the 2 rules last read without error stay in force") {
+		t.Errorf("status:\n%s", st)
+	}
+	if a := ask("other_tool"); a.Decision != broker.Once || !strings.Contains(askpassed(), "h11 asks to run outside its sandbox") {
+		t.Errorf("a tool no rule names: %+v; askpass was asked %q", a, askpassed())
 	}
 }
