@@ -337,6 +337,10 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	if err != nil {
 		return nil, err
 	}
+	if s.Yolo && creator != nil {
+		// Its tools would run unsandboxed: an escape for the creator's.
+		return nil, fmt.Errorf("agent/new: refused: %s is a yolo session, whose tools run unsandboxed; only the admin may add agents to it, not agent %s's tool", s.Name(), creator.Name())
+	}
 	cwd := opt["cwd"]
 	if cwd == "" {
 		cwd = s.Cwd()

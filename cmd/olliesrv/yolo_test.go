@@ -114,7 +114,11 @@ func (r *yoloRig) turn(s, text string) string {
 // never make one; bypass/policy yolo=deny refuses them.
 func TestYoloSession(t *testing.T) {
 	r := newYoloRig(t)
-	outside, work, safe := t.TempDir(), t.TempDir(), t.TempDir()
+	// The yolo session's directory lies inside the safe one's, where an
+	// orchestrator works: it still may not add an agent there.
+	outside, safe := t.TempDir(), t.TempDir()
+	work := filepath.Join(safe, "wild")
+	os.Mkdir(work, 0755)
 	for _, req := range []string{"name=wild cwd=" + work + " yolo=true", "name=safe cwd=" + safe + " yolo=false"} {
 		if _, err := rdwr(r.fs, "session/new", req); err != nil {
 			t.Fatalf("session/new %s: %v", req, err)
@@ -185,6 +189,12 @@ func TestYoloSession(t *testing.T) {
 	}
 	if _, err := rdwr(boss, "session/new", "name=nested cwd="+safe); err != nil {
 		t.Errorf("the orchestrator's ordinary nested session: %v", err)
+	}
+	if _, err := rdwr(boss, "session/wild/agent/new", "name=sneak profile=default cwd="+work); err == nil || !strings.Contains(err.Error(), "yolo session") {
+		t.Errorf("an orchestrator's tool added an agent to a yolo session: %v", err)
+	}
+	if _, err := rdwr(r.fs, "session/wild/agent/new", "name=b profile=default"); err != nil {
+		t.Errorf("the admin's second agent in the yolo session: %v", err)
 	}
 	a := attachAgent(t, r.d, strings.TrimSpace(readFile(t, r.fs, "session/safe/agent/a/id")))
 	if _, err := rdwr(a, "session/new", "name=n2 yolo=true"); err == nil {
