@@ -13,7 +13,8 @@ import (
 // Yolo sessions: every tool call of the session runs outside the sandbox
 // and without approval, as the original ollie's Yolo did; a sudo tool
 // still passes both gates, since its password is never on the host. Only
-// the admin may create one, never an agent's tool (a nested session); the
+// the admin may create one, never an agent's tool (a nested session), and
+// only the admin may add agents to one (newAgent); the
 // host's approval gate is asked first, so that bypass/policy yolo=deny, or
 // a connected desktop's policy or person, can refuse it. The choice is
 // kept in the session file and shown in session/idx, env, status and at
