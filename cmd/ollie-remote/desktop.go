@@ -77,11 +77,14 @@ func (r *liveRules) problem() string {
 }
 
 func policyProblem(p *broker.Policy, err error) string {
-	n := len(p.Rules())
-	if n == 0 {
+	switch n := len(p.Rules()); n {
+	case 0:
 		return fmt.Sprintf("%v; until it is fixed, every request is asked (no rule was read without error)", err)
+	case 1:
+		return fmt.Sprintf("%v; until it is fixed, the one rule last read without error stays in force", err)
+	default:
+		return fmt.Sprintf("%v; until it is fixed, the %d rules last read without error stay in force", err, n)
 	}
-	return fmt.Sprintf("%v; until it is fixed, the %d rules last read without error stay in force", err, n)
 }
 
 // policyWatchEvery is how often a broker looks at the policy file while

@@ -163,7 +163,7 @@ func TestPolicyBrokenReported(t *testing.T) {
 
 	write("rules:\n  - {tool: rm_rf, decision: deny}\n  - {tool: x, decision: perhaps}\n")
 	scr.waitFor(t, `the policy file is broken: broker: bad policy: `)
-	if s := scr.String(); !strings.Contains(s, `decision "perhaps"`) || !strings.Contains(s, "the 1 rules last read without error stay in force") {
+	if s := scr.String(); !strings.Contains(s, `decision "perhaps"`) || !strings.Contains(s, "the one rule last read without error stays in force") {
 		t.Errorf("the terminal says:\n%s", s)
 	}
 	out, err := exec.Command(remoteBin, "status").CombinedOutput()

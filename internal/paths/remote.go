@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // RemoteDir is the desktop directory where ollie-remote keeps, for the
@@ -113,12 +114,23 @@ func KeeperDir(s SSHConfig) string {
 }
 
 // KeeperDirs lists the directories a keeper of this user may use: RemoteDir
-// and, unless OLLIE_REMOTE_DIR names the one, its hashed siblings.
+// and, unless OLLIE_REMOTE_DIR names the one, those of its hashed siblings
+// that are this user's private directories (in /tmp anyone may make one
+// of that name, with a socket in it posing as a host).
 func KeeperDirs() []string {
 	dirs := []string{RemoteDir()}
 	if os.Getenv("OLLIE_REMOTE_DIR") == "" {
 		more, _ := filepath.Glob(RemoteDir() + "-" + strings.Repeat("[0-9a-f]", 12))
-		dirs = append(dirs, more...)
+		for _, d := range more {
+			fi, err := os.Lstat(d)
+			if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+				continue
+			}
+			dirs = append(dirs, d)
+		}
 	}
 	return dirs
 }

@@ -48,6 +48,12 @@ func TestKeeperDir(t *testing.T) {
 	if got := KeeperDirs(); len(got) != 2 || got[0] != base || got[1] != b {
 		t.Errorf("KeeperDirs: %q", got)
 	}
+	// A sibling others may reach is not a keeper's.
+	open := base + "-0123456789ab"
+	os.Mkdir(open, 0o755)
+	if got := KeeperDirs(); len(got) != 2 {
+		t.Errorf("KeeperDirs with a directory others may write: %q", got)
+	}
 	if _, all, ok := FindRemoteSocket("h11"); ok || len(all) != 2 {
 		t.Errorf("h11 held twice: %q, %v", all, ok)
 	}
