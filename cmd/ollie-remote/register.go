@@ -152,7 +152,6 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path 
 	subscribed := make(chan error, 1)
 	go func() { subscribed <- nc.Subscribe(ctx, "event", []byte("bypass.broker"), events) }()
 	register := func() error {
-		h.setApprovals(approvalsRegistering, path)
 		if err := nc.Write(ctx, "bypass/broker", []byte(path)); err != nil {
 			return err
 		}
