@@ -117,7 +117,7 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, p
 			h.setApprovals(approvalsMissing+": olliesrv does not answer on the host", path)
 			// Soon after a restart the new daemon answers within a
 			// second; one stopped for good is asked less often.
-			wait = min(max(2*wait, 50*time.Millisecond), 500*time.Millisecond)
+			wait = min(max(2*wait, 50*time.Millisecond), 250*time.Millisecond)
 			if time.Since(gone) > time.Minute {
 				wait = 5 * time.Second
 			}
