@@ -116,6 +116,8 @@ type Gate struct {
 	wg      sync.WaitGroup
 	lns     []net.Listener
 	closing chan struct{} // closed by Shutdown
+	asking  int           // conversations waiting on a desktop's answer or password
+	quiet   chan struct{} // closed when asking drops to 0, while Shutdown waits
 	base    context.Context
 	cancel  context.CancelCauseFunc // ends every conversation when Shutdown stops waiting
 }
@@ -431,7 +433,9 @@ func (g *Gate) reason(ctx context.Context, what string, err error) string {
 // another broker may be asked.
 func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy) error {
 	req := in.Req
+	g.waitingOnDesktop(1)
 	cv, ans, err := Ask(ctx, bc, req)
+	g.waitingOnDesktop(-1)
 	if err != nil {
 		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)
 		if ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
@@ -455,7 +459,9 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 			cv.Close(result)
 			return nil
 		}
+		g.waitingOnDesktop(1)
 		pw, err := cv.Password(ctx, attempt, problem)
+		g.waitingOnDesktop(-1)
 		if err != nil {
 			reason := err.Error()
 			if ctx.Err() != nil {
@@ -636,12 +642,26 @@ func (g *Gate) checkPeer(c net.Conn) error {
 	return nil
 }
 
+// waitingOnDesktop counts the conversations waiting on a desktop's answer
+// or password, which Shutdown waits for.
+func (g *Gate) waitingOnDesktop(delta int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.asking += delta; g.asking == 0 && g.quiet != nil {
+		close(g.quiet)
+		g.quiet = nil
+	}
+}
+
 // Shutdown stops the gate: it closes the listeners Serve was given and
 // denies the parked requests at once, saying why (no one could answer
-// them before the daemon is gone). It waits for the conversations with a
-// desktop broker until ctx ends; those still in flight then are denied
-// with ErrShutdown's reason and their connections to the desktop closed,
-// so no request is left half-answered, and Shutdown returns ctx's error.
+// them before the daemon is gone). It waits, until ctx ends, for the
+// requests a desktop is being asked (its answer, or a sudo password), so
+// that an answer given is passed on; then it ends every conversation:
+// those still waiting on a desktop are denied with ErrShutdown's reason
+// and their connections to the desktop closed, so no request is left
+// half-answered, and Shutdown returns ctx's error. It does not wait for
+// tools that were approved and are running.
 func (g *Gate) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	select {
@@ -651,21 +671,24 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 	}
 	lns := g.lns
 	g.lns = nil
+	var quiet chan struct{}
+	if g.asking > 0 {
+		quiet = make(chan struct{})
+		g.quiet = quiet
+	}
 	g.mu.Unlock()
 	for _, l := range lns {
 		l.Close()
 	}
-	done := make(chan struct{})
-	go func() {
-		g.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	var err error
+	if quiet != nil {
+		select {
+		case <-quiet:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
 	g.cancel(ErrShutdown)
-	<-done
-	return ctx.Err()
+	g.wg.Wait()
+	return err
 }

@@ -279,3 +279,25 @@ func TestGateShutdown(t *testing.T) {
 		t.Error("the gate still accepts after Shutdown")
 	}
 }
+
+// Shutdown does not wait for a tool that was approved and runs: only for
+// requests a desktop is being asked.
+func TestGateShutdownSkipsRunningTools(t *testing.T) {
+	l := gateIn(t)
+	d := startDesktop(t, filepath.Join(l.gate.Dir, "broker-1"))
+	l.gate.Register(d.path)
+	cv, ans, err := l.ask(t, &Request{Session: "s", Tool: "long"})
+	if err != nil || ans.Decision != Once {
+		t.Fatalf("%+v %v", ans, err)
+	}
+	defer cv.Close("ran") // the tool runs until the test ends
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := l.gate.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Shutdown waited %v for a running tool", took)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ollie/broker"
 )
 
 // bypass/broker keeps a registration per connection: writing a path adds
@@ -88,5 +90,59 @@ func TestBypassBrokerRegistrations(t *testing.T) {
 	want := []string{"bypass.broker +" + socks[0], "bypass.broker +" + socks[1], "bypass.broker -" + socks[1]}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// A daemon that stops denies the requests parked in bypass/pending at
+// once, saying why, instead of leaving them unanswered.
+func TestShutdownDeniesParked(t *testing.T) {
+	dir := shortTempDir(t)
+	d, err := startDaemon(daemonConfig{StateDir: t.TempDir(), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			d.Shutdown(context.Background())
+		}
+	})
+	c, err := net.Dial("unix", filepath.Join(dir, "elevate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ans broker.Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "fix", Executable: "/bin/true", Cwd: "/"})
+		done <- result{ans, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); len(d.gate.Pending()) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request did not park")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	stopped = true
+	if err := d.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Shutdown took %v", took)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.ans.Decision != broker.Deny || !strings.Contains(r.ans.Reason, "stopped") {
+			t.Errorf("the parked request got %+v %v, want a denial saying olliesrv stopped", r.ans, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parked request was left unanswered")
 	}
 }
