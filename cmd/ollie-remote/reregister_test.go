@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -377,7 +378,28 @@ func TestApprovalsTwoKeepers(t *testing.T) {
 	s.sudo(ns(0), "first-left", 0, 60*time.Second)
 
 	s.up(1)
-	wantBrokers(2)
+	before := wantBrokers(2)
+	// Both SSH connections drop: each keeper reconnects, registers a
+	// fresh socket and removes its old one; sshd left the files.
+	if n := s.h.KillConnections(); n == 0 {
+		t.Fatal("no ssh connection to kill")
+	}
+	var after []string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		after, _, _ = brokers(hostSock)
+		if len(after) == 2 && !slices.Contains(before, after[0]) && !slices.Contains(before, after[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the connections dropped the host lists %q (before %q)", after, before)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(hostSock), "broker-*"))
+	slices.Sort(files)
+	slices.Sort(after)
+	if !slices.Equal(files, after) {
+		t.Errorf("broker sockets on the host %q, want only the registered %q", files, after)
+	}
 	s.remotes[0].must("down", "h11")
 	wantBrokers(1)
 	s.sudo(ns(1), "second-left", 1, 60*time.Second)
