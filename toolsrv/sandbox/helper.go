@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 )
@@ -169,12 +170,22 @@ func HelperMain() {
 	os.Exit(code)
 }
 
+// helperSignals receives the outer stage's signals from its start.
+var helperSignals chan os.Signal
+
 // helper runs the outer stage (supervise) or, with confineArg, the
 // confining stage, which returns only on failure.
 func helper(args []string) (int, error) {
 	confining := len(args) > 0 && args[0] == confineArg
 	if confining {
 		args = args[1:]
+	} else {
+		// The caller may end the call the moment it has started it: a
+		// Kill before supervise listened would be ignored, and the
+		// caller's last resort, SIGKILL, would leave the tool to outlive
+		// the call. Listen first; supervise acts on what came.
+		helperSignals = make(chan os.Signal, 8)
+		signal.Notify(helperSignals, syscall.SIGTERM, syscall.SIGINT, killSignal)
 	}
 	if len(args) < 2 || args[0] != "--" {
 		return 0, errors.New("sandbox: usage: " + helperArg + " -- TOOL [ARGS...] with the policy on fd 3 (run tools through sandbox.Command)")

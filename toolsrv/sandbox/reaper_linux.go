@@ -57,8 +57,11 @@ func supervise(data []byte, p *Policy, args []string) (int, error) {
 		r.Close()
 		return 0, fmt.Errorf("sandbox: policy pipe for %d bytes: %w", len(data), err)
 	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, killSignal)
+	sigs := helperSignals
+	if sigs == nil {
+		sigs = make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, killSignal)
+	}
 
 	argv := append([]string{os.Args[0], helperArg, confineArg}, args...)
 	// /proc/self/exe: this very binary, even if a deploy has replaced the
