@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/ns"
+)
+
+// hostNS serves a host's status and bypass/broker on a socket.
+func hostNS(t *testing.T, sock, brokers string) {
+	t.Helper()
+	read := func(s string) func(context.Context, *ns.Call) ([]byte, error) {
+		return func(context.Context, *ns.Call) ([]byte, error) { return []byte(s), nil }
+	}
+	root := ns.Dir("", 0555, "",
+		ns.ReadFile("status", 0444, "Status.", read("version 1\nuptime 5\nsessions 0\nagents 0\n")),
+		ns.Dir("bypass", 0555, "Approvals.", ns.ReadFile("broker", 0444, "Brokers.", read(brokers))),
+	)
+	tree, err := ns.NewTree(root, "owner", "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.ServeUnix(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+}
+
+// status's APPROVALS column: the keeper's state, an ok checked against the
+// host's bypass/broker, and a missing channel's reason after the tunnel's
+// state, so that "connected" never hides it.
+func TestStatusApprovals(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	t.Setenv("OLLIE_REMOTE_DIR", dir)
+	sock := func(h string) string { return filepath.Join(dir, h+".ns") }
+	hostNS(t, sock("a"), "/run/ns/broker-b\n/run/ns/broker-a\n")
+	hostNS(t, sock("b"), "/run/ns/broker-other\n")
+	hostNS(t, sock("c"), "")
+	held := []heldInfo{
+		{Host: "a", Socket: sock("a"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsOK, Broker: "/run/ns/broker-a"},
+		{Host: "b", Socket: sock("b"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsOK, Broker: "/run/ns/broker-b"},
+		{Host: "c", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsMissing + ": olliesrv does not answer on the host"},
+		{Host: "d", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsRegistering},
+	}
+	l, err := net.Listen("unix", controlSocket(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			var req request
+			json.NewDecoder(c).Decode(&req)
+			json.NewEncoder(c).Encode(reply{Done: true, Held: held})
+			c.Close()
+		}
+	}()
+
+	var out bytes.Buffer
+	statusMain(context.Background(), &common{}, nil, &out, &out)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	col := strings.Index(lines[0], "APPROVALS")
+	if col < 0 || len(lines) != 5 {
+		t.Fatalf("status:\n%s", out.String())
+	}
+	for i, want := range []struct{ cell, tunnel string }{
+		{"ok", "connected"},
+		{"missing", "connected; approvals: the host does not list this desktop's broker socket"},
+		{"missing", "connected; approvals: olliesrv does not answer on the host"},
+		{"registering", "connected"},
+	} {
+		cell, rest, _ := strings.Cut(lines[i+1][col:], " ")
+		if cell != want.cell || strings.TrimSpace(rest) != want.tunnel {
+			t.Errorf("%s: APPROVALS %q, then %q; want %q, then %q", held[i].Host, cell, strings.TrimSpace(rest), want.cell, want.tunnel)
+		}
+	}
+}
