@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"ollie/internal/paths"
@@ -93,21 +91,7 @@ func statusNS(t *testing.T, sock, status string, fail bool) {
 			return []byte(status), nil
 		}),
 	)
-	tree, err := ns.NewTree(root, "owner", "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.ServeUnix(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	serveTree(t, sock, root)
 }
 
 // TestHostTextPrinted: deploy, up, down and status print what hosts said

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"ollie/ns"
 )
@@ -26,21 +23,7 @@ func hostNS(t *testing.T, sock, brokers string) {
 		ns.ReadFile("status", 0444, "Status.", read("version 1\nuptime 5\nsessions 0\nagents 0\n")),
 		ns.Dir("bypass", 0555, "Approvals.", ns.ReadFile("broker", 0444, "Brokers.", read(brokers))),
 	)
-	tree, err := ns.NewTree(root, "owner", "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.ServeUnix(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	serveTree(t, sock, root)
 }
 
 // status's APPROVALS column: the keeper's state, an ok checked against the
