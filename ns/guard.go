@@ -185,6 +185,15 @@ func (g *guard) admit() ([]byte, error) {
 		g.msize = min(want, g.msize)
 		g.mu.Unlock()
 	}
+	if typ == plan9.Tattach && size >= 15 && binary.LittleEndian.Uint32(frame[11:15]) != plan9.NOFID {
+		// Nothing here authenticates through an auth fid (there is no
+		// Tauth), so none is ever valid. And srv9p keeps a reference to
+		// an afid whose names do not match the attach's, so that fid is
+		// never clunked: a client could leak its peer kind's fid budget
+		// one attach at a time (FuzzServe found it).
+		g.reply(tag, "ns: authentication not required: attach with afid NOFID")
+		return nil, nil
+	}
 	g.mu.Lock()
 	most := g.maxOut
 	if typ == plan9.Tflush {
