@@ -8,14 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/creack/pty"
 
 	"ollie/broker"
 )
@@ -39,19 +36,7 @@ func TestTerminalBrokerHostile(t *testing.T) {
 	t.Setenv("OLLIE_REMOTE_DIR", dir)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 
-	cmd := exec.Command(remoteBin, "broker")
-	cmd.Env = os.Environ()
-	tty, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		tty.Close()
-	}()
-	scr := watchTerminal(tty)
-	scr.waitFor(t, "answering the approval requests")
+	tty, scr := startTerminalBroker(t)
 	banner := len(scr.String())
 
 	l, err := net.Listen("unix", filepath.Join(dir, "fwd"))

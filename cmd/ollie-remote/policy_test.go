@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
-
 	"ollie/broker"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -128,19 +126,7 @@ func TestPolicyBrokenReported(t *testing.T) {
 	_, write := testPolicy(t)
 	write("rules:\n  - {tool: rm_rf, decision: deny}\n")
 
-	cmd := exec.Command(remoteBin, "broker")
-	cmd.Env = os.Environ()
-	tty, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		tty.Close()
-	}()
-	scr := watchTerminal(tty)
-	scr.waitFor(t, "answering the approval requests")
+	_, scr := startTerminalBroker(t)
 
 	keeper := exec.Command(remoteBin, keeperCommand)
 	keeper.Env = os.Environ()

@@ -36,20 +36,8 @@ func TestTerminalBroker(t *testing.T) {
 	t.Setenv("OLLIE_REMOTE_DIR", dir)
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no policy file: ask about everything
 
-	cmd := exec.Command(remoteBin, "broker")
-	cmd.Env = os.Environ()
-	tty, err := pty.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		tty.Close()
-	}()
-	scr := watchTerminal(tty)
+	tty, scr := startTerminalBroker(t)
 	waitFor := func(what string) { t.Helper(); scr.waitFor(t, what) }
-	waitFor("answering the approval requests")
 
 	// The keeper's side for host "web1": a forwarded socket served by
 	// serveApprovals, whose own broker would deny (nobody to ask).
@@ -115,6 +103,26 @@ type terminalScreen struct {
 }
 
 // watchTerminal collects everything tty's program writes.
+// startTerminalBroker runs "ollie-remote broker" on a pty until the test
+// ends, and returns the pty and its screen once the broker is answering.
+func startTerminalBroker(t *testing.T) (*os.File, *terminalScreen) {
+	t.Helper()
+	cmd := exec.Command(remoteBin, "broker")
+	cmd.Env = os.Environ()
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		tty.Close()
+	})
+	scr := watchTerminal(tty)
+	scr.waitFor(t, "answering the approval requests")
+	return tty, scr
+}
+
 func watchTerminal(tty *os.File) *terminalScreen {
 	s := &terminalScreen{}
 	go func() {
