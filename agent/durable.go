@@ -15,7 +15,9 @@ import (
 	"ollie/agent/store"
 )
 
-// Record kinds of a session file, beside the store's own tool.* kinds.
+// Record kinds of a session file, beside the store's own tool.* kinds. The
+// namespace's changes are typed (records.go); the loop's journal entries
+// (prompt, dequeue, message, history, end) are written below.
 const (
 	kindSessionName   = "session.name"
 	kindSessionPaused = "session.paused"
@@ -80,8 +82,17 @@ func CreateSessionLog(dir string, s *Session) (*SessionLog, error) {
 	return &SessionLog{st: st}, nil
 }
 
-// Record commits one record of kind with v as its payload.
-func (l *SessionLog) Record(kind string, v any) error {
+// Record commits a change to the session or one of its agents, before the
+// caller applies it.
+func (l *SessionLog) Record(c Change) error {
+	if err := l.record(c.kind(), c); err != nil {
+		return fmt.Errorf("cannot record %s: %w", c.kind(), err)
+	}
+	return nil
+}
+
+// record commits one record of kind with v as its payload.
+func (l *SessionLog) record(kind string, v any) error {
 	rec, err := store.NewRecord(kind, v)
 	if err != nil {
 		return err
@@ -97,7 +108,7 @@ func (l *SessionLog) Path() string { return l.st.Path() }
 // written before it takes effect, so there is nothing else to save; after a
 // failed write (a full disk) this also puts the file back, as any change
 // would. The error names the file and why it cannot be written.
-func (l *SessionLog) Save() error { return l.Record(kindSessionSave, nil) }
+func (l *SessionLog) Save() error { return l.record(kindSessionSave, nil) }
 
 // Broken returns why the last write to the file failed, until a write
 // succeeds again; nil when the file holds every change.
@@ -183,7 +194,7 @@ func (j *agentJournal) Entry(kind string, v any) error {
 	j.mu.Lock()
 	rec.Chat, j.chat = j.chat, ""
 	j.mu.Unlock()
-	if err := j.l.Record(recKind, rec); err != nil {
+	if err := j.l.record(recKind, rec); err != nil {
 		// Not in the file: the next entry carries it.
 		j.mu.Lock()
 		j.chat = rec.Chat + j.chat
@@ -295,18 +306,15 @@ func restoreSession(path string) (*RestoredSession, error) {
 		calls.add(r)
 		switch r.Kind {
 		case kindSessionName:
-			var v struct{ Name string }
+			var v SessionRenamed
 			r.Decode(&v)
 			rs.Meta.Name = v.Name
 		case kindSessionPaused:
-			var v struct{ Paused bool }
+			var v SessionPaused
 			r.Decode(&v)
 			rs.Paused = v.Paused
 		case kindSessionGoal:
-			var v struct {
-				Goal   *string `json:"goal"`
-				Status string  `json:"status"`
-			}
+			var v GoalSet
 			r.Decode(&v)
 			if v.Goal != nil {
 				rs.Goal = *v.Goal
@@ -322,16 +330,10 @@ func restoreSession(path string) (*RestoredSession, error) {
 				rs.Agents = append(rs.Agents, a)
 			}
 		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd:
-			var v struct {
-				agentRecord
-				Name    string   `json:"name"`
-				Plan    string   `json:"plan"`
-				Model   string   `json:"model"`
-				Peer    string   `json:"peer"`
-				Add     bool     `json:"add"`
-				Profile string   `json:"profile"`
-				Tools   []string `json:"tools"`
-			}
+			// Each agent.* record names its agent; the journal's carry
+			// the chat written before them. The fields of the
+			// namespace's changes are read below, by kind.
+			var v agentRecord
 			r.Decode(&v)
 			a := byID[v.Agent]
 			if a == nil {
@@ -345,22 +347,34 @@ func restoreSession(path string) (*RestoredSession, error) {
 			}
 			switch r.Kind {
 			case kindAgentName:
-				a.Name = v.Name
+				var c AgentRenamed
+				r.Decode(&c)
+				a.Name = c.Name
 			case kindAgentPlan:
-				a.Plan = v.Plan
+				var c AgentPlanSet
+				r.Decode(&c)
+				a.Plan = c.Plan
 			case kindAgentModel:
-				a.Model = v.Model
+				var c AgentModelSet
+				r.Decode(&c)
+				a.Model = c.Model
 			case kindAgentProfile:
-				a.Profile, a.Tools = v.Profile, nil
+				var c AgentProfileSet
+				r.Decode(&c)
+				a.Profile, a.Tools = c.Profile, nil
 			case kindAgentTools:
-				a.Tools = append([]string{}, v.Tools...)
+				var c AgentToolsSet
+				r.Decode(&c)
+				a.Tools = append([]string{}, c.Tools...)
 			case kindAgentPeer:
-				if other := byID[v.Peer]; other != nil {
+				var c AgentPeered
+				r.Decode(&c)
+				if other := byID[c.Peer]; other != nil {
 					for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {
 						if p[0].Peers == nil {
 							p[0].Peers = map[string]bool{}
 						}
-						if v.Add {
+						if c.Add {
 							p[0].Peers[p[1].ID] = true
 						} else {
 							delete(p[0].Peers, p[1].ID)

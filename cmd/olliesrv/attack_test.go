@@ -17,6 +17,7 @@ import (
 	"ollie/agent/fakellm"
 
 	"ollie/internal/lab"
+	"ollie/internal/nstest"
 	"ollie/ns"
 )
 
@@ -69,7 +70,7 @@ type attackRig struct {
 	ollie string
 	llm   *fakellm.Server
 	fs    *client.Fsys // the test's own connection: root, so the admin
-	log   *syncBuffer
+	log   *nstest.SyncBuffer
 	ids   map[string]string // agent name → ID
 	calls int               // tool calls scripted so far
 	sid   string
@@ -223,7 +224,7 @@ func newAttackRig(t *testing.T, cred *syscall.Credential) *attackRig {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0755)
-	r := &attackRig{t: t, cred: cred, base: base, log: &syncBuffer{}, ids: map[string]string{}}
+	r := &attackRig{t: t, cred: cred, base: base, log: &nstest.SyncBuffer{}, ids: map[string]string{}}
 
 	// Everything olliesrv's user must reach is in base and belongs to it;
 	// the binaries too, since the sandbox lets tools run the ollie beside
@@ -303,18 +304,18 @@ func newAttackRig(t *testing.T, cred *syscall.Credential) *attackRig {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	r.fs = attach(t, sock, "")
-	if st := readFile(t, r.fs, "status"); !strings.Contains(st, "pid "+strconv.Itoa(cmd.Process.Pid)) {
+	r.fs = nstest.Attach(t, sock, "")
+	if st := nstest.ReadFile(t, r.fs, "status"); !strings.Contains(st, "pid "+strconv.Itoa(cmd.Process.Pid)) {
 		t.Fatalf("status of another olliesrv: %s", st)
 	}
 
 	r.admin("session/new", "name=s cwd="+r.work)
-	r.sid = strings.TrimSpace(readFile(t, r.fs, "session/s/id"))
+	r.sid = strings.TrimSpace(nstest.ReadFile(t, r.fs, "session/s/id"))
 	// b first: it is the session's first agent, which the goal goes to.
 	r.newAgent("b", "name=b profile=default")
 	r.newAgent("a", "name=a profile=default")
 	r.newAgent("orch", "name=orch profile=orchestrator cwd="+filepath.Join(r.work, "orch"))
-	if err := writeFile(r.fs, "session/s/agent/b/plan", "b's own plan"); err != nil {
+	if err := nstest.WriteFile(r.fs, "session/s/agent/b/plan", "b's own plan"); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -364,7 +365,7 @@ func chownTree(t *testing.T, root string, cred *syscall.Credential) {
 // admin makes a request as the server's owner, which must succeed.
 func (r *attackRig) admin(path, req string) string {
 	r.t.Helper()
-	out, err := rdwr(r.fs, path, req)
+	out, err := nstest.RdWr(r.fs, path, req)
 	if err != nil {
 		r.t.Fatalf("%s %q: %v\n%s", path, req, err, r.log.String())
 	}
@@ -374,13 +375,13 @@ func (r *attackRig) admin(path, req string) string {
 func (r *attackRig) newAgent(name, req string) {
 	r.t.Helper()
 	r.admin("session/s/agent/new", req)
-	r.ids[name] = strings.TrimSpace(readFile(r.t, r.fs, "session/s/agent/"+name+"/id"))
+	r.ids[name] = strings.TrimSpace(nstest.ReadFile(r.t, r.fs, "session/s/agent/"+name+"/id"))
 }
 
 func (r *attackRig) turns(agentPath string) int {
 	r.t.Helper()
 	var st struct{ Turns int }
-	if err := json.Unmarshal([]byte(readFile(r.t, r.fs, agentPath+"/stats")), &st); err != nil {
+	if err := json.Unmarshal([]byte(nstest.ReadFile(r.t, r.fs, agentPath+"/stats")), &st); err != nil {
 		r.t.Fatal(err)
 	}
 	return st.Turns
@@ -436,13 +437,13 @@ func (r *attackRig) attack(agentPath, tool string, then ...fakellm.Response) (ou
 func (r *attackRig) prompt(agentPath, text string) {
 	r.t.Helper()
 	before := r.turns(agentPath)
-	if err := writeFile(r.fs, agentPath+"/prompt", text); err != nil {
+	if err := nstest.WriteFile(r.fs, agentPath+"/prompt", text); err != nil {
 		r.t.Fatal(err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for r.turns(agentPath) == before {
 		if time.Now().After(deadline) {
-			log, _ := tryRead(r.fs, agentPath+"/log")
+			log, _ := nstest.TryRead(r.fs, agentPath+"/log")
 			r.t.Fatalf("%s: the turn of %q did not end; log:\n%s\nolliesrv:\n%s", agentPath, text, log, r.log.String())
 		}
 		time.Sleep(25 * time.Millisecond)
@@ -464,7 +465,7 @@ func (r *attackRig) refused(lines map[string]string, label, why string) {
 func (r *attackRig) sessions() string {
 	r.t.Helper()
 	var names []string
-	for _, l := range strings.Split(strings.TrimSpace(readFile(r.t, r.fs, "session/idx")), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(nstest.ReadFile(r.t, r.fs, "session/idx")), "\n") {
 		if f := strings.Split(l, "\t"); len(f) > 1 {
 			names = append(names, f[1])
 		}
@@ -494,7 +495,7 @@ func (r *attackRig) nestedSession() {
 	if got := r.sessions(); got != "s" {
 		r.t.Errorf("sessions after the attack: %s", got)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/idx"); strings.Contains(got, "esc") {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/idx"); strings.Contains(got, "esc") {
 		r.t.Errorf("agents after the attack:\n%s", got)
 	}
 	r.bashrcUntouched()
@@ -520,14 +521,14 @@ func (r *attackRig) orchestrator() {
 	if got := r.sessions(); got != "s inside" {
 		r.t.Errorf("sessions after the orchestrator's attempts: %s", got)
 	}
-	if got := readFile(r.t, r.fs, "session/inside/env"); !strings.Contains(got, "OLLIE_CWD="+filepath.Join(orch, "sub")+"\n") {
+	if got := nstest.ReadFile(r.t, r.fs, "session/inside/env"); !strings.Contains(got, "OLLIE_CWD="+filepath.Join(orch, "sub")+"\n") {
 		r.t.Errorf("the new session's env:\n%s", got)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/idx"); strings.Contains(got, "\tfar\t") {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/idx"); strings.Contains(got, "\tfar\t") {
 		r.t.Errorf("an agent was made in $HOME:\n%s", got)
 	}
 	// The kid's row: session, id, name, parent, depth, state.
-	idx := readFile(r.t, r.fs, "session/inside/agent/idx")
+	idx := nstest.ReadFile(r.t, r.fs, "session/inside/agent/idx")
 	f := strings.Split(strings.TrimSpace(idx), "\t")
 	if len(f) < 6 || f[2] != "kid" || f[3] != r.ids["orch"] || f[4] != "1" {
 		r.t.Errorf("session/inside/agent/idx = %q, want kid with parent %s at depth 1", idx, r.ids["orch"])
@@ -536,7 +537,7 @@ func (r *attackRig) orchestrator() {
 	if got := r.admin("session/inside/agent/kid/ctl", "tools"); !strings.HasPrefix(got, "spawn\t") || strings.Count(got, "\n") != 1 {
 		r.t.Errorf("the kid's tools:\n%s", got)
 	}
-	if got, err := rdwr(r.fs, "session/inside/agent/kid/ctl", "tool_load nest"); err == nil || !strings.Contains(err.Error(), "never outgrows its maker") {
+	if got, err := nstest.RdWr(r.fs, "session/inside/agent/kid/ctl", "tool_load nest"); err == nil || !strings.Contains(err.Error(), "never outgrows its maker") {
 		r.t.Errorf("tool_load beyond the maker's tools: %q %v", got, err)
 	}
 	if got := strings.TrimSpace(r.admin("session/inside/agent/kid/ctl", "cwd")); got != filepath.Join(orch, "sub") {
@@ -567,19 +568,19 @@ func (r *attackRig) impersonation() {
 	if got := lines["own plan"]; !strings.HasPrefix(got, "0") {
 		r.t.Errorf("a's tool could not write a's own plan: %q", got)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/a/plan"); got != "mine\n" {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/a/plan"); got != "mine\n" {
 		r.t.Errorf("a's plan = %q", got)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/b/plan"); got != "b's own plan" {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/b/plan"); got != "b's own plan" {
 		r.t.Errorf("b's plan = %q", got)
 	}
-	if got, err := tryRead(r.fs, "session/s/agent/b/state"); err != nil || got != "idle\n" {
+	if got, err := nstest.TryRead(r.fs, "session/s/agent/b/state"); err != nil || got != "idle\n" {
 		r.t.Errorf("b after the attack: %q %v", got, err)
 	}
 	if n := r.turns("session/s/agent/b"); n != 0 {
 		r.t.Errorf("b ran %d turns: someone prompted it", n)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/b/fifo"); got != "" {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/b/fifo"); got != "" {
 		r.t.Errorf("b's queue: %q", got)
 	}
 }
@@ -599,7 +600,7 @@ func (r *attackRig) groupNames() {
 		}
 		r.refused(lines, "u="+u+" no-token goalstatus", "permission denied")
 	}
-	if got := readFile(r.t, r.fs, "session/s/goalstatus"); strings.Contains(got, "blocked") {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/goalstatus"); strings.Contains(got, "blocked") {
 		r.t.Errorf("goalstatus = %q", got)
 	}
 }
@@ -619,7 +620,7 @@ func (r *attackRig) hog() {
 	if held == 0 || held > ns.DefaultMaxKindFids || refused == 0 || !strings.Contains(lines["hog fids"], "too many fids held by sandboxed connections") {
 		r.t.Errorf("the tool's fids: %q, want at most %d held and the rest refused", lines["hog fids"], ns.DefaultMaxKindFids)
 	}
-	if got := readFile(r.t, r.fs, "session/s/agent/a/state"); got == "" {
+	if got := nstest.ReadFile(r.t, r.fs, "session/s/agent/a/state"); got == "" {
 		r.t.Error("the owner was not served after the tool")
 	}
 }

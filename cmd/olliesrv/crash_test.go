@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
 )
 
 // Crash and resume, through the real binary: olliesrv is killed with
@@ -66,7 +67,7 @@ echo "real result of run $n"
 `
 
 func newCrashRig(t *testing.T, replaySafe bool) *crashRig {
-	r := &crashRig{t: t, llm: fakellm.Start(t), dir: shortTempDir(t), work: t.TempDir(), state: t.TempDir()}
+	r := &crashRig{t: t, llm: fakellm.Start(t), dir: nstest.ShortTempDir(t), work: t.TempDir(), state: t.TempDir()}
 	tools, config := t.TempDir(), t.TempDir()
 	meta := fmt.Sprintf(`{"description": "Append to a marker file.", "timeout": 300, "replaySafe": %t}`, replaySafe)
 	os.WriteFile(filepath.Join(tools, "mark.meta"), []byte(meta), 0644)
@@ -314,7 +315,7 @@ func (r *crashRig) chatSays(want string) string {
 	_, ollie := binaries(r.t)
 	cmd := exec.Command(ollie, "read", "session/crash/agent/a/chat")
 	cmd.Env = append(os.Environ(), "NAMESPACE="+r.dir)
-	var out syncBuffer
+	var out nstest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)

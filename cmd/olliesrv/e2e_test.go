@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
 )
 
 var (
@@ -99,7 +100,7 @@ func runBinary(t *testing.T, dir, stdin string, args ...string) (string, int) {
 // refused second server, and a clean SIGTERM that interrupts a blocked
 // reader and removes the socket.
 func TestBinaryLifecycle(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := nstest.ShortTempDir(t)
 	srv, ollie := binaries(t)
 	cmd, log := startBinary(t, dir)
 
@@ -170,7 +171,7 @@ func TestBinaryLifecycle(t *testing.T) {
 // TestBinarySessionTools checks that a session gets its own toolsrv child,
 // reports how tools are sandboxed, and loses the child when killed.
 func TestBinarySessionTools(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := nstest.ShortTempDir(t)
 	tools := t.TempDir()
 	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo."}`), 0644)
 	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\ncat\n"), 0755)
@@ -220,7 +221,7 @@ func TestBinarySessionTools(t *testing.T) {
 // user as olliesrv, cannot use the namespace socket as the admin: every
 // sandboxed process has no_new_privs, and such peers are not trusted.
 func TestSandboxedToolIsNotAdmin(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := nstest.ShortTempDir(t)
 	srv, ollie := binaries(t)
 	startBinary(t, dir)
 	sock := filepath.Join(dir, "ollie")
@@ -262,7 +263,7 @@ func TestCrashDuringTool(t *testing.T) {
 	state := t.TempDir()
 	env := []string{"OLLIE_TOOLS_PATH=" + tools, "OLLIE_DATA=" + data, "XDG_STATE_HOME=" + state,
 		"OPENAI_BASE_URL=" + llm.URL + "/v1", "OPENAI_API_KEY=test-key", "OPENAI_MODEL=fake-model"}
-	dir := shortTempDir(t)
+	dir := nstest.ShortTempDir(t)
 	srv, log := startBinary(t, dir, env...)
 
 	llm.Push(fakellm.ToolCall("slow", `{}`))
@@ -339,7 +340,7 @@ func TestCrashDuringTool(t *testing.T) {
 // TestBinaryToolsRunAsksTheGate: "olliesrv tools run" of an elevated tool
 // asks the running daemon's approval gate, as an agent's call does.
 func TestBinaryToolsRunAsksTheGate(t *testing.T) {
-	dir := shortTempDir(t)
+	dir := nstest.ShortTempDir(t)
 	tools := t.TempDir()
 	os.WriteFile(filepath.Join(tools, "lift.meta"), []byte(`{"description": "Lift.", "elevated": true}`), 0644)
 	os.WriteFile(filepath.Join(tools, "lift"), []byte("#!/bin/sh\necho lifted\n"), 0755)

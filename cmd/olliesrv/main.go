@@ -12,8 +12,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"ollie/ns/shell"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
+	"ollie/tunnel/deploy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -29,7 +31,7 @@ func main() {
 		toolsrv.ChildMain()
 	}
 	if filepath.Base(os.Args[0]) == "ollie" {
-		os.Exit(ollieMain(os.Args[1:]))
+		os.Exit(shell.Main(os.Args[1:]))
 	}
 	os.Exit(olliesrvMain(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -51,7 +53,7 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return serveMain(args, stderr)
 	case "ollie":
-		return ollieMain(args)
+		return shell.Main(args)
 	case "tools":
 		return toolsMain(args, os.Stdin, stdout, stderr)
 	case "start":
@@ -59,7 +61,7 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 	case "stop":
 		return stopMain(args, stdout, stderr)
 	case "install":
-		return installMain(args, os.Stdin, stdout, stderr)
+		return deploy.Install(args, os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "olliesrv", version)
 		return 0

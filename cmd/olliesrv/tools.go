@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,11 +10,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 
-	"ollie/agent"
 	"ollie/ns"
+	"ollie/ns/daemon"
+	"ollie/ns/host"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 )
@@ -44,32 +43,11 @@ func toolsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// sandboxStatus describes, loudly when it matters, how tools are confined
-// on this host under the default profile.
-func sandboxStatus(cwd string) string {
-	prof, err := sandbox.DefaultProfiles().Load("default")
-	if err != nil {
-		return "TOOLS WILL NOT RUN: " + err.Error()
-	}
-	p, err := prof.Resolve(sandbox.Vars{CWD: cwd})
-	if err != nil {
-		return "TOOLS WILL NOT RUN: " + err.Error()
-	}
-	if err := p.Check(); err != nil {
-		return "TOOLS WILL NOT RUN: " + err.Error()
-	}
-	e := p.Enforcement()
-	if e.Level != sandbox.Full {
-		return "WARNING: TOOLS RUN " + strings.ToUpper(e.Level.String()) + ": " + e.String()
-	}
-	return e.String() + ", profile " + p.File
-}
-
 func toolsList(w io.Writer) int {
 	path := toolsrv.ToolsPath()
 	reg := toolsrv.Load(path, toolsrv.LocalHost{})
 	cwd, _ := os.Getwd()
-	fmt.Fprintf(w, "tools path: %s\nsandbox: %s\n\n", strings.Join(path, ":"), sandboxStatus(cwd))
+	fmt.Fprintf(w, "tools path: %s\nsandbox: %s\n\n", strings.Join(path, ":"), sandbox.Describe(cwd))
 	for _, e := range reg.Explain() {
 		fmt.Fprintln(w, e.String())
 	}
@@ -131,13 +109,13 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	r := &toolsrv.Runner{Tools: session, Cwd: *cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: path}
 	// Cut output is kept after exit, as the note tells, in a private
 	// directory made only if some is cut.
-	if root, err := toolsrv.SpillRoot(defaultStateDir()); err == nil {
+	if root, err := toolsrv.SpillRoot(host.DefaultStateDir()); err == nil {
 		r.SpillBase = root
 	} else {
 		fmt.Fprintf(stderr, "olliesrv tools run: %v; cut output goes under %s\n", err, os.TempDir())
 	}
 	// With a daemon running, its approval gate answers as it does for agents.
-	if gate := filepath.Join(ns.NamespaceDir(), "elevate"); daemonPID() != 0 {
+	if gate := filepath.Join(ns.NamespaceDir(), "elevate"); daemon.PID() != 0 {
 		r.Approver = toolsrv.GateApprover{Socket: gate}
 		r.ElevateSocket = gate
 	}
@@ -166,61 +144,4 @@ func isTerminal(r io.Reader) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// toolServers holds each session's toolsrv child, started on first use.
-type toolServers struct {
-	mu        sync.Mutex
-	children  map[string]*toolsrv.Child
-	private   map[string]map[string]bool // by session: tools loaded for one agent
-	elevate   string                     // the approval gate's socket, for OLLIE_ELEVATE_SOCKET
-	namespace string                     // the namespace socket's directory, for OLLIE_NAMESPACE
-	spill     string                     // the daemon's SpillArea, where each session's toolsrv keeps cut output
-	closed    bool
-}
-
-func (ts *toolServers) get(ctx context.Context, s *agent.Session) (*toolsrv.Child, error) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if ts.closed {
-		return nil, errors.New("olliesrv is shutting down")
-	}
-	if c := ts.children[s.ID]; c != nil {
-		return c, nil
-	}
-	c, err := toolsrv.Spawn(ctx, toolsrv.SpawnConfig{Cwd: s.Cwd(), SessionID: s.ID, Stderr: os.Stderr, ElevateSocket: ts.elevate, Namespace: ts.namespace, SpillBase: ts.spill, Yolo: s.Yolo})
-	if err != nil {
-		return nil, err
-	}
-	if ts.children == nil {
-		ts.children = map[string]*toolsrv.Child{}
-	}
-	ts.children[s.ID] = c
-	return c, nil
-}
-
-// stop ends a session's toolsrv, which kills its processes.
-func (ts *toolServers) stop(id string) {
-	ts.mu.Lock()
-	c := ts.children[id]
-	delete(ts.children, id)
-	delete(ts.private, id)
-	ts.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
-}
-
-// closeAll ends every toolsrv, for shutdown.
-func (ts *toolServers) closeAll() {
-	ts.mu.Lock()
-	ts.closed = true
-	ids := make([]string, 0, len(ts.children))
-	for id := range ts.children {
-		ids = append(ids, id)
-	}
-	ts.mu.Unlock()
-	for _, id := range ids {
-		ts.stop(id)
-	}
 }

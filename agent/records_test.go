@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"reflect"
+	"testing"
+)
+
+// Every change the namespace records comes back from the file as it went
+// in: the writer's type is the reader's, so a kind or a field cannot be
+// written one way and read another.
+func TestChangesRestore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewSessions(nil).Create(SessionOptions{Name: "first", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := CreateSessionLog(dir, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goal := "ship it"
+	for _, c := range []Change{
+		SessionRenamed{Name: "second"},
+		SessionPaused{Paused: true},
+		GoalSet{Goal: &goal, Status: "working"},
+		GoalSet{Status: "done"},
+		AgentMeta{ID: "a1", Name: "one", Cwd: dir, Model: "m0", Profile: "default"},
+		AgentMeta{ID: "a2", Name: "two", Cwd: dir},
+		AgentMeta{ID: "a3", Name: "three", Cwd: dir},
+		AgentRenamed{Agent: "a1", Name: "uno"},
+		AgentModelSet{Agent: "a1", Model: "m1"},
+		AgentPlanSet{Agent: "a1", Plan: "1. look\n2. fix\n"},
+		AgentProfileSet{Agent: "a1", Profile: "orchestrator"},
+		AgentToolsSet{Agent: "a1", Tools: []string{"shell", "read"}},
+		AgentPeered{Agent: "a1", Peer: "a2", Add: true},
+		AgentPeered{Agent: "a1", Peer: "a3", Add: true},
+		AgentPeered{Agent: "a3", Peer: "a1", Add: false},
+		AgentKilled{Agent: "a3"},
+	} {
+		if err := l.Record(c); err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+	}
+	l.Close()
+
+	got, damaged := RestoreSessions(dir)
+	if len(damaged) > 0 || len(got) != 1 {
+		t.Fatalf("restored %d sessions, damaged %v", len(got), damaged)
+	}
+	rs := got[0]
+	defer rs.Log.Close()
+	if rs.Meta.Name != "second" || !rs.Paused || rs.Goal != goal || rs.GoalStatus != "done" {
+		t.Errorf("session: name %q paused %v goal %q status %q", rs.Meta.Name, rs.Paused, rs.Goal, rs.GoalStatus)
+	}
+	if len(rs.Agents) != 2 {
+		t.Fatalf("agents: %d, want a1 and a2 (a3 was killed)", len(rs.Agents))
+	}
+	a := rs.Agents[0]
+	want := RestoredAgent{
+		AgentMeta: AgentMeta{ID: "a1", Name: "uno", Cwd: dir, Model: "m1", Profile: "orchestrator"},
+		Plan:      "1. look\n2. fix\n",
+		Tools:     []string{"shell", "read"},
+		Peers:     map[string]bool{"a2": true},
+	}
+	a.Chat, a.History = "", nil
+	if !reflect.DeepEqual(*a, want) {
+		t.Errorf("agent a1:\n got %+v\nwant %+v", *a, want)
+	}
+	if p := rs.Agents[1].Peers; !reflect.DeepEqual(p, map[string]bool{"a1": true}) {
+		t.Errorf("agent a2's peers: %v, want a1 only", p)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"ollie/agent/backend"
+	"ollie/broker"
+	"ollie/ns"
+	"ollie/ns/host"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func serveMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("olliesrv serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect reads what is world-readable (as none, who writes nothing)")
+	trace := fs.Bool("trace", false, "log every 9P message to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "olliesrv serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg := host.Config{Version: version, Dir: ns.NamespaceDir(), TCP: *tcp, Log: log}
+	if f, err := broker.DefaultAlwaysPath(); err == nil {
+		cfg.AlwaysFile = f
+	}
+	reg, err := backend.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	for _, w := range reg.Warnings() {
+		log.Warn("olliesrv: backends", "warning", w)
+	}
+	cfg.Registry = reg
+	cfg.LoadBackends = backend.Load
+	if *trace {
+		cfg.Trace = stderr
+	}
+	d, err := host.Start(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	select {
+	case <-ctx.Done():
+		log.Info("olliesrv: signal received, shutting down")
+	case <-d.Killed():
+		log.Info("olliesrv: ctl kill, shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(sctx); err != nil {
+		log.Warn("olliesrv: shutdown did not finish cleanly", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,133 @@
+// Package daemon finds, starts and stops the olliesrv that serves this user's
+// namespace, from a command: "olliesrv start" and "stop", "ollie -start" (what
+// "ssh host ollie" runs), and the restart an upgrade needs. A detached daemon
+// outlives the ssh connection that started it; the lock it holds is what
+// makes its pid current.
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"ollie/ns"
+	"ollie/ns/client"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PID is the pid of the olliesrv serving this user's namespace, or 0.
+// The lock records it; the lock being held is what makes it current.
+func PID() int {
+	lock := ns.SocketPath() + ".lock"
+	f, err := os.Open(lock)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return 0 // nobody holds it
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 32))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// Stop asks the running daemon to shut down and waits for it to let
+// go of its lock.
+func Stop(timeout time.Duration) error {
+	c, err := client.Dial("")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err = c.Write(ctx, "ctl", []byte("kill"))
+	c.Close()
+	if err != nil && !errors.Is(err, client.ErrConnLost) {
+		return err
+	}
+	for PID() != 0 {
+		if ctx.Err() != nil {
+			return fmt.Errorf("olliesrv did not exit within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// LogPath is where a detached daemon writes: $XDG_STATE_HOME/ollie/olliesrv.log.
+func LogPath() string {
+	state := os.Getenv("XDG_STATE_HOME")
+	if state == "" {
+		home, _ := os.UserHomeDir()
+		state = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(state, "ollie", "olliesrv.log")
+}
+
+// StartDetached starts exe serve in its own session, so that it outlives
+// the ssh connection or shell that started it, and waits until it answers.
+func StartDetached(exe string, timeout time.Duration) (int, error) {
+	logPath := LogPath()
+	if err := os.MkdirAll(filepath.Dir(logPath), 0700); err != nil {
+		return 0, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, io.SeekEnd)
+	cmd := exec.Command(exe, "serve")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sock := ns.SocketPath()
+	deadline := time.After(timeout)
+	for {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			if PID() == cmd.Process.Pid {
+				return cmd.Process.Pid, nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return 0, fmt.Errorf("olliesrv exited at once (%v): %s", err, logTail(logPath, start))
+		case <-deadline:
+			return 0, fmt.Errorf("olliesrv did not answer on %s within %v; see %s", sock, timeout, logPath)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// logTail is what the log gained since offset, for an error message.
+func logTail(path string, off int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < off {
+		return "see " + path
+	}
+	b = bytes.TrimSpace(b[off:])
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}

@@ -1,0 +1,118 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"ollie/broker"
+	"ollie/ns"
+)
+
+// The namespace side of the approval gate: bypass/policy, bypass/broker
+// and bypass/pending/{id}.
+
+func (n *namespace) bypassPolicy(ctx context.Context, c *ns.Call) ([]byte, error) {
+	return []byte(n.gate.Policy().String()), nil
+}
+
+func (n *namespace) setBypassPolicy(ctx context.Context, c *ns.Call, data []byte) error {
+	p, err := broker.ParseHostPolicy(string(data), n.gate.Policy())
+	if err != nil {
+		return err
+	}
+	n.gate.SetPolicy(p)
+	n.bus.Publish("bypass.policy", strings.TrimSpace(p.String()))
+	return nil
+}
+
+// bypassBroker lists the registered brokers, newest first: the gate asks
+// them in that order.
+func (n *namespace) bypassBroker(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, p := range n.gate.Brokers() {
+		b.WriteString(p + "\n")
+	}
+	return []byte(b.String()), nil
+}
+
+// setBypassBroker takes a line per change: PATH (or +PATH) registers a
+// broker's socket, -PATH removes that registration and no other.
+func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte) error {
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return fmt.Errorf("%s: write PATH to register a broker's socket, -PATH to remove it", c.Path())
+	}
+	for _, l := range lines {
+		if p, ok := strings.CutPrefix(l, "-"); ok {
+			n.gate.Unregister(p)
+			continue
+		}
+		if err := n.gate.Register(strings.TrimPrefix(l, "+")); err != nil {
+			return fmt.Errorf("%s: %w", c.Path(), err)
+		}
+	}
+	return nil
+}
+
+func (n *namespace) listPending(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	var ents []ns.Entry
+	for _, r := range n.gate.Pending() {
+		ents = append(ents, ns.Entry{Name: r.ID, Key: r.ID})
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupPending(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	if _, ok := n.gate.PendingRequest(name); !ok {
+		return ns.Entry{}, false
+	}
+	return ns.Entry{Name: name, Key: name}, true
+}
+
+func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error) {
+	r, ok := n.gate.PendingRequest(c.Key("id"))
+	if !ok {
+		return nil, fmt.Errorf("%s: request %s is no longer pending", c.Path(), c.Key("id"))
+	}
+	return []byte(r.Prompt() + "write approve, always or deny [REASON] to this file to answer\n"), nil
+}
+
+// decidePending answers a parked request. An "always" is kept in the
+// host's always file too, as the desktop keeps one in its policy file, so
+// that it outlasts the daemon.
+func (n *namespace) decidePending(ctx context.Context, c *ns.Call, data []byte) error {
+	id := c.Key("id")
+	req, _ := n.gate.PendingRequest(id)
+	if err := n.gate.Decide(id, string(data)); err != nil {
+		return err
+	}
+	if req == nil || n.always == "" || !n.gate.AlwaysAllowed(req.Tool) {
+		return nil
+	}
+	if err := broker.SaveAlways(n.always, req.Tool, req.ID); err != nil {
+		// The answer is given; only keeping it failed.
+		n.log.Warn("olliesrv: an always answer holds until the daemon stops: it could not be kept", "tool", req.Tool, "err", err)
+		return fmt.Errorf("%s: approved always until olliesrv stops, but not kept in %s: %w", c.Path(), n.always, err)
+	}
+	return nil
+}
+
+// loadAlways approves the tools the host's always file names, kept from
+// "always" answers given before the daemon started.
+func (n *namespace) loadAlways() {
+	if n.always == "" {
+		return
+	}
+	tools, err := broker.LoadAlways(n.always)
+	if err != nil {
+		n.log.Error("olliesrv: the always file cannot be read; no tool is approved always until it is fixed", "err", err)
+		return
+	}
+	n.gate.AllowAlways(tools...)
+}

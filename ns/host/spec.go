@@ -1,0 +1,563 @@
+// Package host is the host's namespace: the files of /, session/,
+// session/S/agent/, bypass/ and their handlers, over the sessions and agents
+// of package agent, the tools of toolsrv and the approval gate of broker,
+// and the daemon that serves them (Start). It trusts the peer kind ns
+// proved for each connection and nothing a client writes.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"ollie/agent"
+	"ollie/agent/backend"
+	"ollie/broker"
+	"ollie/internal/paths"
+	"ollie/ns"
+	"ollie/toolsrv"
+	"ollie/toolsrv/sandbox"
+)
+
+// namespace is the state the root namespace serves.
+type namespace struct {
+	log    *slog.Logger
+	logs   *sessionLogs
+	tools  *toolServers
+	agents *agents
+	// bmu guards backends and registry, which ctl invalidate replaces
+	// when loadBackends is set.
+	bmu          sync.Mutex
+	backends     func(name string) (backend.Backend, error) // nil: none configured
+	registry     *backend.Registry                          // may be nil
+	loadBackends func() (*backend.Registry, error)
+	bus          *ns.Bus
+	sessions     *agent.Sessions
+	host         string
+	kill         func() // asks the daemon to shut down
+	tree         *ns.Tree
+	version      string // this binary's, for status and env
+	started      time.Time
+	gate         *broker.Gate
+	always       string // where "always" answers through bypass/pending are kept; "": not kept
+}
+
+// spec declares the namespace. Every file is one line; help is generated
+// from this declaration.
+func (n *namespace) spec() *ns.Node {
+	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
+	return ns.Dir("", 0555, "",
+		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
+		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
+		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
+		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
+		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
+		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
+		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
+		ns.RdWrFile("generate", 0666, `One-shot generation: write a prompt (or {"prompt", "system", "model", "backend"} as JSON); read the reply.`, n.generate),
+		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
+		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
+		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
+			Doc: "Server events as 'topic payload' lines: read blocks for the next events; write patterns, then read them as they come."},
+		ns.Dir("bypass", 0555, "Approvals of sandbox escapes (elevated, bypass) and sudo.",
+			&ns.Node{Name: "policy", Mode: 0644, Read: n.bypassPolicy, Write: n.setBypassPolicy,
+				Doc: "What happens while no desktop broker is connected: nobroker=pending (wait here) or deny; timeout=DURATION for any answer; yolo=allow (default: the admin may create yolo sessions, a connected desktop asked first) or deny."},
+			&ns.Node{Name: "broker", Mode: 0600, Read: n.bypassBroker, Write: n.setBypassBroker,
+				Doc: "Sockets leading to desktop brokers, newest first (the gate asks the newest that answers): write PATH to register one (ollie-remote up registers one per SSH connection), -PATH to remove it."},
+			ns.Dir("pending", 0555, "Requests waiting for a decision while no broker is connected.",
+				ns.DynamicFile("id", 0644, "A pending request: read it; write approve, always or deny [REASON].",
+					&ns.Each{List: n.listPending, Lookup: n.lookupPending},
+					&ns.Node{Read: n.readPending, Write: n.decidePending}),
+			),
+		),
+		ns.Dir("session", 0555, "Session collection.",
+			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR] [yolo=true]'; read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it). yolo=true (the admin only, as bypass/policy and a connected desktop allow): every tool runs unsandboxed and without approval.", n.newSession),
+			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served)<TAB>yolo (yolo: tools unsandboxed and without approval; else -).", n.sessionIdx),
+			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
+				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
+				&ns.Node{Name: "name", Mode: 0644, Read: n.sessionRead(sessionName), Write: n.renameSession,
+					Doc: "Mutable display name: write to rename."},
+				ns.ReadFile("env", 0444, "Session environment and runtime variables (OLLIE_YOLO=1 and OLLIE_SANDBOX=NONE for a yolo session).", n.sessionRead(n.sessionEnv)),
+				ns.ReadFile("paused", 0444, "Pause state: true or false.", n.sessionRead(sessionPaused)),
+				&ns.Node{Name: "goal", Mode: 0644, Read: n.sessionRead(func(s *agent.Session) string { g, _ := s.Goal(); return g }),
+					Write: n.setGoal, Doc: "The session's goal: writing it sets the status to running and gives it to the session's first agent. Only the session's owner may write it: it is a prompt to an agent, which its fellow agents may not give (they write goalstatus)."},
+				&ns.Node{Name: "goalstatus", Mode: 0664, Read: n.sessionRead(func(s *agent.Session) string { _, st := s.Goal(); return st + "\n" }),
+					Write: n.setGoalStatus, Doc: "Goal status: " + strings.Join(agent.GoalStatuses, ", ") + "."},
+				ns.WaitFile("goalwait", 0444, "Blocks until the goal status changes, then reads the new status.", n.goalWait),
+				ns.RdWrFile("ctl", 0600, "Session controls: "+strings.Join(sessionCommands, ", ")+".", n.sessionCtl),
+				ns.ReadFile("tools", 0444, "Tools loaded in the session's toolsrv: name<TAB>description.", n.sessionTools),
+				n.agentSpec(),
+			),
+		),
+	)
+}
+
+func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
+	agents, yolo := 0, 0
+	sessions := n.sessions.List()
+	for _, s := range sessions {
+		agents += len(n.agents.of(s.ID))
+		if s.Yolo {
+			yolo++
+		}
+	}
+	out := fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\nyolo %d\n",
+		n.version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents, yolo)
+	// A session file that could not be restored is otherwise only in the
+	// log, and its session silently missing.
+	var names []string
+	for _, d := range n.logs.damagedFiles() {
+		names = append(names, filepath.Base(d.Path))
+	}
+	out = fmt.Appendf(out, "damaged %d\n", len(names))
+	if len(names) > 0 {
+		out = fmt.Appendf(out, "damaged_files %s\n", strings.Join(names, " "))
+	}
+	return out, nil
+}
+
+func (n *namespace) help(ctx context.Context, c *ns.Call) ([]byte, error) {
+	return []byte(n.tree.Help()), nil
+}
+
+func (n *namespace) aliases(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, s := range n.sessions.List() {
+		fmt.Fprintf(&b, "%s\tsession/%s\n", s.ID, s.Name())
+	}
+	return []byte(b.String()), nil
+}
+
+var rootCommands = []string{"help", "invalidate", "kill"}
+
+func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	cmd, _ := command(req)
+	switch cmd {
+	case "help":
+		return []byte(strings.Join(rootCommands, "\n") + "\n"), nil
+	case "invalidate":
+		if n.loadBackends != nil {
+			// A bad edit of backends.json is reported now, not at the
+			// next start, which it would stop.
+			reg, err := n.loadBackends()
+			if err != nil {
+				return nil, fmt.Errorf("ctl: invalidate: %w (olliesrv keeps the backends it had)", err)
+			}
+			n.bmu.Lock()
+			n.registry, n.backends = reg, lookupIn(reg)
+			n.bmu.Unlock()
+		}
+		n.bus.Publish("server.invalidate", c.User)
+		return []byte("ok\n"), nil
+	case "kill":
+		n.bus.Publish("server.kill", c.User)
+		// Stop once the reply has been read; a client that never closes
+		// the file only delays the stop a little.
+		c.OnClunk(n.kill)
+		time.AfterFunc(2*time.Second, n.kill)
+		return []byte("shutting down\n"), nil
+	}
+	return nil, unknownCommand("ctl", cmd, rootCommands)
+}
+
+// command splits a control request into its verb and the rest.
+func command(req []byte) (string, string) {
+	line := strings.TrimSpace(string(req))
+	verb, rest, _ := strings.Cut(line, " ")
+	return verb, strings.TrimSpace(rest)
+}
+
+func unknownCommand(file, cmd string, valid []string) error {
+	if cmd == "" {
+		return fmt.Errorf("%s: empty command (valid: %s)", file, strings.Join(valid, ", "))
+	}
+	return fmt.Errorf("%s: unknown command %q (valid: %s)", file, cmd, strings.Join(valid, ", "))
+}
+
+// subscribe serves event: the filter is whitespace-separated topic
+// patterns; none means every event.
+func (n *namespace) subscribe(ctx context.Context, c *ns.Call, filter []byte) (ns.Source, error) {
+	patterns := strings.Fields(string(filter))
+	for _, p := range patterns {
+		if strings.Contains(p, "..") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") {
+			return nil, fmt.Errorf("event: bad pattern %q: use dotted topics such as session.* or *", p)
+		}
+	}
+	return n.bus.Subscribe(patterns...), nil
+}
+
+func (n *namespace) listSessions(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+	var ents []ns.Entry
+	for _, s := range n.sessions.List() {
+		ents = append(ents, sessionEntry(s))
+	}
+	return ents, nil
+}
+
+func (n *namespace) lookupSession(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+	s, ok := n.sessions.Lookup(name)
+	if !ok {
+		return ns.Entry{}, false
+	}
+	return sessionEntry(s), true
+}
+
+func sessionEntry(s *agent.Session) ns.Entry {
+	// The session's ID is its group: its agents are the members.
+	return ns.Entry{Name: s.Name(), Key: s.ID, Owner: s.Owner, Group: s.ID}
+}
+
+// session returns the session the call is under.
+func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
+	id := c.Key("sname")
+	s, ok := n.sessions.Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("%s: session %s no longer exists", c.Path(), id)
+	}
+	return s, nil
+}
+
+var sessionKeys = []string{"name", "cwd", "yolo"}
+
+func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	creator, err := n.creator(c)
+	if err != nil {
+		return nil, err
+	}
+	opt := agent.SessionOptions{Owner: c.User}
+	for _, f := range strings.Fields(string(req)) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("session/new: %q is not key=value (keys: %s)", f, strings.Join(sessionKeys, ", "))
+		}
+		switch k {
+		case "name":
+			opt.Name = v
+		case "cwd":
+			if !strings.HasPrefix(v, "/") {
+				return nil, fmt.Errorf("session/new: cwd %q is not an absolute path", v)
+			}
+			if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("session/new: cwd %q is not a directory on this host", v)
+			}
+			opt.Cwd = v
+		case "yolo":
+			switch v {
+			case "true":
+				opt.Yolo = true
+			case "false":
+				opt.Yolo = false
+			default:
+				return nil, fmt.Errorf("session/new: yolo %q is not true or false", v)
+			}
+		default:
+			return nil, fmt.Errorf("session/new: unknown key %q (keys: %s)", k, strings.Join(sessionKeys, ", "))
+		}
+	}
+	switch {
+	case creator != nil:
+		// Work an agent's tool asks for is never wider than the agent.
+		if opt.Cwd == "" {
+			opt.Cwd = creator.cwd
+		}
+		real, err := paths.Within(opt.Cwd, creator.cwd)
+		if err != nil {
+			return nil, fmt.Errorf("session/new: cwd: %w: a session made by agent %s lies inside its directory", err, creator.Name())
+		}
+		opt.Cwd = real
+	case opt.Cwd == "":
+		opt.Cwd, _ = os.UserHomeDir()
+	}
+	if opt.Yolo {
+		if creator != nil {
+			return nil, fmt.Errorf("session/new: yolo: %w (agent %s asked)", errYoloNotAdmin, creator.Name())
+		}
+		if _, taken := n.sessions.Lookup(opt.Name); opt.Name != "" && taken {
+			return nil, fmt.Errorf("session/new: %w: %q", agent.ErrNameTaken, opt.Name)
+		}
+		if err := n.allowYolo(ctx, c, opt.Name, opt.Cwd); err != nil {
+			return nil, fmt.Errorf("session/new: yolo: %w", err)
+		}
+	}
+	s, err := n.sessions.Create(opt)
+	if err != nil {
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	// The session exists only once its file does: nothing is served that a
+	// restart would lose.
+	l, err := agent.CreateSessionLog(n.logs.dir, s)
+	if err != nil {
+		n.sessions.Kill(s.ID)
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	n.logs.put(s.ID, l)
+	if s.Yolo {
+		n.log.Warn("olliesrv: a yolo session: its tools run unsandboxed and without approval", "session", s.Name(), "id", s.ID, "cwd", s.Cwd(), "by", c.User)
+	}
+	return []byte(s.Name() + "\n"), nil
+}
+
+func (n *namespace) sessionIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, s := range n.sessions.List() {
+		// Every session is local until ollie-remote attaches remote ones.
+		fmt.Fprintf(&b, "%s\t%s\t%t\t%t\t%s\t%s\t%s\t%s\n", s.ID, s.Name(), s.Paused(), true, "-", s.Cwd(), n.logs.state(s.ID), yoloColumn(s))
+	}
+	// Files that could not be restored are listed by their file's name (the
+	// session's ID), so that a missing session shows why.
+	for _, d := range n.logs.damagedFiles() {
+		fmt.Fprintf(&b, "%s\t-\t-\t%t\t-\t-\t%s\t-\n", strings.TrimSuffix(filepath.Base(d.Path), ".jsonl"), false, d.State())
+	}
+	return []byte(b.String()), nil
+}
+
+// sessionRead declares a read handler from a function of the session.
+func (n *namespace) sessionRead(f func(*agent.Session) string) func(context.Context, *ns.Call) ([]byte, error) {
+	return func(ctx context.Context, c *ns.Call) ([]byte, error) {
+		s, err := n.session(c)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(f(s)), nil
+	}
+}
+
+func sessionID(s *agent.Session) string     { return s.ID + "\n" }
+func sessionName(s *agent.Session) string   { return s.Name() + "\n" }
+func sessionPaused(s *agent.Session) string { return fmt.Sprintln(s.Paused()) }
+
+func (n *namespace) sessionEnv(s *agent.Session) string {
+	sandbox, yolo := sandbox.Describe(s.Cwd()), 0
+	if s.Yolo {
+		sandbox, yolo = "NONE: a yolo session: tools run unsandboxed and without approval (sudo still asks)", 1
+	}
+	return fmt.Sprintf("OLLIE_SESSION_ID=%s\nOLLIE_SESSION_NAME=%s\nOLLIE_SESSION_OWNER=%s\nOLLIE_CWD=%s\nOLLIE_HOST=%s\nOLLIE_VERSION=%s\nOLLIE_CREATED=%s\nOLLIE_SANDBOX=%s\nOLLIE_YOLO=%d\n",
+		s.ID, s.Name(), s.Owner, s.Cwd(), n.host, n.version, s.Created.UTC().Format(time.RFC3339), sandbox, yolo)
+}
+
+// yoloColumn is session/idx's last column: "yolo" for a yolo session.
+func yoloColumn(s *agent.Session) string {
+	if s.Yolo {
+		return "yolo"
+	}
+	return "-"
+}
+
+func (n *namespace) renameSession(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	name := strings.TrimSpace(string(data))
+	record := func() error { return n.logs.record(s.ID, agent.SessionRenamed{Name: name}) }
+	if err := n.sessions.RenameRecorded(s.ID, name, record); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	return nil
+}
+
+var sessionCommands = []string{"help", "kill", "pause", "resume", "save", "invalidate"}
+
+func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	cmd, _ := command(req)
+	switch cmd {
+	case "help":
+		return []byte(strings.Join(sessionCommands, "\n") + "\n"), nil
+	case "kill":
+		err = n.sessions.Kill(s.ID)
+		n.agents.killSession(s.ID)
+		n.tools.stop(s.ID)
+		n.logs.retire(s.ID)
+	case "save":
+		// Every change is written before it takes effect, so saving only
+		// proves that the file takes writes now (and puts it back after a
+		// failed write); an error says why it does not.
+		path, err := n.logs.save(s.ID)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Path(), err)
+		}
+		return []byte("saved: " + path + "\n"), nil
+	case "invalidate":
+		child, err := n.tools.get(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := child.RdWr(ctx, "ctl", []byte("reload")); err != nil {
+			return nil, err
+		}
+		return []byte("ok: tools reloaded\n"), nil
+	case "pause", "resume":
+		paused := cmd == "pause"
+		if err = n.logs.record(s.ID, agent.SessionPaused{Paused: paused}); err == nil {
+			err = n.sessions.SetPaused(s.ID, paused)
+		}
+	default:
+		return nil, unknownCommand(c.Path(), cmd, sessionCommands)
+	}
+	if errors.Is(err, agent.ErrNoSession) {
+		return nil, fmt.Errorf("%s: session %s no longer exists", c.Path(), s.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte("ok\n"), nil
+}
+
+func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	child, err := n.tools.get(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	return child.ReadFile(ctx, "tools")
+}
+
+func (n *namespace) hostTools(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, t := range toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{}).Tools() {
+		fmt.Fprintf(&b, "%s\t%s\n", t.Name, t.Description)
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) toolErrors(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	reg := toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{})
+	for _, err := range append(reg.Errors(), reg.Warnings()...) {
+		fmt.Fprintf(&b, "%v\n", err)
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) agentProfiles(ctx context.Context, c *ns.Call) ([]byte, error) {
+	var b strings.Builder
+	for _, name := range agent.ProfileNames() {
+		p, err := agent.LoadProfile(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(broken: %v)\n", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", name, p.Description)
+	}
+	return []byte(b.String()), nil
+}
+
+// currentRegistry is the configured backends, as ctl invalidate last read
+// them.
+func (n *namespace) currentRegistry() *backend.Registry {
+	n.bmu.Lock()
+	defer n.bmu.Unlock()
+	return n.registry
+}
+
+func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error) {
+	reg := n.currentRegistry()
+	if reg == nil {
+		return nil, nil
+	}
+	names := reg.Names()
+	sort.SliceStable(names, func(i, j int) bool { return names[i] == reg.DefaultName() && names[j] != names[i] })
+	var b strings.Builder
+	for _, name := range names {
+		cfg, _ := reg.Config(name)
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", name, cfg.Type, cfg.URL, cfg.Model)
+	}
+	return []byte(b.String()), nil
+}
+
+// modelList asks every backend for its models; one that does not answer
+// is listed with the reason rather than failing the whole read.
+func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
+	reg := n.currentRegistry()
+	if reg == nil {
+		return nil, nil
+	}
+	var b strings.Builder
+	for _, name := range reg.Names() {
+		be, err := reg.Get(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		models, err := be.Models(mctx)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
+			continue
+		}
+		for _, m := range models {
+			fmt.Fprintf(&b, "%s\t%s\n", name, m)
+		}
+	}
+	return []byte(b.String()), nil
+}
+
+func (n *namespace) setGoal(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	goal := strings.TrimSpace(string(data))
+	if goal == "" {
+		return fmt.Errorf("%s: empty goal", c.Path())
+	}
+	status := "running"
+	agents := n.agents.of(s.ID)
+	if len(agents) == 0 {
+		status = "blocked"
+	}
+	if err := n.logs.record(s.ID, agent.GoalSet{Goal: &goal, Status: status}); err != nil {
+		return err
+	}
+	s.SetGoal(&goal, status)
+	n.bus.Publish("session."+s.ID+".goalstatus", status)
+	if len(agents) == 0 {
+		return fmt.Errorf("%s: the goal is recorded but blocked: the session has no agent to work on it (create one with agent/new)", c.Path())
+	}
+	return agents[0].Submit(ctx, "The session's goal:\n"+goal+"\n\nWork towards it. When it is met, write complete to session/"+s.Name()+"/goalstatus (or blocked, with the reason in your answer).")
+}
+
+func (n *namespace) setGoalStatus(ctx context.Context, c *ns.Call, data []byte) error {
+	s, err := n.session(c)
+	if err != nil {
+		return err
+	}
+	status := strings.TrimSpace(string(data))
+	if !contains(agent.GoalStatuses, status) {
+		return fmt.Errorf("%s: unknown status %q (valid: %s)", c.Path(), status, strings.Join(agent.GoalStatuses, ", "))
+	}
+	if err := n.logs.record(s.ID, agent.GoalSet{Status: status}); err != nil {
+		return err
+	}
+	s.SetGoal(nil, status)
+	n.bus.Publish("session."+s.ID+".goalstatus", status)
+	return nil
+}
+
+func (n *namespace) goalWait(ctx context.Context, c *ns.Call) ([]byte, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, err
+	}
+	_, current := s.Goal()
+	st, err := s.WaitGoal(ctx, current)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(st + "\n"), nil
+}

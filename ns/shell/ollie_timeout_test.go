@@ -1,0 +1,88 @@
+package shell
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"9fans.net/go/plan9"
+
+	"ollie/internal/paths"
+)
+
+// silentHost serves h4's tunnel socket with a server that answers the
+// handshake if handshake is set, and then nothing at all.
+func silentHost(t *testing.T, handshake bool) {
+	t.Setenv("OLLIE_REMOTE_DIR", t.TempDir())
+	ln, err := net.Listen("unix", paths.RemoteSocket("h4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				for handshake {
+					tx, err := plan9.ReadFcall(nc)
+					if err != nil {
+						return
+					}
+					rx := &plan9.Fcall{Type: tx.Type + 1, Tag: tx.Tag}
+					switch tx.Type {
+					case plan9.Tversion:
+						rx.Msize, rx.Version = tx.Msize, "9P2000"
+					case plan9.Tattach:
+						rx.Qid = plan9.Qid{Type: plan9.QTDIR}
+					default:
+						io.Copy(io.Discard, nc)
+						return
+					}
+					plan9.WriteFcall(nc, rx)
+				}
+				io.Copy(io.Discard, nc)
+			}()
+		}
+	}()
+}
+
+// TestOllieTimeouts: ollie -H against a host that answers nothing ends,
+// saying so, instead of hanging: the handshake within
+// OLLIE_HANDSHAKE_TIMEOUT, a request a person waits on within
+// OLLIE_TIMEOUT.
+func TestOllieTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		handshake bool
+		args      []string
+		want      string
+	}{
+		{"handshake", false, []string{"ls", "/"}, "no answer to the 9P handshake within 300ms"},
+		{"ls", true, []string{"ls", "/"}, "no answer from h4 within 300ms"},
+		{"stat", true, []string{"stat", "status"}, "no answer from h4 within 300ms"},
+		{"read", true, []string{"read", "status"}, "no answer from h4 within 300ms"},
+		{"write", true, []string{"write", "ctl"}, "no answer from h4 within 300ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			silentHost(t, tc.handshake)
+			t.Setenv("OLLIE_HANDSHAKE_TIMEOUT", "300ms")
+			t.Setenv("OLLIE_TIMEOUT", "300ms")
+			var stdout, stderr bytes.Buffer
+			t0 := time.Now()
+			code := Run(append([]string{"-H", "h4"}, tc.args...), strings.NewReader("kill"), &stdout, &stderr)
+			if took := time.Since(t0); took > 5*time.Second {
+				t.Errorf("ollie returned after %v", took)
+			}
+			if code != ollieExitNoServer || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), ollieExitNoServer, tc.want)
+			}
+		})
+	}
+}

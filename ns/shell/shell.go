@@ -1,0 +1,486 @@
+package shell
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+
+	"9fans.net/go/plan9"
+	"github.com/chzyer/readline"
+
+	"ollie/internal/termsafe"
+	"ollie/ns/client"
+)
+
+const shellHelp = `ollie shell: paths are relative to the working directory; / is the root.
+  cd [DIR]                  change directory (default /)
+  pwd                       print the working directory
+  ls [-l] [PATH...]         list directories
+  cat FILE...               print files; streams are followed until they end or ^C
+  echo [-n] TEXT > FILE     write TEXT and a newline to FILE as one request (>> too)
+  rdwr FILE [TEXT...]       send TEXT and a newline as a request to FILE, print the reply
+  rdwrs FILE [FILTER...]    subscribe to FILE with FILTER, print items as they come until ^C
+  stat PATH...              print metadata
+  help                      this help; cat /help prints the namespace reference
+  exit [N]                  leave the shell
+Quote with '...' or "..."; # starts a comment. ^C interrupts a command; ^D leaves.
+Control characters the server sent are shown escaped (\x1b); content only on a terminal.
+`
+
+// shellCommands are the shell's commands, for completion.
+var shellCommands = []string{"cat", "cd", "echo", "exit", "help", "ls", "pwd", "rdwr", "rdwrs", "stat"}
+
+// An ollieShell runs command lines against one connection to the namespace.
+type ollieShell struct {
+	conn        *client.Conn
+	cwd         string
+	stdout      *shellOutput
+	stderr      io.Writer
+	interactive bool
+	ttyOut      bool // stdout is a terminal: content is made safe (contentWriter)
+	failed      bool // a command failed (script mode's exit status)
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // ends the running command; nil between commands
+}
+
+// shellExit is returned by the exit command.
+type shellExit int
+
+func (e shellExit) Error() string { return "exit " + strconv.Itoa(int(e)) }
+
+// runShell connects and runs the shell: interactive when stdin is a
+// terminal, else a script read from stdin.
+func runShell(addr, uname string, start bool, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, err := dialOrStart(addr, uname, start)
+	if err != nil {
+		return ollieDialError(stderr, err)
+	}
+	defer c.Close()
+	sh := &ollieShell{conn: c, cwd: "/", stdout: &shellOutput{w: stdout}, stderr: stderr, ttyOut: writesToTerminal(stdout)}
+
+	// SIGINT interrupts the running command, never the shell.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	done := make(chan struct{})
+	defer func() {
+		signal.Stop(sigs)
+		close(done)
+	}()
+	go func() {
+		for {
+			select {
+			case <-sigs:
+				sh.interrupt()
+			case <-done:
+				return
+			}
+		}
+	}()
+
+	if f, ok := stdin.(*os.File); ok && readline.IsTerminal(int(f.Fd())) {
+		sh.interactive = true
+		return sh.repl(stdout, stderr)
+	}
+	return sh.script(stdin)
+}
+
+func (sh *ollieShell) interrupt() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.cancel != nil {
+		sh.cancel()
+	}
+}
+
+// repl reads commands with line editing, completion and history.
+func (sh *ollieShell) repl(stdout, stderr io.Writer) int {
+	rl, err := readline.NewEx(&readline.Config{
+		Prompt:            sh.prompt(),
+		HistoryFile:       shellHistoryPath(),
+		HistorySearchFold: true,
+		// Saved by repl before it runs the line: readline's own saving
+		// races with a shell that exits right after reading "exit".
+		DisableAutoSaveHistory: true,
+		AutoComplete:           shellCompleter{sh},
+		Stdout:                 stdout,
+		Stderr:                 stderr,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie: %v\n", err)
+		return ollieExitFailed
+	}
+	defer rl.Close()
+	for {
+		rl.SetPrompt(sh.prompt())
+		line, err := rl.Readline()
+		switch {
+		case errors.Is(err, readline.ErrInterrupt):
+			continue
+		case errors.Is(err, io.EOF):
+			return ollieExitOK
+		case err != nil:
+			fmt.Fprintf(stderr, "ollie: %v\n", err)
+			return ollieExitFailed
+		}
+		if strings.TrimSpace(line) != "" {
+			rl.SaveHistory(line) // a history that cannot be saved is no reason to stop
+		}
+		if quit, status := sh.runLine(line); quit {
+			return status
+		}
+	}
+}
+
+// prompt shows the working directory, whose names the server chose.
+func (sh *ollieShell) prompt() string { return "ollie:" + termsafe.Line(sh.cwd) + "% " }
+
+// script runs the commands on r, one a line, and returns 1 if any failed.
+func (sh *ollieShell) script(r io.Reader) int {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if quit, status := sh.runLine(sc.Text()); quit {
+			return status
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(sh.stderr, "ollie: reading commands: %v\n", err)
+		return ollieExitFailed
+	}
+	return sh.status()
+}
+
+func (sh *ollieShell) status() int {
+	if sh.failed {
+		return ollieExitFailed
+	}
+	return ollieExitOK
+}
+
+// runLine runs one command line; quit says the shell is to end with status.
+func (sh *ollieShell) runLine(line string) (quit bool, status int) {
+	words, err := shellSplit(line)
+	if err != nil {
+		fmt.Fprintf(sh.stderr, "ollie: %v\n", err)
+		sh.failed = true
+		return false, 0
+	}
+	if len(words) == 0 {
+		return false, 0
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sh.mu.Lock()
+	sh.cancel = cancel
+	sh.mu.Unlock()
+	sh.stdout.wrote = false
+	err = sh.command(ctx, words)
+	sh.mu.Lock()
+	sh.cancel = nil
+	sh.mu.Unlock()
+	interrupted := ctx.Err() != nil
+	cancel()
+
+	// Keep the prompt at the start of a line.
+	if sh.interactive && (interrupted || sh.stdout.wrote && sh.stdout.last != '\n') {
+		io.WriteString(sh.stdout, "\n")
+	}
+	var exit shellExit
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		return true, int(exit)
+	case interrupted:
+		if !sh.interactive {
+			fmt.Fprintln(sh.stderr, "ollie: interrupted")
+		}
+	case errors.Is(err, client.ErrConnLost):
+		ollieError(sh.stderr, err)
+		return true, ollieExitNoServer
+	default:
+		ollieError(sh.stderr, err)
+		sh.failed = true
+	}
+	return false, 0
+}
+
+// abs resolves a path against the working directory.
+func (sh *ollieShell) abs(p string) string {
+	if strings.HasPrefix(p, "/") {
+		return path.Clean(p)
+	}
+	return path.Join(sh.cwd, p)
+}
+
+// command runs one parsed command.
+func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
+	if words[0].op != "" {
+		return fmt.Errorf("syntax error: %s with no command", words[0].op)
+	}
+	name := words[0].text
+	var args []string
+	var redirect, target string
+	for i := 1; i < len(words); i++ {
+		w := words[i]
+		if w.op == "" {
+			args = append(args, w.text)
+			continue
+		}
+		if redirect != "" || i+1 == len(words) || words[i+1].op != "" {
+			return fmt.Errorf("syntax error: %s takes one file", w.op)
+		}
+		redirect, target = w.op, words[i+1].text
+		i++
+	}
+	if redirect != "" && name != "echo" {
+		return fmt.Errorf("%s: only echo writes with %s (try rdwr or echo)", name, redirect)
+	}
+	out := sh.stdout
+
+	switch name {
+	case "help":
+		io.WriteString(out, shellHelp)
+	case "exit":
+		switch len(args) {
+		case 0:
+			if sh.interactive {
+				return shellExit(ollieExitOK)
+			}
+			return shellExit(sh.status())
+		case 1:
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 0 || n > 255 {
+				return fmt.Errorf("exit: %q is not a status from 0 to 255", args[0])
+			}
+			return shellExit(n)
+		}
+		return errors.New("usage: exit [N]")
+	case "pwd":
+		fmt.Fprintln(out, termsafe.Line(sh.cwd))
+	case "cd":
+		if len(args) > 1 {
+			return errors.New("usage: cd [DIR]")
+		}
+		dir := "/"
+		if len(args) == 1 {
+			dir = sh.abs(args[0])
+		}
+		d, err := sh.conn.Stat(ctx, dir)
+		if err != nil {
+			return err
+		}
+		if d.Qid.Type&plan9.QTDIR == 0 {
+			return fmt.Errorf("cd: %s: not a directory", dir)
+		}
+		sh.cwd = dir
+	case "ls":
+		long := false
+		if len(args) > 0 && args[0] == "-l" {
+			long, args = true, args[1:]
+		}
+		if len(args) == 0 {
+			args = []string{"."}
+		}
+		var failed error
+		for i, a := range args {
+			if len(args) > 1 {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				fmt.Fprintf(out, "%s:\n", termsafe.Line(a))
+			}
+			if err := ollieLs(ctx, sh.conn, sh.abs(a), a, long, out); err != nil {
+				if ctx.Err() != nil || errors.Is(err, client.ErrConnLost) {
+					return err
+				}
+				ollieError(sh.stderr, err)
+				failed = err
+			}
+		}
+		if failed != nil {
+			sh.failed = true
+		}
+	case "cat":
+		if len(args) == 0 {
+			return errors.New("usage: cat FILE...")
+		}
+		content, flush := sh.content()
+		defer flush()
+		for _, a := range args {
+			if err := sh.conn.Follow(ctx, sh.abs(a), content); err != nil {
+				return err
+			}
+		}
+	case "echo":
+		nl := "\n"
+		if len(args) > 0 && args[0] == "-n" {
+			nl, args = "", args[1:]
+		}
+		text := strings.Join(args, " ") + nl
+		if redirect == "" {
+			io.WriteString(out, text)
+			return nil
+		}
+		// Every write to a namespace file is one request: > and >>
+		// both send it, the server keeps no file contents to truncate.
+		return sh.conn.Write(ctx, sh.abs(target), []byte(text))
+	case "rdwr", "rdwrs":
+		if len(args) == 0 {
+			return fmt.Errorf("usage: %s FILE [TEXT...]", name)
+		}
+		var req []byte
+		if len(args) > 1 {
+			req = []byte(strings.Join(args[1:], " ") + "\n")
+		}
+		content, flush := sh.content()
+		defer flush()
+		if name == "rdwrs" {
+			return sh.conn.Subscribe(ctx, sh.abs(args[0]), req, content)
+		}
+		reply, err := sh.conn.RdWr(ctx, sh.abs(args[0]), req)
+		content.Write(reply)
+		return err
+	case "stat":
+		if len(args) == 0 {
+			return errors.New("usage: stat PATH...")
+		}
+		for i, a := range args {
+			if i > 0 {
+				fmt.Fprintln(out)
+			}
+			if err := ollieStat(ctx, sh.conn, sh.abs(a), out); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("%s: unknown command (type help)", name)
+	}
+	return nil
+}
+
+// content is where a file's content goes: as is when standard output is
+// piped, made safe on a terminal (see contentWriter).
+func (sh *ollieShell) content() (io.Writer, func()) {
+	if !sh.ttyOut {
+		return sh.stdout, func() {}
+	}
+	sw := termsafe.NewWriter(sh.stdout)
+	return sw, func() { sw.Flush() }
+}
+
+// A shellWord is a word of a command line, or a redirection operator.
+type shellWord struct {
+	text string
+	op   string // ">" or ">>"; then text is empty
+}
+
+// shellSplit splits a command line into words: blanks separate words,
+// '...' quotes literally, "..." quotes with \" and \\ as escapes, a
+// backslash escapes the next character, > and >> are operators and #
+// at the start of a word starts a comment.
+func shellSplit(line string) ([]shellWord, error) {
+	var words []shellWord
+	var cur strings.Builder
+	inWord := false
+	end := func() {
+		if inWord {
+			words = append(words, shellWord{text: cur.String()})
+			cur.Reset()
+			inWord = false
+		}
+	}
+	for i := 0; i < len(line); i++ {
+		switch ch := line[i]; {
+		case ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n':
+			end()
+		case ch == '#' && !inWord:
+			return words, nil
+		case ch == '>':
+			end()
+			op := ">"
+			if i+1 < len(line) && line[i+1] == '>' {
+				op, i = ">>", i+1
+			}
+			words = append(words, shellWord{op: op})
+		case ch == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, errors.New("syntax error: unterminated '")
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			inWord, i = true, i+1+j
+		case ch == '"':
+			inWord = true
+			for i++; ; i++ {
+				if i >= len(line) {
+					return nil, errors.New(`syntax error: unterminated "`)
+				}
+				if line[i] == '"' {
+					break
+				}
+				if line[i] == '\\' && i+1 < len(line) && (line[i+1] == '"' || line[i+1] == '\\') {
+					i++
+				}
+				cur.WriteByte(line[i])
+			}
+		case ch == '\\' && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+			inWord = true
+		default:
+			cur.WriteByte(ch)
+			inWord = true
+		}
+	}
+	end()
+	return words, nil
+}
+
+// shellOutput remembers whether anything was written and its last
+// byte, so the shell can end a partial line before the prompt.
+type shellOutput struct {
+	w     io.Writer
+	wrote bool
+	last  byte
+}
+
+func (l *shellOutput) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		l.wrote, l.last = true, p[len(p)-1]
+	}
+	return l.w.Write(p)
+}
+
+// shellHistoryPath returns the history file, $XDG_STATE_HOME/ollie/history
+// or ~/.local/state/ollie/history, creating its directory; "" (no
+// history) if that fails.
+func shellHistoryPath() string {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		dir = path.Join(home, ".local", "state")
+	}
+	dir = path.Join(dir, "ollie")
+	if err := os.MkdirAll(dir, 0700); err != nil {
+		return ""
+	}
+	// Create it private: commands can hold secrets.
+	file := path.Join(dir, "history")
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0600)
+	if err != nil {
+		return ""
+	}
+	f.Close()
+	return file
+}

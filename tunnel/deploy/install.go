@@ -1,0 +1,555 @@
+// Package deploy puts ollie on a host over SSH: one wire format, and both
+// halves of it. The desktop copies files over SFTP to temporary names;
+// everything that must be atomic or must read the host's disk (hashing,
+// fsync, rename, the current link, pruning, the ollie command, restarting
+// the daemon) happens on the host, in one exec of "olliesrv install", so a
+// deploy costs few round trips and needs no tool on the host but this
+// binary. The desktop half trusts the host's answers only as data.
+package deploy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"ollie/internal/paths"
+	"ollie/ns/daemon"
+)
+
+// Manifest is what a host has: the versions under the root with the
+// hash of each one's binary, where current points, the data files, and
+// whether the ollie command is installed.
+type Manifest struct {
+	Root      string            `json:"root"`
+	Current   string            `json:"current"`   // the version current points to
+	Versions  map[string]string `json:"versions"`  // version -> sha256 of its olliesrv ("" when missing)
+	Data      map[string]File   `json:"data"`      // path under data/ -> file
+	Installed bool              `json:"installed"` // ~/.local/bin/ollie and the PATH line are in place
+	Daemon    string            `json:"daemon"`    // the running daemon's binary, "" when none
+}
+
+// File is one file's content hash and permission bits.
+type File struct {
+	SHA256 string      `json:"sha256"`
+	Mode   fs.FileMode `json:"mode"`
+}
+
+// Plan is what ollie-remote asks a host to do once the files are
+// uploaded under temporary names.
+type Plan struct {
+	Root    string        `json:"root"`
+	Version string        `json:"version"` // becomes current
+	Files   []PlannedFile `json:"files"`   // committed in order
+	Remove  []string      `json:"remove"`  // paths under data/ to delete
+	Keep    int           `json:"keep"`    // versions kept, current included
+	Restart bool          `json:"restart"` // restart a daemon running another version
+}
+
+// PlannedFile is an uploaded file: Tmp becomes Path (both relative to the
+// root) once its content hashes to SHA256.
+type PlannedFile struct {
+	Tmp    string      `json:"tmp"`
+	Path   string      `json:"path"`
+	SHA256 string      `json:"sha256"`
+	Mode   fs.FileMode `json:"mode"`
+}
+
+// Report says what changed on the host.
+type Report struct {
+	Changed []string `json:"changed"`
+	Bad     []string `json:"bad,omitempty"` // files whose upload arrived damaged: not committed
+}
+
+const installUsage = `usage: olliesrv install manifest ROOT [VERSION...]   describe what ROOT holds, as JSON
+       olliesrv install commit < PLAN.json           commit uploaded files (used by ollie-remote deploy)
+`
+
+// Install is "olliesrv install": the host half, its JSON on stdin and stdout.
+func Install(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, installUsage)
+		return 2
+	}
+	var out any
+	var err error
+	switch args[0] {
+	case "manifest":
+		if len(args) < 2 {
+			fmt.Fprint(stderr, installUsage)
+			return 2
+		}
+		out, err = ReadManifest(args[1], args[2:])
+	case "commit":
+		var plan Plan
+		if err := json.NewDecoder(stdin).Decode(&plan); err != nil {
+			fmt.Fprintf(stderr, "olliesrv install commit: reading the plan: %v\n", err)
+			return 2
+		}
+		out, err = Commit(plan)
+	default:
+		fmt.Fprint(stderr, installUsage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv install: %v\n", err)
+		return 1
+	}
+	json.NewEncoder(stdout).Encode(out)
+	return 0
+}
+
+func ReadManifest(root string, versions []string) (*Manifest, error) {
+	m := &Manifest{Root: root, Versions: map[string]string{}, Data: map[string]File{}}
+	if cur, err := os.Readlink(filepath.Join(root, "current")); err == nil {
+		m.Current = filepath.Base(cur)
+	}
+	for _, v := range append(versions, m.Current) {
+		if _, done := m.Versions[v]; done || v == "" || !validVersion(v) {
+			continue
+		}
+		m.Versions[v] = binarySHA256(filepath.Join(root, v, "olliesrv"))
+	}
+	data := filepath.Join(root, "data")
+	err := filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() || strings.Contains(d.Name(), ".ollie-tmp-") {
+			return nil
+		}
+		sum, err := fileSHA256(path)
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(data, path)
+		m.Data[filepath.ToSlash(rel)] = File{SHA256: sum, Mode: fi.Mode().Perm()}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Installed = ollieCommandInstalled(root)
+	m.Daemon = runningDaemonExe()
+	return m, nil
+}
+
+// binarySHA256 is a version's binary's hash: the one install commit
+// verified, kept beside it, while the file's size and mtime are unchanged
+// (as rsync's quick check trusts them), else hashed again. Hashing the
+// binary on every deploy was most of a warm deploy's time. "" when missing.
+func binarySHA256(bin string) string {
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return ""
+	}
+	stamp := fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
+	cache := filepath.Join(filepath.Dir(bin), ".olliesrv.sha256")
+	if b, err := os.ReadFile(cache); err == nil {
+		if sum, rest, ok := strings.Cut(strings.TrimSpace(string(b)), " "); ok && rest == stamp {
+			return sum
+		}
+	}
+	sum, err := fileSHA256(bin)
+	if err != nil {
+		return ""
+	}
+	paths.WriteFileAtomic(cache, []byte(sum+" "+stamp+"\n"), 0644)
+	return sum
+}
+
+// validVersion keeps a version name to one plain path element.
+func validVersion(v string) bool {
+	return v != "" && v != "." && v != ".." && !strings.ContainsAny(v, "/\x00")
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// inside joins rel to root and refuses anything that leaves root: an
+// absolute path, "..", or a directory on the way that is a symlink
+// leading out (the file itself is never followed: it is renamed, removed
+// or opened with O_NOFOLLOW).
+func inside(root, rel string) (string, error) {
+	bad := fmt.Errorf("%q is not a path inside %s", rel, root)
+	if filepath.IsAbs(filepath.FromSlash(rel)) {
+		return "", bad
+	}
+	p := filepath.Join(root, filepath.FromSlash(rel))
+	if !under(root, p) {
+		return "", bad
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return p, nil // nothing there yet to lead anywhere; renaming into it fails
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	if dir != realRoot && !under(realRoot, dir) {
+		return "", bad
+	}
+	return p, nil
+}
+
+// under reports whether p lies below dir.
+func under(dir, p string) bool {
+	r, err := filepath.Rel(dir, p)
+	return err == nil && r != "." && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
+}
+
+func Commit(plan Plan) (*Report, error) {
+	if !filepath.IsAbs(plan.Root) || !validVersion(plan.Version) {
+		return nil, fmt.Errorf("bad plan: root %q, version %q", plan.Root, plan.Version)
+	}
+	rep := &Report{}
+	dirs := map[string]bool{}
+	for _, f := range plan.Files {
+		tmp, err := inside(plan.Root, f.Tmp)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := inside(plan.Root, f.Path)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := commitFile(tmp, dst, f.SHA256, f.Mode)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if !ok {
+			rep.Bad = append(rep.Bad, f.Path)
+			continue
+		}
+		if filepath.Base(dst) == "olliesrv" {
+			if fi, err := os.Stat(dst); err == nil {
+				paths.WriteFileAtomic(filepath.Join(filepath.Dir(dst), ".olliesrv.sha256"),
+					fmt.Appendf(nil, "%s %d %d\n", f.SHA256, fi.Size(), fi.ModTime().UnixNano()), 0644)
+			}
+		}
+		dirs[filepath.Dir(dst)] = true
+	}
+	data := filepath.Join(plan.Root, "data")
+	for _, rel := range plan.Remove {
+		p, err := inside(data, rel)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		dirs[filepath.Dir(p)] = true
+		rep.Changed = append(rep.Changed, "removed data/"+rel+" (no longer in the deployed data)")
+	}
+	removeLeftovers(plan.Root)
+	removeEmptyDirs(data)
+	for d := range dirs {
+		syncDir(d)
+	}
+	if len(rep.Bad) > 0 {
+		// A damaged binary or data file must not become current: the
+		// caller uploads those again and commits once more.
+		return rep, nil
+	}
+	if changed, err := switchCurrent(plan.Root, plan.Version); err != nil {
+		return nil, err
+	} else if changed != "" {
+		rep.Changed = append(rep.Changed, changed)
+	}
+	rep.Changed = append(rep.Changed, pruneVersions(plan.Root, plan.Version, plan.Keep)...)
+	installed, err := installOllieCommand(plan.Root)
+	if err != nil {
+		return nil, err
+	}
+	rep.Changed = append(rep.Changed, installed...)
+	if plan.Restart {
+		msg, err := restartIfStale(filepath.Join(plan.Root, plan.Version, "olliesrv"))
+		if err != nil {
+			return nil, err
+		}
+		if msg != "" {
+			rep.Changed = append(rep.Changed, msg)
+		}
+	}
+	return rep, nil
+}
+
+// commitFile checks tmp's content, makes it durable and renames it to dst.
+// A mismatch removes tmp and reports false.
+func commitFile(tmp, dst, want string, mode fs.FileMode) (bool, error) {
+	// Read-only: tmp may be the running binary, which cannot be opened
+	// for writing; fsync and fchmod work on any descriptor. Never through
+	// a symlink: that would hash, chmod and commit a file elsewhere.
+	f, err := os.OpenFile(tmp, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return false, fmt.Errorf("the upload %s is not a regular file", tmp)
+	}
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	if err == nil {
+		err = f.Chmod(mode.Perm())
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if hex.EncodeToString(h.Sum(nil)) != want {
+		os.Remove(tmp)
+		return false, nil
+	}
+	return true, os.Rename(tmp, dst)
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// removeLeftovers removes what interrupted uploads left: every upload of
+// this plan is committed or removed by now.
+func removeLeftovers(root string) {
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && strings.Contains(d.Name(), ".ollie-tmp-") {
+			os.Remove(p)
+		}
+		return nil
+	})
+}
+
+// removeEmptyDirs removes directories under data left empty by removals.
+func removeEmptyDirs(root string) {
+	var dirs []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != root {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i]) // fails, as it should, unless empty
+	}
+}
+
+// switchCurrent points root/current at version with a rename, so that a
+// reader sees the old link or the new one and never none.
+func switchCurrent(root, version string) (string, error) {
+	link := filepath.Join(root, "current")
+	old, _ := os.Readlink(link)
+	if old == version {
+		return "", nil
+	}
+	tmp := filepath.Join(root, ".current.tmp")
+	os.Remove(tmp)
+	if err := os.Symlink(version, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return "", err
+	}
+	syncDir(root)
+	if old == "" {
+		return "current → " + version, nil
+	}
+	return "current " + filepath.Base(old) + " → " + version, nil
+}
+
+// pruneVersions keeps the newest keep versions, the current one always
+// among them, and removes the rest with anything a broken upload left.
+func pruneVersions(root, current string, keep int) []string {
+	if keep < 1 {
+		keep = 3
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil
+	}
+	type version struct {
+		name string
+		mod  time.Time
+	}
+	var vs []version
+	for _, e := range ents {
+		if !e.IsDir() || e.Name() == "data" || e.Name() == current || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, e.Name(), "olliesrv")); err != nil {
+			if _, err := os.Stat(filepath.Join(root, e.Name())); err == nil && !hasTmpOnly(filepath.Join(root, e.Name())) {
+				continue // not ours
+			}
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		vs = append(vs, version{e.Name(), fi.ModTime()})
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].mod.After(vs[j].mod) })
+	var out []string
+	for i, v := range vs {
+		if i < keep-1 {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, v.name)); err == nil {
+			out = append(out, "removed old version "+v.name)
+		}
+	}
+	return out
+}
+
+// hasTmpOnly reports a directory holding only upload leftovers.
+func hasTmpOnly(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if !strings.Contains(e.Name(), ".ollie-tmp-") {
+			return false
+		}
+	}
+	return true
+}
+
+// The ollie command is a script in ~/.local/bin that runs the current
+// binary as the client and starts the daemon on first use. sshd runs "ssh
+// host ollie" through the login shell without reading ~/.profile, so the
+// directory is put on PATH at the top of ~/.bashrc (bash reads it for ssh
+// commands, and Debian's returns early when not interactive, hence the top)
+// and in ~/.zshenv when the user has one.
+const pathMarker = "# added by ollie-remote: ssh HOST ollie"
+
+var pathLine = pathMarker + "\ncase \":$PATH:\" in *\":$HOME/.local/bin:\"*) ;; *) PATH=\"$HOME/.local/bin:$PATH\"; export PATH;; esac\n"
+
+func ollieScript(root string) string {
+	return "#!/bin/sh\n# installed by ollie-remote deploy\nexec " + shellQuote(filepath.Join(root, "current", "olliesrv")) + " ollie -start \"$@\"\n"
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func ollieCommandInstalled(root string) bool {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return false
+	}
+	if b, err := os.ReadFile(filepath.Join(home, ".local", "bin", "ollie")); err != nil || string(b) != ollieScript(root) {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(home, ".bashrc"))
+	return err == nil && strings.Contains(string(b), pathMarker)
+}
+
+func installOllieCommand(root string) ([]string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	bin := filepath.Join(home, ".local", "bin")
+	if err := os.MkdirAll(bin, 0755); err != nil {
+		return nil, err
+	}
+	cmd, script := filepath.Join(bin, "ollie"), ollieScript(root)
+	if b, err := os.ReadFile(cmd); err != nil || string(b) != script {
+		if err := paths.WriteFileAtomic(cmd, []byte(script), 0755); err != nil {
+			return nil, err
+		}
+		changed = append(changed, "installed ~/.local/bin/ollie (runs "+filepath.Join(root, "current", "olliesrv")+" ollie)")
+	}
+	rcs := []string{".bashrc"}
+	if _, err := os.Stat(filepath.Join(home, ".zshenv")); err == nil {
+		rcs = append(rcs, ".zshenv")
+	}
+	for _, rc := range rcs {
+		p := filepath.Join(home, rc)
+		b, err := os.ReadFile(p)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		if strings.Contains(string(b), pathMarker) {
+			continue
+		}
+		mode := fs.FileMode(0644)
+		if fi, err := os.Stat(p); err == nil {
+			mode = fi.Mode().Perm()
+		}
+		if err := paths.WriteFileAtomic(p, append([]byte(pathLine), b...), mode); err != nil {
+			return nil, err
+		}
+		changed = append(changed, "put ~/.local/bin on PATH at the top of ~/"+rc)
+	}
+	return changed, nil
+}
+
+// restartIfStale restarts a running daemon whose binary is not exe, so that
+// an upgrade takes effect; sessions are durable and come back.
+func restartIfStale(exe string) (string, error) {
+	running := runningDaemonExe()
+	if running == "" || running == exe {
+		return "", nil
+	}
+	if err := daemon.Stop(30 * time.Second); err != nil {
+		return "", fmt.Errorf("stopping the old daemon: %w", err)
+	}
+	pid, err := daemon.StartDetached(exe, 15*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("starting the new daemon: %w", err)
+	}
+	return fmt.Sprintf("restarted olliesrv on the new version (pid %d)", pid), nil
+}
+
+// runningDaemonExe is the binary of the daemon holding the namespace lock,
+// or "" when none runs.
+func runningDaemonExe() string {
+	pid := daemon.PID()
+	if pid == 0 {
+		return ""
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	if slices.Contains([]string{"", "/"}, exe) {
+		return ""
+	}
+	return exe
+}
