@@ -435,11 +435,11 @@ func agentCwd(s *agent.Session, creator *agentEntry, cwd string) (string, error)
 
 // toolNames is the agent's current list of tools.
 func (e *agentEntry) toolNames(ctx context.Context) ([]string, error) {
-	at, ok := e.Tools().(*agentTools)
+	at, ok := e.Tools().(*toolsrv.View)
 	if !ok {
 		return []string{}, nil
 	}
-	return at.names(ctx)
+	return at.Names(ctx)
 }
 
 // runSubAgent runs one prompt on a new agent and answers with its final
@@ -550,12 +550,12 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	}
 	token := newToken()
 	var tools agent.Tools
-	if child, err := n.tools.get(ctx, s); err == nil {
+	if child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo); err == nil {
 		allowed := prof.Tools
 		if restored != nil && restored.Tools != nil {
 			allowed = restored.Tools
 		}
-		tools = n.tools.forAgent(ctx, s.ID, child, within(allowed, m.Limit), toolsrv.Caller{Agent: m.ID, Token: token, Cwd: m.Cwd}, n.callerNames(s.ID, m.ID))
+		tools = n.tools.ForAgent(ctx, s.ID, child, within(allowed, m.Limit), toolsrv.Caller{Agent: m.ID, Token: token, Cwd: m.Cwd}, n.callerNames(s.ID, m.ID))
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
@@ -695,7 +695,7 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		child, err := n.tools.get(ctx, s)
+		child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 		if err != nil {
 			return nil, err
 		}
@@ -766,17 +766,17 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if err != nil {
 			return nil, err
 		}
-		child, err := n.tools.get(ctx, s)
+		child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 		if err != nil {
 			return nil, err
 		}
 		// Each agent changes only its own list: a tool the session lacks is
 		// loaded into its toolsrv but stays hidden from the other agents.
-		at, ok := e.Tools().(*agentTools)
+		at, ok := e.Tools().(*toolsrv.View)
 		if !ok {
 			return nil, fmt.Errorf("%s: this agent has no tools to change", c.Path())
 		}
-		have, err := at.names(ctx)
+		have, err := at.Names(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -785,13 +785,13 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		case add && e.limit != nil && !slices.Contains(e.limit, arg):
 			return nil, fmt.Errorf("%s: tool_load: %s is not among the tools of the agent that made this one (%s), and an agent never outgrows its maker", c.Path(), arg, strings.Join(e.limit, ", "))
 		case add:
-			if err := n.tools.load(ctx, s.ID, child, arg); err != nil {
+			if err := n.tools.Load(ctx, s.ID, child, arg); err != nil {
 				return nil, err
 			}
 		case !slices.Contains(have, arg):
 			return nil, fmt.Errorf("%s: tool_unload: %s is not among this agent's tools (%s)", c.Path(), arg, strings.Join(have, ", "))
 		}
-		list, err := at.next(ctx, arg, add)
+		list, err := at.Next(ctx, arg, add)
 		if err != nil {
 			return nil, err
 		}
@@ -799,7 +799,7 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if err := n.logs.record(e.session, agent.AgentToolsSet{Agent: e.ID(), Tools: list}); err != nil {
 			return nil, err
 		}
-		at.use(list)
+		at.Use(list)
 		return []byte(strings.Join(list, "\n") + "\n"), nil
 	case "stop":
 		if !e.Interrupt(agent.ErrStopped) {
@@ -1084,7 +1084,7 @@ func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error)
 	if st := e.outs[id]; st != nil {
 		return st, nil
 	}
-	child, err := n.tools.get(ctx, s)
+	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 	if err != nil {
 		return nil, err
 	}
@@ -1107,7 +1107,7 @@ func (n *namespace) procFile(ctx context.Context, c *ns.Call, file string) ([]by
 	if err != nil {
 		return nil, err
 	}
-	child, err := n.tools.get(ctx, s)
+	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 	if err != nil {
 		return nil, err
 	}
@@ -1138,11 +1138,11 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	child, err := n.tools.get(ctx, s)
+	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 	if err != nil {
 		return err
 	}
-	tools := n.tools.forAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd}, n.callerNames(s.ID, e.ID()))
+	tools := n.tools.ForAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd}, n.callerNames(s.ID, e.ID()))
 	// Recorded before it takes effect; a switch the agent refuses (it is
 	// busy) is recorded back, so that a restart brings back what ran.
 	e.mu.Lock()

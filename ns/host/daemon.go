@@ -161,7 +161,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	gate.Dir = cfg.Dir
 	gate.Sweep()
 	d.gate = gate
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolServers{elevate: elevate, namespace: cfg.Dir, spill: d.spill.Dir}, gate: gate,
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolsrv.Pool{Elevate: elevate, Namespace: cfg.Dir, Spill: d.spill.Dir}, gate: gate,
 		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry, loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
@@ -237,7 +237,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, gerr)
 	}
 	d.ns.agents.closeAll()
-	d.ns.tools.closeAll()
+	d.ns.tools.Close()
 	d.spill.Close()
 	d.ns.logs.closeAll()
 	d.closeListeners() // removes the socket file

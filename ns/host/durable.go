@@ -209,7 +209,7 @@ func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.Resto
 	for _, in := range rs.Rerun {
 		agentID, callID, _ := strings.Cut(agent.CallBase(in.ID), "/")
 		var res *toolsrv.Result
-		child, err := n.tools.get(ctx, s)
+		child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 		if err == nil {
 			c, ok := who[agentID]
 			if !ok {

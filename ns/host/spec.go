@@ -30,7 +30,7 @@ import (
 type namespace struct {
 	log    *slog.Logger
 	logs   *sessionLogs
-	tools  *toolServers
+	tools  *toolsrv.Pool
 	agents *agents
 	// bmu guards backends and registry, which ctl invalidate replaces
 	// when loadBackends is set.
@@ -377,7 +377,7 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 	case "kill":
 		err = n.sessions.Kill(s.ID)
 		n.agents.killSession(s.ID)
-		n.tools.stop(s.ID)
+		n.tools.Stop(s.ID)
 		n.logs.retire(s.ID)
 	case "save":
 		// Every change is written before it takes effect, so saving only
@@ -389,7 +389,7 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 		}
 		return []byte("saved: " + path + "\n"), nil
 	case "invalidate":
-		child, err := n.tools.get(ctx, s)
+		child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 		if err != nil {
 			return nil, err
 		}
@@ -419,7 +419,7 @@ func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	child, err := n.tools.get(ctx, s)
+	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Path(), err)
 	}

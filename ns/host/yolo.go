@@ -35,7 +35,7 @@ func (n *namespace) allowYolo(ctx context.Context, c *ns.Call, name, cwd string)
 	if !c.Admin {
 		return errYoloNotAdmin
 	}
-	conn, err := net.Dial("unix", n.tools.elevate)
+	conn, err := net.Dial("unix", n.tools.Elevate)
 	if err != nil {
 		return fmt.Errorf("refused: the host's approval gate, which decides, is not reachable: %w", err)
 	}

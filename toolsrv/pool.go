@@ -1,0 +1,131 @@
+package toolsrv
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"sync"
+)
+
+// A Pool holds each session's toolsrv child, started on first use.
+type Pool struct {
+	mu       sync.Mutex
+	children map[string]*Child
+	private  map[string]map[string]bool // by session: tools loaded for one agent
+	// Elevate is the approval gate's socket, for OLLIE_ELEVATE_SOCKET;
+	// Namespace the namespace socket's directory, for OLLIE_NAMESPACE;
+	// Spill the daemon's SpillArea, where each session's toolsrv keeps
+	// cut output. Set them before the first Get.
+	Elevate, Namespace, Spill string
+
+	closed bool
+}
+
+// Get returns the toolsrv of session id, started on first use in cwd;
+// yolo runs its calls unsandboxed and without approval.
+func (ts *Pool) Get(ctx context.Context, id, cwd string, yolo bool) (*Child, error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closed {
+		return nil, errors.New("olliesrv is shutting down")
+	}
+	if c := ts.children[id]; c != nil {
+		return c, nil
+	}
+	c, err := Spawn(ctx, SpawnConfig{Cwd: cwd, SessionID: id, Stderr: os.Stderr, ElevateSocket: ts.Elevate, Namespace: ts.Namespace, SpillBase: ts.Spill, Yolo: yolo})
+	if err != nil {
+		return nil, err
+	}
+	if ts.children == nil {
+		ts.children = map[string]*Child{}
+	}
+	ts.children[id] = c
+	return c, nil
+}
+
+// Stop ends a session's toolsrv, which kills its processes.
+func (ts *Pool) Stop(id string) {
+	ts.mu.Lock()
+	c := ts.children[id]
+	delete(ts.children, id)
+	delete(ts.private, id)
+	ts.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Close ends every toolsrv, for shutdown.
+func (ts *Pool) Close() {
+	ts.mu.Lock()
+	ts.closed = true
+	ids := make([]string, 0, len(ts.children))
+	for id := range ts.children {
+		ids = append(ids, id)
+	}
+	ts.mu.Unlock()
+	for _, id := range ids {
+		ts.Stop(id)
+	}
+}
+
+// ForAgent gives an agent its view of the session's tools. A listed tool
+// the toolsrv has not loaded (a profile's, or one the agent loaded before a
+// restart) is loaded for that agent alone; one that no longer loads is left
+// out, as the model would only see it fail.
+func (ts *Pool) ForAgent(ctx context.Context, session string, child *Child, allowed []string, who Caller, named func() (string, string)) *View {
+	a := &View{Child: child, allowed: slices.Clone(allowed), who: who, named: named,
+		private: func(name string) bool { return ts.isPrivate(session, name) }}
+	if allowed == nil {
+		return a
+	}
+	loaded := map[string]bool{}
+	if all, err := child.Decls(ctx); err == nil {
+		for _, d := range all {
+			loaded[d.Name] = true
+		}
+	}
+	for _, name := range allowed {
+		if !loaded[name] {
+			if _, err := child.RdWr(ctx, "ctl", []byte("load "+name)); err == nil {
+				ts.markPrivate(session, name)
+			}
+		}
+	}
+	return a
+}
+
+// Load loads a tool into the session's toolsrv, for one agent alone, when
+// the session does not have it.
+func (ts *Pool) Load(ctx context.Context, session string, child *Child, name string) error {
+	all, err := child.Decls(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(all, func(d FunctionDecl) bool { return d.Name == name }) {
+		if _, err := child.RdWr(ctx, "ctl", []byte("load "+name)); err != nil {
+			return err
+		}
+		ts.markPrivate(session, name)
+	}
+	return nil
+}
+
+func (ts *Pool) markPrivate(session, name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.private == nil {
+		ts.private = map[string]map[string]bool{}
+	}
+	if ts.private[session] == nil {
+		ts.private[session] = map[string]bool{}
+	}
+	ts.private[session][name] = true
+}
+
+func (ts *Pool) isPrivate(session, name string) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.private[session][name]
+}
