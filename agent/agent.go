@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"ollie/agent/backend"
-	"ollie/ns"
+	"ollie/ns/stream"
 	"ollie/toolsrv"
 )
 
@@ -78,8 +78,8 @@ type Config struct {
 type Agent struct {
 	cfg Config
 
-	Chat    *ns.Stream // what a person reads: text, tool calls, results, errors
-	ChatRaw *ns.Stream // everything, with markers
+	Chat    *stream.Stream // what a person reads: text, tool calls, results, errors
+	ChatRaw *stream.Stream // everything, with markers
 
 	chatMu sync.Mutex // keeps the chat stream and the journal's copy in one order
 
@@ -118,8 +118,8 @@ func New(cfg Config) *Agent {
 	}
 	a := &Agent{
 		cfg:     cfg,
-		Chat:    ns.NewStream(0),
-		ChatRaw: ns.NewStream(0),
+		Chat:    stream.NewStream(0),
+		ChatRaw: stream.NewStream(0),
 		state:   StateIdle,
 		changed: make(chan struct{}),
 		history: append([]backend.Message(nil), cfg.History...),

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"ollie/ns"
+	"ollie/ns/stream"
 )
 
 // Server is one session's toolsrv namespace: the loaded tools, calls, and
@@ -210,7 +211,7 @@ func (s *Server) proc(c *ns.Call) (*Proc, error) {
 	return s.Procs.Get(c.Key("pid"))
 }
 
-func (s *Server) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+func (s *Server) procOut(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 	p, err := s.proc(c)
 	if err != nil {
 		return nil, err
