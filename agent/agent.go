@@ -11,7 +11,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/ns/stream"
-	"ollie/toolsrv"
+	"ollie/toolsrv/tool"
 )
 
 // Agent states, as the state file shows them.
@@ -25,8 +25,8 @@ const (
 
 // Tools is how an agent reaches its session's tools: toolsrv.Child is one.
 type Tools interface {
-	Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error)
-	Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error)
+	Decls(ctx context.Context) ([]tool.FunctionDecl, error)
+	Call(ctx context.Context, tool string, args json.RawMessage) (*tool.Result, error)
 }
 
 // BackgroundTools also runs calls in the background (background: true):
@@ -34,7 +34,7 @@ type Tools interface {
 type BackgroundTools interface {
 	Tools
 	Start(ctx context.Context, tool string, args json.RawMessage) (string, error)
-	Poll(ctx context.Context, id string, off int64) (*toolsrv.ProcPoll, error)
+	Poll(ctx context.Context, id string, off int64) (*tool.ProcPoll, error)
 }
 
 // A Journal records what an agent does so that a session survives a crash:
