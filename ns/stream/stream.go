@@ -2,8 +2,8 @@
 // agent's chat and a background process's output.
 //
 // It is a package of its own, not part of ns, because its writers are not
-// servers: the agent loop and toolsrv's processes append to streams, and
-// only the namespace reads them out over 9P (ns.StreamFile). Kept here, a
+// servers: the agent loop and toolsrv's processes append to streams, and a
+// server reads them out (ns.StreamFile, toolsrv's proc poll). Kept here, a
 // writer links neither srv9p nor the rest of the server.
 //
 // The package trusts its callers; a Stream is safe for concurrent use.
