@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"ollie/agent/backend"
-	"ollie/ns"
-	"ollie/toolsrv"
+	"ollie/ns/stream"
+	"ollie/toolsrv/tool"
 )
 
 // Agent states, as the state file shows them.
@@ -25,8 +25,8 @@ const (
 
 // Tools is how an agent reaches its session's tools: toolsrv.Child is one.
 type Tools interface {
-	Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error)
-	Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error)
+	Decls(ctx context.Context) ([]tool.FunctionDecl, error)
+	Call(ctx context.Context, tool string, args json.RawMessage) (*tool.Result, error)
 }
 
 // BackgroundTools also runs calls in the background (background: true):
@@ -34,7 +34,7 @@ type Tools interface {
 type BackgroundTools interface {
 	Tools
 	Start(ctx context.Context, tool string, args json.RawMessage) (string, error)
-	Poll(ctx context.Context, id string, off int64) (*toolsrv.ProcPoll, error)
+	Poll(ctx context.Context, id string, off int64) (*tool.ProcPoll, error)
 }
 
 // A Journal records what an agent does so that a session survives a crash:
@@ -78,8 +78,8 @@ type Config struct {
 type Agent struct {
 	cfg Config
 
-	Chat    *ns.Stream // what a person reads: text, tool calls, results, errors
-	ChatRaw *ns.Stream // everything, with markers
+	Chat    *stream.Stream // what a person reads: text, tool calls, results, errors
+	ChatRaw *stream.Stream // everything, with markers
 
 	chatMu sync.Mutex // keeps the chat stream and the journal's copy in one order
 
@@ -118,8 +118,8 @@ func New(cfg Config) *Agent {
 	}
 	a := &Agent{
 		cfg:     cfg,
-		Chat:    ns.NewStream(0),
-		ChatRaw: ns.NewStream(0),
+		Chat:    stream.NewStream(0),
+		ChatRaw: stream.NewStream(0),
 		state:   StateIdle,
 		changed: make(chan struct{}),
 		history: append([]backend.Message(nil), cfg.History...),

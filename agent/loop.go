@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"ollie/agent/backend"
-	"ollie/toolsrv"
+	"ollie/toolsrv/tool"
 )
 
 // Safety limits of the loop, from the seed.
@@ -122,7 +122,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		a.cfg.Hooks.PostTurn(context.WithoutCancel(ctx), TurnInfo{Prompt: prompt, Reply: final, Error: lastErr, Steps: steps})
 	}()
 
-	var decls []toolsrv.FunctionDecl
+	var decls []tool.FunctionDecl
 	if a.cfg.Tools != nil {
 		var err error
 		if decls, err = a.cfg.Tools.Decls(ctx); err != nil {
@@ -236,7 +236,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		for i, c := range calls {
 			res := results[i]
 			text := resultText(res)
-			if d, ok := declOf(decls, c.Name); ok && d.Tier == toolsrv.TierCold {
+			if d, ok := declOf(decls, c.Name); ok && d.Tier == tool.TierCold {
 				// Cold results are collapsed at once: the model saw that
 				// the call happened, the chat keeps the whole output.
 				text = fmt.Sprintf("%s (%d bytes of output, collapsed: this tool's results are cold)", firstLine(text, 200), len(text))
@@ -369,7 +369,7 @@ func indexLine(m backend.Message) string {
 	return m.Role + ": " + firstLine(m.Content, 160)
 }
 
-func resultText(r *toolsrv.Result) string {
+func resultText(r *tool.Result) string {
 	text := r.Output
 	if len(r.Content) > 0 && string(r.Content) != "null" {
 		text = string(r.Content)
@@ -380,30 +380,30 @@ func resultText(r *toolsrv.Result) string {
 	return text
 }
 
-func declOf(decls []toolsrv.FunctionDecl, name string) (toolsrv.FunctionDecl, bool) {
+func declOf(decls []tool.FunctionDecl, name string) (tool.FunctionDecl, bool) {
 	for _, d := range decls {
 		if d.Name == name {
 			return d, true
 		}
 	}
-	return toolsrv.FunctionDecl{}, false
+	return tool.FunctionDecl{}, false
 }
 
 // dispatch runs one round of calls, in parallel where their scopes allow:
 // reads together, writes to different paths together, global calls alone.
-func (a *Agent) dispatch(ctx context.Context, decls []toolsrv.FunctionDecl, calls []backend.ToolCall) []*toolsrv.Result {
-	byName := map[string]toolsrv.FunctionDecl{}
+func (a *Agent) dispatch(ctx context.Context, decls []tool.FunctionDecl, calls []backend.ToolCall) []*tool.Result {
+	byName := map[string]tool.FunctionDecl{}
 	for _, d := range decls {
 		byName[d.Name] = d
 	}
-	scopes := make([]toolsrv.Scope, len(calls))
+	scopes := make([]tool.Scope, len(calls))
 	for i, c := range calls {
 		if d, ok := byName[c.Name]; ok {
 			scopes[i] = d.CallScope(c.Args, a.cfg.Cwd)
 		}
 	}
-	results := make([]*toolsrv.Result, len(calls))
-	for _, batch := range toolsrv.Batches(scopes) {
+	results := make([]*tool.Result, len(calls))
+	for _, batch := range tool.Batches(scopes) {
 		var wg sync.WaitGroup
 		for _, i := range batch {
 			c := calls[i]
@@ -425,9 +425,9 @@ func (a *Agent) dispatch(ctx context.Context, decls []toolsrv.FunctionDecl, call
 }
 
 // call runs one tool call inside its effect sandwich.
-func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.ToolCall) *toolsrv.Result {
+func (a *Agent) call(ctx context.Context, d tool.FunctionDecl, c backend.ToolCall) *tool.Result {
 	if d.Name == "" {
-		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+		return &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("there is no tool %q in this session", c.Name)}
 	}
 	if c.ArgsError != "" || !json.Valid(c.Args) {
@@ -435,13 +435,13 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 		if why == "" {
 			why = "not valid JSON"
 		}
-		return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+		return &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 			Output: fmt.Sprintf("not run: the arguments are malformed (%s): %s", why, c.Args)}
 	}
 	hc := HookCall{ID: c.ID, Tool: c.Name, Args: c.Args}
 	if a.cfg.Hooks.Has(HookPreTool) {
 		if d, err := a.cfg.Hooks.PreTool(ctx, hc); !d.Allow {
-			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1,
+			return &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 				Output: "not run: " + hookReason(d, err)}
 		}
 	}
@@ -450,10 +450,10 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 	id := a.cfg.ID + "/" + c.ID + "#" + nonce()
 	if a.cfg.Journal != nil {
 		if err := a.cfg.Journal.Intent(id, c.Name, c.Args, d.ReplaySafe); err != nil {
-			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: "not run: cannot record the call: " + err.Error()}
+			return &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: "not run: cannot record the call: " + err.Error()}
 		}
 	}
-	var res *toolsrv.Result
+	var res *tool.Result
 	var err error
 	if bt, ok := a.cfg.Tools.(BackgroundTools); ok && wantsBackground(c.Args) {
 		var id string
@@ -462,13 +462,13 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 			a.procs = append(a.procs, &bgProc{id: id, tool: c.Name})
 			a.started = append(a.started, ProcInfo{ID: id, Tool: c.Name})
 			a.mu.Unlock()
-			res = &toolsrv.Result{Tool: c.Name, Output: fmt.Sprintf("started in the background as process %s; its output will be shown to you as <system-proc-interrupt> blocks as it comes", id)}
+			res = &tool.Result{Tool: c.Name, Output: fmt.Sprintf("started in the background as process %s; its output will be shown to you as <system-proc-interrupt> blocks as it comes", id)}
 		}
 	} else {
 		res, err = a.cfg.Tools.Call(ctx, c.Name, c.Args)
 	}
 	if err != nil {
-		res = &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: err.Error()}
+		res = &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1, Output: err.Error()}
 	}
 	if a.cfg.Journal != nil {
 		a.cfg.Journal.Settle(id, res)
@@ -476,10 +476,10 @@ func (a *Agent) call(ctx context.Context, d toolsrv.FunctionDecl, c backend.Tool
 	if a.cfg.Hooks.Has(HookPostTool) {
 		text, err := a.cfg.Hooks.PostTool(ctx, hc, resultText(res), res.Failed)
 		if err != nil {
-			return &toolsrv.Result{Tool: c.Name, Failed: true, ExitCode: res.ExitCode,
+			return &tool.Result{Tool: c.Name, Failed: true, ExitCode: res.ExitCode,
 				Output: "the result was withheld: the postTool hook failed: " + err.Error()}
 		}
-		res = &toolsrv.Result{Tool: res.Tool, Output: text, ExitCode: res.ExitCode, Sandbox: res.Sandbox}
+		res = &tool.Result{Tool: res.Tool, Output: text, ExitCode: res.ExitCode, Sandbox: res.Sandbox}
 		if strings.HasPrefix(text, "error: ") {
 			res.Failed, res.Output = true, strings.TrimPrefix(text, "error: ")
 		}
@@ -511,7 +511,7 @@ func compactJSON(b json.RawMessage) string {
 }
 
 // summary is one line about a result, for the filtered chat.
-func summary(r *toolsrv.Result) string {
+func summary(r *tool.Result) string {
 	text := strings.TrimSpace(resultText(r))
 	first, rest, more := strings.Cut(text, "\n")
 	if len(first) > 120 {

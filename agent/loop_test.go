@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"ollie/agent/backend"
-	"ollie/toolsrv"
+	"ollie/toolsrv/tool"
 )
 
 // script is a Backend that answers with canned replies, one per request.
@@ -67,7 +67,7 @@ func call(id, name, args string) backend.ToolCall {
 
 // fakeTools records calls and how many ran at once.
 type fakeTools struct {
-	decls    []toolsrv.FunctionDecl
+	decls    []tool.FunctionDecl
 	delay    time.Duration
 	fail     bool
 	mu       sync.Mutex
@@ -76,9 +76,9 @@ type fakeTools struct {
 	maxSeen  atomic.Int32
 }
 
-func (f *fakeTools) Decls(ctx context.Context) ([]toolsrv.FunctionDecl, error) { return f.decls, nil }
+func (f *fakeTools) Decls(ctx context.Context) ([]tool.FunctionDecl, error) { return f.decls, nil }
 
-func (f *fakeTools) Call(ctx context.Context, tool string, args json.RawMessage) (*toolsrv.Result, error) {
+func (f *fakeTools) Call(ctx context.Context, name string, args json.RawMessage) (*tool.Result, error) {
 	n := f.inflight.Add(1)
 	for {
 		m := f.maxSeen.Load()
@@ -88,17 +88,17 @@ func (f *fakeTools) Call(ctx context.Context, tool string, args json.RawMessage)
 	}
 	defer f.inflight.Add(-1)
 	f.mu.Lock()
-	f.order = append(f.order, tool+" "+string(args))
+	f.order = append(f.order, name+" "+string(args))
 	f.mu.Unlock()
 	select {
 	case <-time.After(f.delay):
 	case <-ctx.Done():
-		return &toolsrv.Result{Tool: tool, Failed: true, Output: "interrupted"}, nil
+		return &tool.Result{Tool: name, Failed: true, Output: "interrupted"}, nil
 	}
-	return &toolsrv.Result{Tool: tool, Output: "ran " + tool, Failed: f.fail}, nil
+	return &tool.Result{Tool: name, Output: "ran " + name, Failed: f.fail}, nil
 }
 
-var decls = []toolsrv.FunctionDecl{
+var decls = []tool.FunctionDecl{
 	{Name: "read", Scope: "read", Parameters: json.RawMessage(`{}`)},
 	{Name: "write", Scope: "write", ScopeArg: "path", Parameters: json.RawMessage(`{}`)},
 	{Name: "shell", Scope: "global", Parameters: json.RawMessage(`{}`)},
@@ -449,7 +449,7 @@ func TestCompactionAndTiers(t *testing.T) {
 	be := &halfFull{script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){
 		calls(call("1", "logs", `{}`)), text("done"), // text reports 10 prompt tokens: past half of 16
 	}}}
-	cold := append(append([]toolsrv.FunctionDecl(nil), decls...), toolsrv.FunctionDecl{Name: "logs", Scope: "read", Tier: toolsrv.TierCold})
+	cold := append(append([]tool.FunctionDecl(nil), decls...), tool.FunctionDecl{Name: "logs", Scope: "read", Tier: tool.TierCold})
 	tools := &fakeTools{decls: cold}
 	a := New(Config{ID: "a", Backend: be, Tools: tools, History: history})
 	defer a.Close()

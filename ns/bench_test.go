@@ -21,6 +21,7 @@ import (
 	"9fans.net/go/plan9/srv9p"
 
 	"ollie/ns"
+	"ollie/ns/stream"
 )
 
 // echoServer answers each message of size bytes on a Unix socket with the
@@ -118,11 +119,11 @@ func BenchmarkStream(b *testing.B) {
 	for i := range data {
 		data[i] = byte(i)
 	}
-	s := ns.NewStream(streamSize)
+	s := stream.NewStream(streamSize)
 	s.Write(data)
 	s.Close()
 	tree, err := ns.NewTree(ns.Dir("", 0555, "",
-		ns.StreamFile("stream", 0444, "64 MiB", func(context.Context, *ns.Call) (*ns.Stream, error) { return s, nil }),
+		ns.StreamFile("stream", 0444, "64 MiB", func(context.Context, *ns.Call) (*stream.Stream, error) { return s, nil }),
 	), "glenda", "glenda")
 	if err != nil {
 		b.Fatal(err)

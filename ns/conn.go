@@ -14,6 +14,8 @@ import (
 
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/srv9p"
+
+	"ollie/ns/stream"
 )
 
 // conn is one 9P conversation.
@@ -43,7 +45,7 @@ type fidState struct {
 	data   []byte        // snapshot, wait result or rdwr response
 	have   bool          // data holds a wait result or an rdwr response
 	pos    int           // sequential read position in data (rdwr, subscription)
-	stream *Stream
+	stream *stream.Stream
 	src    Source
 	once   bool // a subscription opened for reading only ends after one item
 	done   bool

@@ -18,6 +18,7 @@ import (
 	"9fans.net/go/plan9/client"
 
 	"ollie/ns"
+	"ollie/ns/stream"
 )
 
 // timeout bounds every wait in these tests. It is a failure guard, never
@@ -28,8 +29,8 @@ const timeout = 10 * time.Second
 type world struct {
 	tree *ns.Tree
 	bus  *ns.Bus
-	log  *ns.Stream // "log": appended to by the tests
-	trim *ns.Stream // "trim": keeps only 16 bytes
+	log  *stream.Stream // "log": appended to by the tests
+	trim *stream.Stream // "trim": keeps only 16 bytes
 
 	waitIn  chan struct{} // a Wait handler has started
 	waitOut chan []byte   // what the blocked Wait handler returns
@@ -74,8 +75,8 @@ func key(user string) string { return "key-" + user }
 func newWorld(t testing.TB) *world {
 	w := &world{
 		bus:     &ns.Bus{},
-		log:     ns.NewStream(0),
-		trim:    ns.NewStream(16),
+		log:     stream.NewStream(0),
+		trim:    stream.NewStream(16),
 		waitIn:  make(chan struct{}, 128),
 		waitOut: make(chan []byte),
 		sessions: []*session{
@@ -91,8 +92,8 @@ func newWorld(t testing.TB) *world {
 		ns.ReadFile("whoami", 0444, "the caller as handlers see it", whoami),
 		ns.WriteFile("ctl", 0222, "write-only", w.record),
 		ns.RdWrFile("calc", 0666, "request and reply: upper case", calc),
-		ns.StreamFile("log", 0444, "a stream", func(context.Context, *ns.Call) (*ns.Stream, error) { return w.log, nil }),
-		ns.StreamFile("trim", 0444, "a stream keeping 16 bytes", func(context.Context, *ns.Call) (*ns.Stream, error) { return w.trim, nil }),
+		ns.StreamFile("log", 0444, "a stream", func(context.Context, *ns.Call) (*stream.Stream, error) { return w.log, nil }),
+		ns.StreamFile("trim", 0444, "a stream keeping 16 bytes", func(context.Context, *ns.Call) (*stream.Stream, error) { return w.trim, nil }),
 		ns.WaitFile("wait", 0444, "blocks until the test says", w.wait),
 		&ns.Node{Name: "event", Mode: 0666, Doc: "bus subscription", Subscribe: w.subscribe},
 		&ns.Node{Name: "notes", Mode: 0644, Doc: "owner writes, all read", Read: w.readNotes, Write: w.writeNotes},

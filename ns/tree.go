@@ -31,6 +31,8 @@ import (
 	"strings"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/stream"
 )
 
 // A Node declares one file or directory of the namespace.
@@ -45,7 +47,7 @@ type Node struct {
 	Read      func(ctx context.Context, c *Call) ([]byte, error)
 	Write     func(ctx context.Context, c *Call, data []byte) error
 	RdWr      func(ctx context.Context, c *Call, req []byte) ([]byte, error)
-	Stream    func(ctx context.Context, c *Call) (*Stream, error)
+	Stream    func(ctx context.Context, c *Call) (*stream.Stream, error)
 	Wait      func(ctx context.Context, c *Call) ([]byte, error)
 	Subscribe func(ctx context.Context, c *Call, filter []byte) (Source, error)
 
@@ -113,7 +115,7 @@ func RdWrFile(name string, mode plan9.Perm, doc string, fn func(context.Context,
 }
 
 // StreamFile declares a streaming file.
-func StreamFile(name string, mode plan9.Perm, doc string, fn func(context.Context, *Call) (*Stream, error)) *Node {
+func StreamFile(name string, mode plan9.Perm, doc string, fn func(context.Context, *Call) (*stream.Stream, error)) *Node {
 	return &Node{Name: name, Mode: mode, Doc: doc, Stream: fn}
 }
 

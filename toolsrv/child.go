@@ -25,6 +25,7 @@ import (
 
 	"ollie/ns"
 	"ollie/toolsrv/sandbox"
+	"ollie/toolsrv/tool"
 )
 
 // childArg, as the first argument, makes the binary a session's toolsrv.
@@ -259,13 +260,13 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // Call runs one call for the session and returns its result.
-func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*Result, error) {
+func (c *Child) Call(ctx context.Context, tool string, args json.RawMessage) (*tool.Result, error) {
 	return c.CallFor(ctx, Caller{}, tool, args)
 }
 
 // CallFor runs one call for an agent and returns its result.
-func (c *Child) CallFor(ctx context.Context, who Caller, tool string, args json.RawMessage) (*Result, error) {
-	req, err := json.Marshal(CallRequest{Tool: tool, Args: args, Caller: &who})
+func (c *Child) CallFor(ctx context.Context, who Caller, name string, args json.RawMessage) (*tool.Result, error) {
+	req, err := json.Marshal(CallRequest{Tool: name, Args: args, Caller: &who})
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +274,7 @@ func (c *Child) CallFor(ctx context.Context, who Caller, tool string, args json.
 	if err != nil {
 		return nil, err
 	}
-	var res Result
+	var res tool.Result
 	if err := json.Unmarshal(b, &res); err != nil {
 		return nil, fmt.Errorf("toolsrv: bad result: %w", err)
 	}
@@ -300,12 +301,12 @@ func (c *Child) StartFor(ctx context.Context, who Caller, tool string, args json
 
 // Poll returns a background process's output from offset off, without
 // waiting.
-func (c *Child) Poll(ctx context.Context, id string, off int64) (*ProcPoll, error) {
+func (c *Child) Poll(ctx context.Context, id string, off int64) (*tool.ProcPoll, error) {
 	b, err := c.RdWr(ctx, "proc/"+id+"/poll", []byte(strconv.FormatInt(off, 10)))
 	if err != nil {
 		return nil, err
 	}
-	var p ProcPoll
+	var p tool.ProcPoll
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("toolsrv: bad poll reply: %w", err)
 	}
@@ -358,12 +359,12 @@ func (c *Child) Procs(ctx context.Context) ([]byte, error) {
 }
 
 // Decls returns the loaded tools as the model is shown them.
-func (c *Child) Decls(ctx context.Context) ([]FunctionDecl, error) {
+func (c *Child) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
 	b, err := c.ReadFile(ctx, "schema")
 	if err != nil {
 		return nil, err
 	}
-	var decls []FunctionDecl
+	var decls []tool.FunctionDecl
 	if err := json.Unmarshal(b, &decls); err != nil {
 		return nil, fmt.Errorf("toolsrv: bad schema: %w", err)
 	}

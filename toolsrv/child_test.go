@@ -17,6 +17,8 @@ import (
 
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
+
+	"ollie/toolsrv/tool"
 )
 
 // testParentEnv makes the test binary a parent that spawns a toolsrv,
@@ -70,7 +72,7 @@ func TestChild(t *testing.T) {
 	if err != nil || string(tools) != "echo\tEcho the arguments.\nticker\tTick.\n" {
 		t.Fatalf("tools = %q %v", tools, err)
 	}
-	var decls []FunctionDecl
+	var decls []tool.FunctionDecl
 	b, _ := c.ReadFile(ctx, "schema")
 	if err := json.Unmarshal(b, &decls); err != nil || len(decls) != 2 || !strings.Contains(string(decls[0].Parameters), `"background"`) {
 		t.Fatalf("schema: %v %s", err, b)

@@ -13,15 +13,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-)
 
-// Tier is how long a tool's results stay verbatim in an agent's history.
-type Tier string
-
-const (
-	TierHot  Tier = "hot"  // kept verbatim
-	TierWarm Tier = "warm" // summarized on compaction
-	TierCold Tier = "cold" // collapsed at once
+	"ollie/toolsrv/tool"
 )
 
 // DefaultTimeout is a tool's timeout when its .meta sets none.
@@ -43,9 +36,9 @@ type Fields struct {
 	Description *string
 	Prompt      *string
 	Args        json.RawMessage // a JSON Schema for the tool's arguments; nil when unset
-	Tier        *Tier
+	Tier        *tool.Tier
 	ReadOnly    *bool
-	Scope       *ScopeKind
+	Scope       *tool.ScopeKind
 	ScopeArg    *string
 	Cmd         *string
 	Sudo        *bool
@@ -316,7 +309,7 @@ func (p *parser) field(path string, mb member, f *Fields) bool {
 		f.doc, f.args = p.args(at, mb.val)
 	case "tier":
 		if s, ok := p.enum(at, mb.val, "hot", "warm", "cold"); ok {
-			t := Tier(s)
+			t := tool.Tier(s)
 			f.Tier = &t
 		}
 	case "readOnly":
@@ -325,7 +318,7 @@ func (p *parser) field(path string, mb member, f *Fields) bool {
 		}
 	case "scope":
 		if s, ok := p.enum(at, mb.val, "read", "write", "global"); ok {
-			k, _ := parseScopeKind(s)
+			k, _ := tool.ParseScopeKind(s)
 			f.Scope = &k
 		}
 	case "scopeArg":
@@ -534,10 +527,10 @@ func (p *parser) checkDefinition(path string, top, v Fields) {
 			p.errorf(join(path, "description"), "missing (set it at the top level or in this variant)")
 		}
 	}
-	if f.ReadOnly != nil && *f.ReadOnly && f.Scope != nil && *f.Scope != ScopeRead {
+	if f.ReadOnly != nil && *f.ReadOnly && f.Scope != nil && *f.Scope != tool.ScopeRead {
 		p.errorf(where("scope", v.Scope != nil), "%q contradicts readOnly: true (a read-only tool has scope \"read\")", *f.Scope)
 	}
-	if f.Scope == nil || *f.Scope != ScopeWrite || f.Args != nil && f.doc == nil {
+	if f.Scope == nil || *f.Scope != tool.ScopeWrite || f.Args != nil && f.doc == nil {
 		return
 	}
 	arg := "path"

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ollie/toolsrv/tool"
 )
 
 const fieldList = "description, prompt, args, tier, readOnly, scope, scopeArg, cmd, sudo, elevated, timeout, replaySafe"
@@ -260,7 +262,7 @@ func TestParseMeta(t *testing.T) {
 		"variants": [{"match": {"os": "linux", "env": "HOME"}, "sudo": true}, {"match": {}}]
 	}`
 	m := mustParse(t, "tools/file_edit.meta", meta)
-	if m.Name != "file_edit" || *m.Description != "Edit a file." || *m.Tier != TierWarm || *m.Scope != ScopeWrite ||
+	if m.Name != "file_edit" || *m.Description != "Edit a file." || *m.Tier != tool.TierWarm || *m.Scope != tool.ScopeWrite ||
 		*m.Cmd != "/usr/local/bin/edit" || !*m.Elevated || *m.Timeout != 0 || *m.ReplaySafe || m.ReadOnly != nil || m.Sudo != nil {
 		t.Errorf("top level parsed wrong: %+v", m.Fields)
 	}
@@ -278,24 +280,24 @@ func TestDefaults(t *testing.T) {
 	tests := []struct {
 		meta     string
 		readOnly bool
-		scope    ScopeKind
+		scope    tool.ScopeKind
 	}{
-		{`{"description": "d"}`, false, ScopeGlobal},
-		{`{"description": "d", "readOnly": true}`, true, ScopeRead},
-		{`{"description": "d", "readOnly": false, "scope": "read"}`, false, ScopeRead},
+		{`{"description": "d"}`, false, tool.ScopeGlobal},
+		{`{"description": "d", "readOnly": true}`, true, tool.ScopeRead},
+		{`{"description": "d", "readOnly": false, "scope": "read"}`, false, tool.ScopeRead},
 	}
 	for _, tt := range tests {
-		tool, ex := Resolve(mustParse(t, filepath.Join(root, "t.meta"), tt.meta), root, h)
-		if tool == nil {
+		got, ex := Resolve(mustParse(t, filepath.Join(root, "t.meta"), tt.meta), root, h)
+		if got == nil {
 			t.Fatalf("%s: %s", tt.meta, ex)
 		}
-		if tool.Tier != TierHot || tool.Timeout != DefaultTimeout || tool.ScopeArg != "path" || tool.Prompt != "" ||
-			tool.Cmd != "" || tool.Sudo || tool.Elevated || tool.ReplaySafe || tool.Variant != -1 ||
-			tool.ReadOnly != tt.readOnly || tool.ScopeKind != tt.scope {
-			t.Errorf("%s: defaults wrong: %+v", tt.meta, tool)
+		if got.Tier != tool.TierHot || got.Timeout != DefaultTimeout || got.ScopeArg != "path" || got.Prompt != "" ||
+			got.Cmd != "" || got.Sudo || got.Elevated || got.ReplaySafe || got.Variant != -1 ||
+			got.ReadOnly != tt.readOnly || got.ScopeKind != tt.scope {
+			t.Errorf("%s: defaults wrong: %+v", tt.meta, got)
 		}
-		if string(tool.Args()) != `{"properties":{},"type":"object"}` {
-			t.Errorf("%s: Args() = %s", tt.meta, tool.Args())
+		if string(got.Args()) != `{"properties":{},"type":"object"}` {
+			t.Errorf("%s: Args() = %s", tt.meta, got.Args())
 		}
 	}
 	if DefaultTimeout != 120*time.Second {

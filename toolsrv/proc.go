@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"ollie/ns"
+	"ollie/ns/stream"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -49,7 +49,7 @@ type Proc struct {
 	Tool    string
 	Sandbox string
 	Started time.Time
-	Out     *ns.Stream // stdout and stderr as they come; closed at exit
+	Out     *stream.Stream // stdout and stderr as they come; closed at exit
 
 	pid      int
 	proc     *os.Process
@@ -121,7 +121,7 @@ func (ps *Procs) StartFor(ctx context.Context, c Caller, name string, args json.
 		os.RemoveAll(scratch)
 		return nil, err
 	}
-	p := &Proc{Tool: name, Sandbox: profile, Started: ps.now(), Out: ns.NewStream(0), done: make(chan struct{})}
+	p := &Proc{Tool: name, Sandbox: profile, Started: ps.now(), Out: stream.NewStream(0), done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.Out, p.Out
 	if err := start(cmd); err != nil {
 		os.RemoveAll(scratch)

@@ -34,6 +34,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"ollie/internal/paths"
+	"ollie/toolsrv/tool"
 )
 
 // Tool is a tool as resolved on this host: the chosen variant merged over the
@@ -44,17 +45,17 @@ type Tool struct {
 	Dir         string // the tools dir that .meta is in
 	Variant     int    // the chosen variant; -1 when the .meta has none
 	Description string
-	Prompt      string        // "" when unset
-	Tier        Tier          // default TierHot
-	ReadOnly    bool          // default false
-	ScopeKind   ScopeKind     // default ScopeRead when ReadOnly, else ScopeGlobal
-	ScopeArg    string        // the argument holding a write's path; default "path"
-	Cmd         string        // as declared; "" when unset
-	Path        string        // the resolved executable
-	Sudo        bool          // run as root, after approval
-	Elevated    bool          // run outside the sandbox, after approval; true when Sudo
-	Timeout     time.Duration // default DefaultTimeout; 0 means none
-	ReplaySafe  bool          // safe to run again after a crash interrupted it; default false
+	Prompt      string         // "" when unset
+	Tier        tool.Tier      // default tool.TierHot
+	ReadOnly    bool           // default false
+	ScopeKind   tool.ScopeKind // default tool.ScopeRead when ReadOnly, else tool.ScopeGlobal
+	ScopeArg    string         // the argument holding a write's path; default "path"
+	Cmd         string         // as declared; "" when unset
+	Path        string         // the resolved executable
+	Sudo        bool           // run as root, after approval
+	Elevated    bool           // run outside the sandbox, after approval; true when Sudo
+	Timeout     time.Duration  // default DefaultTimeout; 0 means none
+	ReplaySafe  bool           // safe to run again after a crash interrupted it; default false
 
 	args   *jsonschema.Schema // nil when the .meta declares no args
 	own    json.RawMessage
@@ -75,7 +76,7 @@ var emptyArgs = map[string]any{"type": "object", "properties": map[string]any{}}
 func newTool(m *Meta, dir string, variant int, f Fields) *Tool {
 	t := &Tool{
 		Name: m.Name, File: m.File, Dir: dir, Variant: variant,
-		Tier: TierHot, ScopeArg: "path", Timeout: DefaultTimeout,
+		Tier: tool.TierHot, ScopeArg: "path", Timeout: DefaultTimeout,
 		args: f.args,
 	}
 	if f.Description != nil {
@@ -94,7 +95,7 @@ func newTool(m *Meta, dir string, variant int, f Fields) *Tool {
 	case f.Scope != nil:
 		t.ScopeKind = *f.Scope
 	case t.ReadOnly:
-		t.ScopeKind = ScopeRead
+		t.ScopeKind = tool.ScopeRead
 	}
 	if f.ScopeArg != nil {
 		t.ScopeArg = *f.ScopeArg

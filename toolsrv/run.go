@@ -16,6 +16,7 @@ import (
 
 	"ollie/ns/client"
 	"ollie/toolsrv/sandbox"
+	"ollie/toolsrv/tool"
 )
 
 // DefaultOutputCap is how many bytes of a tool's output reach the model
@@ -102,32 +103,19 @@ type Runner struct {
 	spillMade string // the directory spillDir made when SpillDir is ""
 }
 
-// A Result is the outcome of one call, in the words the model reads.
-type Result struct {
-	Tool     string
-	Output   string          // stdout on success; the reason and both streams on failure
-	Content  json.RawMessage `json:",omitempty"` // the tool's {"content": [...]} blocks, passed through
-	Failed   bool
-	ExitCode int // -1 when the tool did not run to an exit
-	Cut      int64
-	Spill    string // the file holding the whole output when some was cut
-	Elapsed  time.Duration
-	Sandbox  string // the profile the call ran under, or "none"
-}
-
-func failed(tool, msg string) *Result {
-	return &Result{Tool: tool, Output: msg, Failed: true, ExitCode: -1}
+func failed(name, msg string) *tool.Result {
+	return &tool.Result{Tool: name, Output: msg, Failed: true, ExitCode: -1}
 }
 
 // Run validates and runs one call for the session. It never returns nil:
 // every failure is a Result the model can read.
-func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *Result {
+func (r *Runner) Run(ctx context.Context, name string, args json.RawMessage) *tool.Result {
 	return r.RunFor(ctx, Caller{}, name, args)
 }
 
 // RunFor is Run for an agent: the call runs in the caller's directory, and
 // its tools reach the namespace as that agent.
-func (r *Runner) RunFor(ctx context.Context, c Caller, name string, args json.RawMessage) *Result {
+func (r *Runner) RunFor(ctx context.Context, c Caller, name string, args json.RawMessage) *tool.Result {
 	c, err := r.caller(c)
 	if err != nil {
 		return failed(name, err.Error())
@@ -243,9 +231,9 @@ func start(cmd *exec.Cmd) error {
 	return err
 }
 
-func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (res *Result) {
+func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (res *tool.Result) {
 	begin := time.Now()
-	res = &Result{Tool: t.Name, ExitCode: -1}
+	res = &tool.Result{Tool: t.Name, ExitCode: -1}
 	grant, err := r.authorize(ctx, c, t, flags, own)
 	if err != nil {
 		return failed(t.Name, err.Error())

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"ollie/ns"
+	"ollie/ns/stream"
+	"ollie/toolsrv/tool"
 )
 
 // Server is one session's toolsrv namespace: the loaded tools, calls, and
@@ -85,28 +87,10 @@ func (s *Server) tools(ctx context.Context, c *ns.Call) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// FunctionDecl is how a tool is shown to a model, with what the agent loop
-// needs to schedule and keep its calls.
-type FunctionDecl struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	Scope       string          `json:"scope"`              // read, write or global
-	ScopeArg    string          `json:"scopeArg,omitempty"` // for write: the path argument
-	Tier        Tier            `json:"tier"`
-	ReplaySafe  bool            `json:"replaySafe,omitempty"`
-}
-
-// CallScope is the scope of a call of the declared tool with args.
-func (d FunctionDecl) CallScope(args json.RawMessage, cwd string) Scope {
-	kind, _ := parseScopeKind(d.Scope)
-	return (&Tool{ScopeKind: kind, ScopeArg: d.ScopeArg}).Scope(args, cwd)
-}
-
 func (s *Server) schema(ctx context.Context, c *ns.Call) ([]byte, error) {
-	decls := []FunctionDecl{}
+	decls := []tool.FunctionDecl{}
 	for _, t := range s.Runner.Tools.Tools() {
-		decls = append(decls, FunctionDecl{Name: t.Name, Description: t.Description, Parameters: t.Schema(),
+		decls = append(decls, tool.FunctionDecl{Name: t.Name, Description: t.Description, Parameters: t.Schema(),
 			Scope: t.ScopeKind.String(), ScopeArg: t.ScopeArg, Tier: t.Tier, ReplaySafe: t.ReplaySafe})
 	}
 	return json.MarshalIndent(decls, "", "  ")
@@ -210,7 +194,7 @@ func (s *Server) proc(c *ns.Call) (*Proc, error) {
 	return s.Procs.Get(c.Key("pid"))
 }
 
-func (s *Server) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+func (s *Server) procOut(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 	p, err := s.proc(c)
 	if err != nil {
 		return nil, err
@@ -255,14 +239,6 @@ func (s *Server) procCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, e
 	return []byte("ok\n"), nil
 }
 
-// ProcPoll is what proc/{id}/poll answers.
-type ProcPoll struct {
-	Status string `json:"status"` // running, or how it ended
-	Next   int64  `json:"next"`   // the offset to poll from next
-	Data   string `json:"data"`   // output from the offset asked
-	Ended  bool   `json:"ended"`  // the process exited and all its output is in
-}
-
 func (s *Server) procPoll(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	p, err := s.proc(c)
 	if err != nil {
@@ -275,5 +251,5 @@ func (s *Server) procPoll(ctx context.Context, c *ns.Call, req []byte) ([]byte, 
 	status := p.Status() // before reading, so an exit is never reported ahead of its output
 	data, next, closed := p.Out.Since(off)
 	p.Seen(s.Procs.now())
-	return json.Marshal(ProcPoll{Status: status, Next: next, Data: string(data), Ended: closed && status != "running"})
+	return json.Marshal(tool.ProcPoll{Status: status, Next: next, Data: string(data), Ended: closed && status != "running"})
 }

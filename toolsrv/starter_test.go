@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"ollie/toolsrv/sandbox"
+	"ollie/toolsrv/tool"
 )
 
 // starterTools are the tools data/tools declares, and nothing else.
@@ -125,7 +126,7 @@ func call(t *testing.T, r *Runner, name, args string) string {
 }
 
 // callFails runs one call that must fail and returns its output.
-func callFails(t *testing.T, r *Runner, name, args string) *Result {
+func callFails(t *testing.T, r *Runner, name, args string) *tool.Result {
 	t.Helper()
 	res := r.Run(context.Background(), name, json.RawMessage(args))
 	if !res.Failed {
@@ -275,17 +276,17 @@ func TestStarterRegistry(t *testing.T) {
 	}
 
 	// Scopes, for the parallel scheduler.
-	scopes := map[string]ScopeKind{
-		"file_read": ScopeRead, "file_grep": ScopeRead, "file_glob": ScopeRead, "reasoning_think": ScopeRead,
-		"file_write": ScopeWrite, "file_edit": ScopeWrite, "shell": ScopeGlobal,
+	scopes := map[string]tool.ScopeKind{
+		"file_read": tool.ScopeRead, "file_grep": tool.ScopeRead, "file_glob": tool.ScopeRead, "reasoning_think": tool.ScopeRead,
+		"file_write": tool.ScopeWrite, "file_edit": tool.ScopeWrite, "shell": tool.ScopeGlobal,
 	}
 	for name, want := range scopes {
-		tool, ok := reg.Tool(name)
+		got, ok := reg.Tool(name)
 		if !ok {
 			continue // reported above
 		}
-		if tool.ScopeKind != want || want == ScopeWrite && tool.ScopeArg != "path" {
-			t.Errorf("%s: scope %s (arg %q), want %s", name, tool.ScopeKind, tool.ScopeArg, want)
+		if got.ScopeKind != want || want == tool.ScopeWrite && got.ScopeArg != "path" {
+			t.Errorf("%s: scope %s (arg %q), want %s", name, got.ScopeKind, got.ScopeArg, want)
 		}
 	}
 }

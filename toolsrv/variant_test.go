@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ollie/toolsrv/tool"
 )
 
 // fakeHost is a host whose PATH, environment, OS and arch are the test's.
@@ -37,7 +39,7 @@ func (h *fakeHost) Stat(name string) (fs.FileInfo, error) {
 	if mode, ok := h.files[name]; ok {
 		return fakeInfo{name: filepath.Base(name), mode: mode}, nil
 	}
-	if h.root != "" && within(name, h.root) {
+	if h.root != "" && (name == h.root || strings.HasPrefix(name, h.root+"/")) {
 		return os.Stat(name)
 	}
 	return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
@@ -123,10 +125,10 @@ func TestVariants(t *testing.T) {
 		cmd         string
 		description string
 		prompt      string
-		tier        Tier
+		tier        tool.Tier
 		timeout     time.Duration
 		readOnly    bool
-		scope       ScopeKind
+		scope       tool.ScopeKind
 		sudo        bool
 		elevated    bool
 		replaySafe  bool
@@ -146,13 +148,13 @@ func TestVariants(t *testing.T) {
 			name: "seed: journald host", meta: string(seed), path: []string{"journalctl"},
 			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
 			want: want{variant: 0, cmd: "system_logs_journald", description: "Read system logs (journald).",
-				tier: TierHot, timeout: DefaultTimeout, readOnly: true, scope: ScopeRead, argsHas: "unit"},
+				tier: tool.TierHot, timeout: DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "unit"},
 		},
 		{
 			name: "seed: syslog host", meta: string(seed),
 			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
 			want: want{variant: 1, cmd: "system_logs_syslog", description: "Read system logs (syslog).",
-				tier: TierHot, timeout: DefaultTimeout, readOnly: true, scope: ScopeRead, argsHas: "grep"},
+				tier: tool.TierHot, timeout: DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "grep"},
 		},
 		{
 			name: "seed: neither, hidden", meta: string(seed), path: []string{"dmesg"},
@@ -160,18 +162,18 @@ func TestVariants(t *testing.T) {
 		},
 		{
 			name: "merge: first match wins over a later one", meta: merged, goos: "darwin", goarch: "arm64",
-			want: want{variant: 0, cmd: "mac_cmd", description: "top", prompt: "top prompt", tier: TierCold,
-				timeout: 30 * time.Second, readOnly: true, scope: ScopeRead, replaySafe: true, argsHas: "q"},
+			want: want{variant: 0, cmd: "mac_cmd", description: "top", prompt: "top prompt", tier: tool.TierCold,
+				timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "q"},
 		},
 		{
 			name: "merge: variant args and description replace the top level", meta: merged, goos: "linux", goarch: "arm64",
-			want: want{variant: 1, cmd: "arm_cmd", description: "on arm", prompt: "top prompt", tier: TierWarm,
-				timeout: 30 * time.Second, readOnly: true, scope: ScopeRead, replaySafe: true, argsHas: "r"},
+			want: want{variant: 1, cmd: "arm_cmd", description: "on arm", prompt: "top prompt", tier: tool.TierWarm,
+				timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "r"},
 		},
 		{
 			name: "merge: a variant's zero values override", meta: merged, goos: "linux", goarch: "amd64",
-			want: want{variant: 2, cmd: "linux_cmd", description: "top", prompt: "top prompt", tier: TierWarm,
-				timeout: 0, readOnly: false, scope: ScopeGlobal, sudo: true, elevated: true, replaySafe: true, argsHas: "q"},
+			want: want{variant: 2, cmd: "linux_cmd", description: "top", prompt: "top prompt", tier: tool.TierWarm,
+				timeout: 0, readOnly: false, scope: tool.ScopeGlobal, sudo: true, elevated: true, replaySafe: true, argsHas: "q"},
 		},
 		{
 			name: "merge: no variant for this OS", meta: merged, goos: "freebsd", goarch: "amd64",
@@ -179,18 +181,18 @@ func TestVariants(t *testing.T) {
 		},
 		{
 			name: "env and nenv both hold", meta: conds, env: map[string]string{"DISPLAY": ":0"},
-			want: want{variant: 0, cmd: "gui", description: "conditions", tier: TierHot, timeout: DefaultTimeout, scope: ScopeGlobal},
+			want: want{variant: 0, cmd: "gui", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 		{
 			name: "nenv fails, absolute binary holds", meta: conds,
 			env:   map[string]string{"DISPLAY": ":0", "SSH_CONNECTION": "1.2.3.4"},
 			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o755},
-			want:  want{variant: 1, cmd: "abs", description: "conditions", tier: TierHot, timeout: DefaultTimeout, scope: ScopeGlobal},
+			want:  want{variant: 1, cmd: "abs", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 		{
 			name: "absolute binary not executable, empty match catches all", meta: conds,
 			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o644},
-			want:  want{variant: 2, cmd: "fallback", description: "conditions", tier: TierHot, timeout: DefaultTimeout, scope: ScopeGlobal},
+			want:  want{variant: 2, cmd: "fallback", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 	}
 	for _, tt := range tests {

@@ -26,7 +26,7 @@ import (
 
 	p9 "9fans.net/go/plan9/client"
 
-	"ollie/ns"
+	"ollie/ns/nsdir"
 )
 
 // ErrInterrupted is the server's answer to a request cut short, by
@@ -93,7 +93,7 @@ const DefaultHandshakeTimeout = 10 * time.Second
 // DefaultHandshakeTimeout (see DialTimeout).
 //
 // addr is a Unix socket path, "unix!PATH", "tcp!HOST!PORT" or "HOST:PORT";
-// empty means ns.SocketPath(). Who the attach is follows from the
+// empty means nsdir.SocketPath(). Who the attach is follows from the
 // transport, not from uname: the server's own user on the Unix socket is
 // the admin, a sandboxed tool is the agent whose $OLLIE_AGENT_TOKEN it
 // presents (see NewConn), and a TCP client is "none".
@@ -131,7 +131,7 @@ func DialTimeout(addr, uname string, d time.Duration) (*Conn, error) {
 // splitAddr turns an ollie address into a network and address for net.Dial.
 func splitAddr(addr string) (network, address string, err error) {
 	if addr == "" {
-		return "unix", ns.SocketPath(), nil
+		return "unix", nsdir.SocketPath(), nil
 	}
 	if netw, rest, ok := strings.Cut(addr, "!"); ok {
 		switch netw {

@@ -20,6 +20,8 @@ import (
 	"9fans.net/go/plan9"
 
 	"ollie/ns"
+	"ollie/ns/nsdir"
+	"ollie/ns/stream"
 )
 
 // fixture is a real ns.Server on a Unix socket, serving a small tree with
@@ -27,7 +29,7 @@ import (
 type fixture struct {
 	sock   string
 	srv    *ns.Server
-	stream *ns.Stream
+	stream *stream.Stream
 	bus    *ns.Bus
 
 	mu     sync.Mutex
@@ -40,14 +42,14 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{
-		stream:      ns.NewStream(0),
+		stream:      stream.NewStream(0),
 		bus:         &ns.Bus{},
 		slowStarted: make(chan struct{}, 1),
 		slowEnded:   make(chan error, 1),
 	}
 	f.stream.Write([]byte("start\n"))
 	big := bytes.Repeat([]byte("0123456789abcdef"), 300<<10/16)
-	ended := ns.NewStream(0)
+	ended := stream.NewStream(0)
 	ended.Write([]byte("all of it\n"))
 	ended.Close()
 	sessions := map[string]string{"s1": "alpha", "s2": "beta"} // id → name
@@ -92,10 +94,10 @@ func newFixture(t *testing.T) *fixture {
 			f.slowEnded <- ctx.Err()
 			return nil, ctx.Err()
 		}),
-		ns.StreamFile("stream", 0444, "Never ends by itself.", func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("stream", 0444, "Never ends by itself.", func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 			return f.stream, nil
 		}),
-		ns.StreamFile("ended", 0444, "A stream already closed.", func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("ended", 0444, "A stream already closed.", func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 			return ended, nil
 		}),
 		&ns.Node{Name: "event", Mode: 0666, Doc: "Events.", Subscribe: func(ctx context.Context, c *ns.Call, filter []byte) (ns.Source, error) {
@@ -135,7 +137,7 @@ func listenUnix(t *testing.T, srv *ns.Server) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	t.Setenv("NAMESPACE", dir)
-	sock := filepath.Join(dir, ns.Service)
+	sock := filepath.Join(dir, nsdir.Service)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)

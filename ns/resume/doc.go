@@ -24,7 +24,7 @@
 //     (ns.ReadFile) takes a new snapshot, a directory lists anew, and a
 //     subscription starts afresh, missing what was published while the
 //     connection was down, and a wait file waits for the next change after
-//     the new open. A stream keeps only its last bytes (ns.DefaultRetain);
+//     the new open. A stream keeps only its last bytes (stream.DefaultRetain);
 //     an outage long enough for the reader to fall behind them ends the
 //     read with the stream's own error.
 //   - Requests that change nothing the replay does not rebuild: Tversion,

@@ -18,6 +18,7 @@ import (
 
 	"ollie/ns"
 	"ollie/ns/resume"
+	"ollie/ns/stream"
 )
 
 // timeout bounds every wait in these tests. It is a failure guard, never
@@ -26,7 +27,7 @@ const timeout = 10 * time.Second
 
 // world is the live state behind the test tree.
 type world struct {
-	stream *ns.Stream
+	stream *stream.Stream
 
 	mu      sync.Mutex
 	entries map[string]bool // the children of "dyn"
@@ -37,7 +38,7 @@ type world struct {
 
 func newWorld(retain int) *world {
 	return &world{
-		stream:  ns.NewStream(retain),
+		stream:  stream.NewStream(retain),
 		entries: map[string]bool{"one": true, "two": true},
 		entered: make(chan struct{}, 16),
 	}
@@ -64,7 +65,7 @@ func (w *world) tree(t testing.TB) *ns.Tree {
 		ns.ReadFile("hello", 0444, "a constant", func(context.Context, *ns.Call) ([]byte, error) {
 			return []byte("hello, world\n"), nil
 		}),
-		ns.StreamFile("stream", 0444, "fed by the test", func(context.Context, *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("stream", 0444, "fed by the test", func(context.Context, *ns.Call) (*stream.Stream, error) {
 			return w.stream, nil
 		}),
 		ns.RdWrFile("echo", 0666, "answers a request in upper case", func(_ context.Context, _ *ns.Call, req []byte) ([]byte, error) {

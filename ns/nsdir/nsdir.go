@@ -1,4 +1,11 @@
-package ns
+// Package nsdir says where the namespace is posted: plan9port's namespace
+// directory and the socket in it named "ollie".
+//
+// It is apart from ns so that a client finds the socket without linking the
+// server: the ollie command, ns/client and the daemon all ask here.
+//
+// It trusts the environment ($NAMESPACE, $DISPLAY, $USER), as plan9port does.
+package nsdir
 
 import (
 	"fmt"

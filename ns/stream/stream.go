@@ -1,4 +1,13 @@
-package ns
+// Package stream is the append-only, offset-addressed byte stream behind an
+// agent's chat and a background process's output.
+//
+// It is a package of its own, not part of ns, because its writers are not
+// servers: the agent loop and toolsrv's processes append to streams, and a
+// server reads them out (ns.StreamFile, toolsrv's proc poll). Kept here, a
+// writer links neither srv9p nor the rest of the server.
+//
+// The package trusts its callers; a Stream is safe for concurrent use.
+package stream
 
 import (
 	"context"
@@ -9,6 +18,8 @@ import (
 )
 
 // ErrTrimmed is returned for a read of stream bytes no longer retained.
+// Its text, and the other errors' "ns: stream" prefix, reach 9P clients as
+// the namespace's answer, so they keep the words they had inside ns.
 var ErrTrimmed = errors.New("ns: stream offset no longer retained")
 
 // A Stream is an append-only byte stream read by offset, as chat output
