@@ -3,6 +3,7 @@ package toolsrv
 import (
 	"context"
 	"errors"
+	"ollie/toolsrv/tool"
 	"os"
 	"slices"
 	"sync"
@@ -103,7 +104,7 @@ func (ts *Pool) Load(ctx context.Context, session string, child *Child, name str
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(all, func(d FunctionDecl) bool { return d.Name == name }) {
+	if !slices.ContainsFunc(all, func(d tool.FunctionDecl) bool { return d.Name == name }) {
 		if _, err := child.RdWr(ctx, "ctl", []byte("load "+name)); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"ollie/toolsrv/tool"
 	"slices"
 	"strings"
 	"sync"
@@ -83,12 +84,12 @@ func (a *View) Use(list []string) {
 }
 
 // Decls are the agent's tools as the model is shown them.
-func (a *View) Decls(ctx context.Context) ([]FunctionDecl, error) {
+func (a *View) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
 	all, err := a.Child.Decls(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []FunctionDecl
+	var out []tool.FunctionDecl
 	for _, d := range all {
 		if a.Has(d.Name) {
 			out = append(out, d)
@@ -99,13 +100,13 @@ func (a *View) Decls(ctx context.Context) ([]FunctionDecl, error) {
 
 // Call runs a call for the agent; a tool it may not call is a failed
 // result the model reads, not an error.
-func (a *View) Call(ctx context.Context, tool string, args json.RawMessage) (*Result, error) {
-	if !a.Has(tool) {
+func (a *View) Call(ctx context.Context, name string, args json.RawMessage) (*tool.Result, error) {
+	if !a.Has(name) {
 		list, _ := a.Names(ctx)
-		return &Result{Tool: tool, Failed: true, ExitCode: -1,
-			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", tool, strings.Join(list, ", "))}, nil
+		return &tool.Result{Tool: name, Failed: true, ExitCode: -1,
+			Output: fmt.Sprintf("not run: %s is not among this agent's tools (%s)", name, strings.Join(list, ", "))}, nil
 	}
-	return a.Child.CallFor(ctx, a.caller(), tool, args)
+	return a.Child.CallFor(ctx, a.caller(), name, args)
 }
 
 // caller is who a call runs for, named as the session and agent are now.
@@ -118,9 +119,9 @@ func (a *View) caller() Caller {
 }
 
 // Start starts a call in the background for the agent.
-func (a *View) Start(ctx context.Context, tool string, args json.RawMessage) (string, error) {
-	if !a.Has(tool) {
-		return "", fmt.Errorf("not run: %s is not among this agent's tools", tool)
+func (a *View) Start(ctx context.Context, name string, args json.RawMessage) (string, error) {
+	if !a.Has(name) {
+		return "", fmt.Errorf("not run: %s is not among this agent's tools", name)
 	}
-	return a.Child.StartFor(ctx, a.caller(), tool, args)
+	return a.Child.StartFor(ctx, a.caller(), name, args)
 }

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"ollie/agent/backend"
 	"ollie/broker"
-	"ollie/ns"
 	"ollie/ns/host"
+	"ollie/ns/nsdir"
 	"os/signal"
 	"syscall"
 	"time"
@@ -28,7 +28,7 @@ func serveMain(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	cfg := host.Config{Version: version, Dir: ns.NamespaceDir(), TCP: *tcp, Log: log}
+	cfg := host.Config{Version: version, Dir: nsdir.NamespaceDir(), TCP: *tcp, Log: log}
 	if f, err := broker.DefaultAlwaysPath(); err == nil {
 		cfg.AlwaysFile = f
 	}

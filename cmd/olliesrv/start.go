@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"ollie/internal/termsafe"
-	"ollie/ns"
 	"ollie/ns/daemon"
+	"ollie/ns/nsdir"
 )
 
 const startUsage = `usage: olliesrv start   start the daemon detached (or report the running one)
@@ -24,7 +24,7 @@ func startMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, startUsage)
 		return 2
 	}
-	sock := ns.SocketPath()
+	sock := nsdir.SocketPath()
 	if pid := daemon.PID(); pid != 0 {
 		fmt.Fprintf(stdout, "running %s pid %d\n", sock, pid)
 		return 0

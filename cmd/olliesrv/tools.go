@@ -12,9 +12,9 @@ import (
 	"strings"
 	"syscall"
 
-	"ollie/ns"
 	"ollie/ns/daemon"
 	"ollie/ns/host"
+	"ollie/ns/nsdir"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 )
@@ -115,7 +115,7 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "olliesrv tools run: %v; cut output goes under %s\n", err, os.TempDir())
 	}
 	// With a daemon running, its approval gate answers as it does for agents.
-	if gate := filepath.Join(ns.NamespaceDir(), "elevate"); daemon.PID() != 0 {
+	if gate := filepath.Join(nsdir.NamespaceDir(), "elevate"); daemon.PID() != 0 {
 		r.Approver = toolsrv.GateApprover{Socket: gate}
 		r.ElevateSocket = gate
 	}

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"ollie/ns"
 	"ollie/ns/client"
+	"ollie/ns/nsdir"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +28,7 @@ import (
 // PID is the pid of the olliesrv serving this user's namespace, or 0.
 // The lock records it; the lock being held is what makes it current.
 func PID() int {
-	lock := ns.SocketPath() + ".lock"
+	lock := nsdir.SocketPath() + ".lock"
 	f, err := os.Open(lock)
 	if err != nil {
 		return 0
@@ -100,7 +100,7 @@ func StartDetached(exe string, timeout time.Duration) (int, error) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	sock := ns.SocketPath()
+	sock := nsdir.SocketPath()
 	deadline := time.After(timeout)
 	for {
 		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {

@@ -19,6 +19,7 @@ import (
 	"ollie/agent/backend"
 	"ollie/internal/paths"
 	"ollie/ns"
+	"ollie/ns/stream"
 	"ollie/toolsrv"
 )
 
@@ -46,8 +47,8 @@ type agentEntry struct {
 	backend string
 	cwd     string
 	profile string
-	peers   map[string]bool       // agent IDs this agent may message
-	outs    map[string]*ns.Stream // background process output, copied from toolsrv
+	peers   map[string]bool           // agent IDs this agent may message
+	outs    map[string]*stream.Stream // background process output, copied from toolsrv
 
 	// token is the agent's capability: its tools present it to attach as
 	// the agent (see identify). It lives in memory only; a restart makes
@@ -605,8 +606,8 @@ func (n *namespace) agentPrompt(ctx context.Context, c *ns.Call, data []byte) er
 	return e.Submit(ctx, p)
 }
 
-func (n *namespace) agentChat(raw bool) func(context.Context, *ns.Call) (*ns.Stream, error) {
-	return func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+func (n *namespace) agentChat(raw bool) func(context.Context, *ns.Call) (*stream.Stream, error) {
+	return func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 		e, err := n.agentOf(c)
 		if err != nil {
 			return nil, err
@@ -1069,7 +1070,7 @@ func (n *namespace) lookupProc(ctx context.Context, c *ns.Call, name string) (ns
 // procOut serves a background process's output from a local stream that
 // one goroutine fills by following the toolsrv's stream: readers here
 // block on this stream, not on toolsrv.
-func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 	e, err := n.agentOf(c)
 	if err != nil {
 		return nil, err
@@ -1088,9 +1089,9 @@ func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*ns.Stream, error)
 	if err != nil {
 		return nil, err
 	}
-	st := ns.NewStream(0)
+	st := stream.NewStream(0)
 	if e.outs == nil {
-		e.outs = map[string]*ns.Stream{}
+		e.outs = map[string]*stream.Stream{}
 	}
 	e.outs[id] = st
 	go func() {

@@ -21,6 +21,7 @@ import (
 	"ollie/agent/backend"
 	"ollie/broker"
 	"ollie/ns"
+	"ollie/ns/nsdir"
 	"ollie/toolsrv"
 )
 
@@ -81,7 +82,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	sock := filepath.Join(cfg.Dir, ns.Service)
+	sock := filepath.Join(cfg.Dir, nsdir.Service)
 	if len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is %d bytes, over the %d-byte limit of Unix sockets: set NAMESPACE to a shorter directory", sock, len(sock), maxSocketPath)
 	}

@@ -11,6 +11,7 @@ import (
 	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/toolsrv"
+	"ollie/toolsrv/tool"
 )
 
 // DefaultStateDir is where session files live:
@@ -208,7 +209,7 @@ func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.Resto
 	out := map[string][]backend.Message{}
 	for _, in := range rs.Rerun {
 		agentID, callID, _ := strings.Cut(agent.CallBase(in.ID), "/")
-		var res *toolsrv.Result
+		var res *tool.Result
 		child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
 		if err == nil {
 			c, ok := who[agentID]
@@ -218,7 +219,7 @@ func (n *namespace) rerun(ctx context.Context, s *agent.Session, rs *agent.Resto
 			res, err = child.CallFor(ctx, c, in.Tool, in.Args)
 		}
 		if err != nil {
-			res = &toolsrv.Result{Tool: in.Tool, Failed: true, ExitCode: -1, Output: "interrupted, and running it again failed: " + err.Error()}
+			res = &tool.Result{Tool: in.Tool, Failed: true, ExitCode: -1, Output: "interrupted, and running it again failed: " + err.Error()}
 		}
 		if err := rs.Log.Journal(agentID).Settle(in.ID, res); err != nil {
 			n.log.Error("olliesrv: settling a re-run call", "call", in.ID, "err", err)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/ns"
+	"ollie/ns/nsdir"
 )
 
 // What a compromised host's olliesrv serves (issue 11): names, owners,
@@ -80,7 +81,7 @@ func newHostileNS(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	t.Setenv("NAMESPACE", dir)
 	t.Setenv("OLLIE_UNAME", "")
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, ns.Service), Net: "unix"})
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, nsdir.Service), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}

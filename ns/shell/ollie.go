@@ -25,8 +25,8 @@ import (
 	"golang.org/x/term"
 
 	"ollie/internal/termsafe"
-	"ollie/ns"
 	"ollie/ns/client"
+	"ollie/ns/nsdir"
 )
 
 // Exit statuses of ollie. Scripts depend on them: keep them stable and in
@@ -95,7 +95,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	host := fl.String("H", "", "")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, ollieUsage, ns.SocketPath())
+			fmt.Fprintf(stdout, ollieUsage, nsdir.SocketPath())
 			return ollieExitOK
 		}
 		return ollieUsageError(stderr, err.Error())
@@ -125,7 +125,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	long := false
 	switch cmd {
 	case "help", "-h", "--help":
-		fmt.Fprintf(stdout, ollieUsage, ns.SocketPath())
+		fmt.Fprintf(stdout, ollieUsage, nsdir.SocketPath())
 		return ollieExitOK
 	case "ls":
 		if len(args) > 0 && args[0] == "-l" {

@@ -20,6 +20,8 @@ import (
 	"ollie/internal/nstest"
 	"ollie/ns"
 	"ollie/ns/client"
+	"ollie/ns/nsdir"
+	"ollie/ns/stream"
 )
 
 // ollieNS is a real ns.Server on a Unix socket in a fresh $NAMESPACE,
@@ -27,7 +29,7 @@ import (
 type ollieNS struct {
 	srv    *ns.Server
 	sock   string
-	stream *ns.Stream
+	stream *stream.Stream
 	bus    *ns.Bus
 
 	mu     sync.Mutex
@@ -36,9 +38,9 @@ type ollieNS struct {
 
 func newOllieNS(t *testing.T) *ollieNS {
 	t.Helper()
-	n := &ollieNS{stream: ns.NewStream(0), bus: &ns.Bus{}}
+	n := &ollieNS{stream: stream.NewStream(0), bus: &ns.Bus{}}
 	n.stream.Write([]byte("start\n"))
-	ended := ns.NewStream(0)
+	ended := stream.NewStream(0)
 	ended.Write([]byte("all of it\n"))
 	ended.Close()
 	text := func(s string) func(context.Context, *ns.Call) ([]byte, error) {
@@ -75,10 +77,10 @@ func newOllieNS(t *testing.T) *ollieNS {
 		ns.RdWrFile("fail", 0666, "Always fails.", func(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 			return nil, errors.New("fail: no good")
 		}),
-		ns.StreamFile("stream", 0444, "Never ends by itself.", func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("stream", 0444, "Never ends by itself.", func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 			return n.stream, nil
 		}),
-		ns.StreamFile("ended", 0444, "Already ended.", func(ctx context.Context, c *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("ended", 0444, "Already ended.", func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 			return ended, nil
 		}),
 		&ns.Node{Name: "event", Mode: 0666, Doc: "Events.", Subscribe: func(ctx context.Context, c *ns.Call, filter []byte) (ns.Source, error) {
@@ -107,7 +109,7 @@ func newOllieNS(t *testing.T) *ollieNS {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	t.Setenv("NAMESPACE", dir)
 	t.Setenv("OLLIE_UNAME", "")
-	n.sock = filepath.Join(dir, ns.Service)
+	n.sock = filepath.Join(dir, nsdir.Service)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: n.sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"ollie/ns"
+	"ollie/ns/stream"
 )
 
 const bigSize = 64 << 20
@@ -24,7 +25,7 @@ func main() {
 	sock := os.Args[1]
 	// Written once and closed: every read from offset 0 gets all of it,
 	// then EOF, so each reader measures transport and not the writer.
-	big := ns.NewStream(bigSize)
+	big := stream.NewStream(bigSize)
 	chunk := make([]byte, 1<<20)
 	for i := range chunk {
 		chunk[i] = byte(i*7 + i>>8)
@@ -37,7 +38,7 @@ func main() {
 		ns.ReadFile("small", 0444, "a few bytes", func(context.Context, *ns.Call) ([]byte, error) {
 			return []byte("hello, world\n"), nil
 		}),
-		ns.StreamFile("big", 0444, "64 MiB, closed", func(context.Context, *ns.Call) (*ns.Stream, error) {
+		ns.StreamFile("big", 0444, "64 MiB, closed", func(context.Context, *ns.Call) (*stream.Stream, error) {
 			return big, nil
 		}),
 	)
