@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"ollie/internal/jsonx"
 )
 
 // Tier is how long a tool's results stay verbatim in an agent's history.
@@ -596,10 +598,8 @@ func pickBool(a, b *bool) *bool {
 
 // didYouMean suggests the known name a misspelt key differs from only in case.
 func didYouMean(key string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, key) {
-			return fmt.Sprintf("; did you mean %q?", k)
-		}
+	if k, ok := jsonx.SimilarKey(key, known); ok {
+		return fmt.Sprintf("; did you mean %q?", k)
 	}
 	return ""
 }

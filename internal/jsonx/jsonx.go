@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Canonical returns b decoded and encoded again by encoding/json: compact,
@@ -108,4 +109,15 @@ func skipSpace(data []byte, off int64, also string) int64 {
 		off++
 	}
 	return off
+}
+
+// SimilarKey returns the known key that key differs from only in case,
+// the likely meaning of a key a person misspelt.
+func SimilarKey(key string, known []string) (string, bool) {
+	for _, k := range known {
+		if strings.EqualFold(k, key) {
+			return k, true
+		}
+	}
+	return "", false
 }

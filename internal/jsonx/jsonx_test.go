@@ -106,3 +106,20 @@ func TestMembersValuesAreInputBytes(t *testing.T) {
 		t.Errorf("values %s and %s, want the input's", ms[0].Value, ms[1].Value)
 	}
 }
+
+func TestSimilarKey(t *testing.T) {
+	known := []string{"name", "Tools", "tools"}
+	for _, tc := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"Name", "name", true},
+		{"TOOLS", "Tools", true}, // the first in known's order
+		{"nmae", "", false},
+		{"", "", false},
+	} {
+		if got, ok := SimilarKey(tc.key, known); got != tc.want || ok != tc.ok {
+			t.Errorf("SimilarKey(%q) = %q, %v; want %q, %v", tc.key, got, ok, tc.want, tc.ok)
+		}
+	}
+}
