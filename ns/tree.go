@@ -52,7 +52,8 @@ import (
 // Wait, a Subscribe at a read or write, and the Source's Next run one at
 // a time, in no set order among requests outstanding together (a client
 // that wants an order waits for each reply before sending the next);
-// reads of a Read snapshot or of a Stream are not serialised at all.
+// reads of a Read snapshot or of a Stream are not serialised at all, and
+// neither is Lookup, which runs at walks and stats.
 //
 // ctx is the request's. It is done when the client flushes the request
 // (Tflush), when the connection ends, when [Server.Shutdown] interrupts
@@ -73,14 +74,14 @@ import (
 //     can tell an interruption from a failure.
 //   - A panic is recovered and logged with its stack to Server.Log, and
 //     answered "ns: internal error".
-//   - A text too long for one message (msize, and 64 KiB) is clipped,
-//     ending in "...".
+//   - A text too long for the connection's msize, or for a 9P string
+//     (64 KiB), is clipped, ending in "...".
 //
 // A handler owns the bytes it is given, a copy of the Twrite's data, and
 // may keep them. The server keeps the bytes a handler returns and serves
-// reads from them until the fid is clunked (or a later write replaces
-// them), and never writes into them: the handler must not change them
-// after returning, and may return bytes shared with other calls.
+// reads from them until the fid is clunked (or a later write or item
+// replaces them), and never writes into them: the handler must not change
+// them after returning, and may return bytes shared with other calls.
 type Node struct {
 	Name  string     // "{param}" for the template of an Each directory
 	Mode  plan9.Perm // permission bits; DMDIR is implied for directories
