@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ollie/agent/backend"
+	"ollie/internal/changes"
 	"ollie/ns/stream"
 	"ollie/toolsrv/tool"
 )
@@ -85,7 +86,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	state    string
-	changed  chan struct{}
+	changed  changes.Counter // bumped under mu when state, stateVer or turns move
 	history  []backend.Message
 	queue    []string
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
@@ -121,7 +122,6 @@ func New(cfg Config) *Agent {
 		Chat:    stream.NewStream(0),
 		ChatRaw: stream.NewStream(0),
 		state:   StateIdle,
-		changed: make(chan struct{}),
 		history: append([]backend.Message(nil), cfg.History...),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -140,10 +140,7 @@ func (a *Agent) publish(what, data string) {
 }
 
 // notify wakes every waiter; a.mu is held.
-func (a *Agent) notify() {
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
+func (a *Agent) notify() { a.changed.Bump() }
 
 func (a *Agent) setState(s string) {
 	a.mu.Lock()
@@ -169,36 +166,23 @@ func (a *Agent) StateVersion() uint64 {
 // that came and went counts), and returns the state then; or until ctx
 // ends.
 func (a *Agent) WaitState(ctx context.Context, v uint64) (string, bool) {
-	for {
+	var s string
+	err := a.changed.Until(ctx, func() bool {
 		a.mu.Lock()
-		s, ver, ch := a.state, a.stateVer, a.changed
-		a.mu.Unlock()
-		if ver != v {
-			return s, true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return s, false
-		}
-	}
+		defer a.mu.Unlock()
+		s = a.state
+		return a.stateVer != v
+	})
+	return s, err == nil
 }
 
 // WaitTurns blocks until n prompts have run to their end, or ctx ends.
 func (a *Agent) WaitTurns(ctx context.Context, n int) bool {
-	for {
+	return a.changed.Until(ctx, func() bool {
 		a.mu.Lock()
-		done, ch := a.turns >= n, a.changed
-		a.mu.Unlock()
-		if done {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
+		defer a.mu.Unlock()
+		return a.turns >= n
+	}) == nil
 }
 
 // State returns the agent's state.
@@ -211,19 +195,9 @@ func (a *Agent) State() string {
 // WaitChange blocks until the state differs from current and returns it,
 // or until ctx ends (then it returns the state and false).
 func (a *Agent) WaitChange(ctx context.Context, current string) (string, bool) {
-	for {
-		a.mu.Lock()
-		s, ch := a.state, a.changed
-		a.mu.Unlock()
-		if s != current {
-			return s, true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return s, false
-		}
-	}
+	var s string
+	err := a.changed.Until(ctx, func() bool { s = a.State(); return s != current })
+	return s, err == nil
 }
 
 // Submit queues a prompt; the agent runs it when it is idle.

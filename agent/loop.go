@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"ollie/agent/backend"
+	"ollie/internal/jsonx"
 	"ollie/toolsrv/tool"
 )
 
@@ -498,12 +499,13 @@ func hookReason(d HookDecision, err error) string {
 	return "no reason given"
 }
 
+// compactJSON is b canonical and cut to 200 bytes, for a line of chat;
+// what is not JSON is shown whole, as the model sent it.
 func compactJSON(b json.RawMessage) string {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
+	if !json.Valid(b) {
 		return string(b)
 	}
-	out, _ := json.Marshal(v)
+	out := jsonx.Canonical(b)
 	if len(out) > 200 {
 		return string(out[:200]) + "…"
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"ollie/internal/jsonx"
 	"ollie/internal/paths"
 )
 
@@ -372,10 +373,8 @@ func kindOf(v json.RawMessage) string {
 
 // didYouMean suggests the known name that s differs from only in case.
 func didYouMean(s string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, s) {
-			return fmt.Sprintf(" (did you mean %q?)", k)
-		}
+	if k, ok := jsonx.SimilarKey(s, known); ok {
+		return fmt.Sprintf(" (did you mean %q?)", k)
 	}
 	return ""
 }

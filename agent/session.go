@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"ollie/internal/changes"
 )
 
 // Errors a caller can test with errors.Is.
@@ -43,7 +45,7 @@ type Session struct {
 
 	goal       string
 	goalStatus string
-	goalChange chan struct{} // closed and replaced when the goal status changes
+	goalChange changes.Counter // bumped under mu when the goal status changes
 }
 
 // Goal statuses.
@@ -68,35 +70,21 @@ func (s *Session) SetGoal(goal *string, status string) {
 	}
 	if status != "" && status != s.goalStatus {
 		s.goalStatus = status
-		if s.goalChange != nil {
-			close(s.goalChange)
-		}
-		s.goalChange = make(chan struct{})
+		s.goalChange.Bump()
 	}
 }
 
 // WaitGoal blocks until the goal status differs from current, or ctx ends.
 func (s *Session) WaitGoal(ctx context.Context, current string) (string, error) {
-	for {
-		s.mu.Lock()
-		st := s.goalStatus
-		if st == "" {
-			st = "none"
-		}
-		if s.goalChange == nil {
-			s.goalChange = make(chan struct{})
-		}
-		ch := s.goalChange
-		s.mu.Unlock()
-		if st != current {
-			return st, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		}
+	var st string
+	err := s.goalChange.Until(ctx, func() bool {
+		_, st = s.Goal()
+		return st != current
+	})
+	if err != nil {
+		return "", err
 	}
+	return st, nil
 }
 
 // Name returns the session's current display name.

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"strings"
 
+	"ollie/internal/jsonx"
 	"ollie/internal/termsafe"
 )
 
@@ -72,16 +73,7 @@ func NewID() string {
 func (r *Request) Same(o *Request) bool {
 	return r.Host == o.Host && r.Session == o.Session && r.Tool == o.Tool && r.Variant == o.Variant &&
 		r.Executable == o.Executable && r.Cwd == o.Cwd && r.Sudo == o.Sudo && r.Bypass == o.Bypass && r.Yolo == o.Yolo &&
-		string(compactJSON(r.Args)) == string(compactJSON(o.Args))
-}
-
-func compactJSON(b json.RawMessage) []byte {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return b
-	}
-	out, _ := json.Marshal(v)
-	return out
+		string(jsonx.Canonical(r.Args)) == string(jsonx.Canonical(o.Args))
 }
 
 // Limits on what a host wrote, in bytes once made visible: enough to
@@ -120,7 +112,7 @@ func (r *Request) Prompt() string {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  runs:     %s\n", termsafe.Field(r.Executable, maxPathField))
 	if len(r.Args) > 0 {
-		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(string(compactJSON(r.Args)), maxArgsField))
+		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(string(jsonx.Canonical(r.Args)), maxArgsField))
 	}
 	fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
 	switch {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/internal/changes"
 	"ollie/internal/peer"
 )
 
@@ -107,9 +108,8 @@ type Gate struct {
 
 	mu      sync.Mutex
 	policy  HostPolicy
-	brokers []string      // registered sockets leading to desktop brokers, newest first
-	gen     int           // counts registrations, so a request knows it missed one
-	joined  chan struct{} // closed and replaced at each registration: parked requests go to it
+	brokers []string        // registered sockets leading to desktop brokers, newest first
+	joined  changes.Counter // bumped under mu at each registration: parked requests go to it, and a request knows it missed one
 	pending map[string]*pendingReq
 	used    map[string]bool // request ids seen: each is single use
 	always  map[string]bool // tool names approved "always" through the namespace
@@ -141,7 +141,7 @@ func NewGate(log *slog.Logger) *Gate {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT, Yolo: YoloAllow}, joined: make(chan struct{}),
+	return &Gate{Log: log, policy: HostPolicy{NoBroker: Park, Timeout: DefaultT, Yolo: YoloAllow},
 		pending: map[string]*pendingReq{}, used: map[string]bool{}, always: map[string]bool{},
 		closing: make(chan struct{}), base: base, cancel: cancel}
 }
@@ -177,9 +177,7 @@ func (g *Gate) Register(path string) error {
 	}
 	g.mu.Lock()
 	g.brokers = append([]string{path}, slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })...)
-	g.gen++
-	close(g.joined)
-	g.joined = make(chan struct{})
+	g.joined.Bump()
 	g.mu.Unlock()
 	g.publish("bypass.broker", "+"+path)
 	g.Sweep()
@@ -386,9 +384,9 @@ func (g *Gate) ServeConn(c net.Conn) {
 // dropping those that are gone. It reports whether the request was
 // answered (by a broker, or denied because the last one reached broke),
 // and the registrations it saw, for park.
-func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answered bool, gen int) {
+func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answered bool, gen uint64) {
 	g.mu.Lock()
-	brokers, gen := slices.Clone(g.brokers), g.gen
+	brokers, gen := slices.Clone(g.brokers), g.joined.Load()
 	g.mu.Unlock()
 	var failed error
 	for _, path := range brokers {
@@ -485,13 +483,13 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 // registered since ask saw gen, park returns handed: the request goes to
 // it instead, so nothing waits here behind a parked request while a
 // desktop could be asked.
-func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen int) (ans Answer, handed bool) {
+func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen uint64) (ans Answer, handed bool) {
 	g.mu.Lock()
-	if g.gen != gen {
+	if g.joined.Load() != gen {
 		g.mu.Unlock()
 		return Answer{}, true
 	}
-	joined := g.joined
+	joined := g.joined.Changed(gen)
 	var p *pendingReq
 	parked := 0
 	for _, q := range g.pending {

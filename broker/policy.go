@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"ollie/internal/jsonx"
 	"ollie/internal/paths"
 )
 
@@ -240,7 +241,7 @@ func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
 		}
 		if r.args != nil {
 			if !argsDone {
-				args, argsDone = string(compactJSON(req.Args)), true
+				args, argsDone = string(jsonx.Canonical(req.Args)), true
 			}
 			if !r.args.MatchString(args) {
 				continue

@@ -36,6 +36,54 @@ import (
 )
 
 // A Node declares one file or directory of the namespace.
+//
+// The handler fields give a file its content. What follows holds for each
+// of them, and for [Each]'s List and Lookup; each field's comment says when
+// it runs.
+//
+// A handler runs only for a request the file's mode permits the attached
+// principal: a walk needs search (exec) permission on each directory, an
+// open needs read or write permission for its mode, and a write or read
+// needs the fid open for it. Handlers check what mode bits cannot say.
+//
+// Handlers run concurrently. srv9p serves every request in a goroutine of
+// its own, so a handler may run alongside any other, and alongside
+// itself for other fids of the same file and for other connections. On
+// one fid, the handlers that run at open (Read, Stream, List, a Subscribe
+// at open) run once, before any read or write of the fid; Write, RdWr,
+// Wait, a Subscribe at a read or write, and the Source's Next run one at
+// a time, in no set order among requests outstanding together (a client
+// that wants an order waits for each reply before sending the next);
+// reads of a Read snapshot or of a Stream are not serialised at all, and
+// neither is Lookup, which runs at walks and stats.
+//
+// ctx is the request's. It is done when the client flushes the request
+// (Tflush), when the connection ends, when [Server.Shutdown] interrupts
+// it (context.Cause(ctx) is then [ErrServerClosed]), and in any case once
+// the handler returns, so nothing may keep it beyond the call. A handler
+// that blocks must return soon after ctx is done: srv9p answers a Tflush
+// only after the flushed request's own reply, Shutdown waits for running
+// handlers, and a request's bytes count against the server's limits
+// until it is answered. A handler that completes its work regardless of
+// ctx may return success, and the client gets it.
+//
+// A handler's error becomes the Rerror answering its request. 9P carries
+// errors as text, so the client sees err.Error() and nothing else: no
+// type, nothing wrapped. Say which file (Call.Path) and why. Three
+// answers are the server's, not the handler's:
+//   - An error returned once ctx is done is answered "interrupted", or
+//     "interrupted: server shutting down" after Shutdown, so that a client
+//     can tell an interruption from a failure.
+//   - A panic is recovered and logged with its stack to Server.Log, and
+//     answered "ns: internal error".
+//   - A text too long for the connection's msize, or for a 9P string
+//     (64 KiB), is clipped, ending in "...".
+//
+// A handler owns the bytes it is given, a copy of the Twrite's data, and
+// may keep them. The server keeps the bytes a handler returns and serves
+// reads from them until the fid is clunked (or a later write or item
+// replaces them), and never writes into them: the handler must not change
+// them after returning, and may return bytes shared with other calls.
 type Node struct {
 	Name  string     // "{param}" for the template of an Each directory
 	Mode  plan9.Perm // permission bits; DMDIR is implied for directories
@@ -44,11 +92,59 @@ type Node struct {
 	Doc   string     // one line for help
 
 	// Handlers. A file has at least one; a directory has none.
-	Read      func(ctx context.Context, c *Call) ([]byte, error)
-	Write     func(ctx context.Context, c *Call, data []byte) error
-	RdWr      func(ctx context.Context, c *Call, req []byte) ([]byte, error)
-	Stream    func(ctx context.Context, c *Call) (*stream.Stream, error)
-	Wait      func(ctx context.Context, c *Call) ([]byte, error)
+
+	// Read returns the file's content. It runs at each Topen for reading
+	// (OREAD, ORDWR or OEXEC); its error fails the open. The fid keeps
+	// that snapshot and serves every read by offset without calling Read
+	// again, and Tstat reports its length: fresh content takes a new
+	// open.
+	Read func(ctx context.Context, c *Call) ([]byte, error)
+
+	// Write takes one request. It runs once for each Twrite on a fid
+	// opened for writing, with that Twrite's data; the offset is
+	// ignored. On success the whole Twrite counts as written. A client
+	// writes more than the fid's iounit (msize less 24 bytes) as several
+	// Twrites, which Write sees as several requests. A write does not
+	// change the Read snapshot of a fid already open.
+	Write func(ctx context.Context, c *Call, data []byte) error
+
+	// RdWr answers a request on the same fid. Each Twrite calls it with
+	// the data written (the offset is ignored), and its reply replaces
+	// the fid's last one; the reads that follow take the reply in order
+	// from its start, ignoring their offsets, and then 0 bytes. A fid
+	// must be opened for writing, ORDWR to read the reply. Reading before
+	// any write, or after a write whose RdWr failed, is an error: a
+	// failed request leaves no reply behind.
+	RdWr func(ctx context.Context, c *Call, req []byte) ([]byte, error)
+
+	// Stream returns the stream a fid reads. It runs at each Topen for
+	// reading, and its ctx ends when the open does, so the stream must
+	// not depend on it; many opens may share one stream. Reads go to the
+	// stream by offset: at its end a read blocks until more is written,
+	// the stream is closed (0 bytes: end of file) or the read's ctx is
+	// done; an offset no longer retained or past the end is an error.
+	Stream func(ctx context.Context, c *Call) (*stream.Stream, error)
+
+	// Wait blocks until the next change and returns what to read then.
+	// It runs at the first Tread of an open fid, not at the open; the
+	// fid keeps the result and serves it by offset to that read and
+	// those that follow, without calling Wait again, so waiting again
+	// takes a new open. If Wait fails, flushed or not, the next read
+	// calls it again. On a file with Subscribe too, a fid that a filter
+	// was written to reads the subscription instead.
+	Wait func(ctx context.Context, c *Call) ([]byte, error)
+
+	// Subscribe starts a subscription to the items that match filter.
+	// On a file without Write, it runs at each Twrite, with the data
+	// written as the filter, and the new subscription replaces (and
+	// closes) the fid's last one. On a file with no other read handler,
+	// it also runs with a nil filter: at a Topen for reading only, and
+	// that fid then reads one item and end of file; and at the first
+	// Tread of a fid opened ORDWR that no filter was written to. Reads
+	// take the items in turn, ignoring their offsets, and call the
+	// Source's Next (with the read's ctx) once the last item has been
+	// read; a read returns bytes of one item at most, and 0 bytes once
+	// Next has returned io.EOF.
 	Subscribe func(ctx context.Context, c *Call, filter []byte) (Source, error)
 
 	// Children of a directory. At most one child may carry Each: its
@@ -65,10 +161,25 @@ type Node struct {
 
 // Each makes a Node the template of a dynamic directory: one instance per
 // entry of live state, each with the template's children.
+//
+// List and Lookup are handlers as [Node] describes them; c is the
+// directory's Call, so c.Key names the instances it sits under.
+// [Listing] builds both from a function that returns the live items.
 type Each struct {
-	// List returns the visible entries, in the order to list them.
+	// List returns the visible entries, in the order to list them. It
+	// runs at each Topen of the directory, after its static children
+	// are listed; its error fails the open. The fid reads that listing
+	// without calling List again.
 	List func(ctx context.Context, c *Call) ([]Entry, error)
-	// Lookup resolves a visible name or an invisible alias to its entry.
+
+	// Lookup resolves a visible name or an invisible alias to its entry,
+	// or reports false, and the walk then fails with "file does not
+	// exist". It runs for each name walked in the directory that is not
+	// the name of a static child (a static child hides an entry of its
+	// name); the name is whatever the client sent, but never "", "." or
+	// "..". It also runs at each Tstat of an instance, with the
+	// instance's Key, to report its current name: every Key must
+	// resolve.
 	Lookup func(ctx context.Context, c *Call, name string) (Entry, bool)
 }
 
@@ -82,7 +193,12 @@ type Entry struct {
 
 // A Source yields the items of a subscription. Next blocks until an item is
 // available, ctx is done (it then returns ctx's error), or the source ends
-// (io.EOF).
+// (io.EOF); the server keeps the item it returns, as [Node] says of the
+// bytes a handler returns. Close runs when a write replaces the
+// subscription, or once the fid is clunked (or its connection ends) and
+// every request on it has ended. It never runs during a Next of the same
+// fid, and it should not block: the reply to the request that lets the
+// fid go waits for it.
 type Source interface {
 	Next(ctx context.Context) ([]byte, error)
 	Close() error

@@ -14,6 +14,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"ollie/internal/jsonx"
+
 	"ollie/toolsrv/tool"
 )
 
@@ -589,10 +591,8 @@ func pickBool(a, b *bool) *bool {
 
 // didYouMean suggests the known name a misspelt key differs from only in case.
 func didYouMean(key string, known []string) string {
-	for _, k := range known {
-		if strings.EqualFold(k, key) {
-			return fmt.Sprintf("; did you mean %q?", k)
-		}
+	if k, ok := jsonx.SimilarKey(key, known); ok {
+		return fmt.Sprintf("; did you mean %q?", k)
 	}
 	return ""
 }

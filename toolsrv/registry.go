@@ -33,6 +33,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"ollie/internal/changes"
 	"ollie/internal/paths"
 	"ollie/toolsrv/tool"
 )
@@ -325,24 +326,21 @@ func (r *Registry) unavailable(name string) error {
 // including a new registry, so that a running agent notices and refreshes
 // the tools it offers the model. A Session is safe for concurrent use.
 type Session struct {
-	mu      sync.Mutex
-	reg     *Registry
-	loaded  []string
-	rev     uint64
-	changed chan struct{} // closed and replaced on every change
+	mu     sync.Mutex
+	reg    *Registry
+	loaded []string
+	rev    changes.Counter // bumped under mu, after the change
 }
 
 // NewSession returns a session on r with nothing loaded, at revision 1.
 func NewSession(r *Registry) *Session {
-	return &Session{reg: r, rev: 1, changed: make(chan struct{})}
+	s := &Session{reg: r}
+	s.rev.Bump()
+	return s
 }
 
 // bump records a change; s.mu is held.
-func (s *Session) bump() {
-	s.rev++
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
+func (s *Session) bump() { s.rev.Bump() }
 
 // Registry is the registry the session sees now.
 func (s *Session) Registry() *Registry {
@@ -433,23 +431,11 @@ func (s *Session) Tool(name string) (*Tool, error) {
 func (s *Session) Revision() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.rev
+	return s.rev.Load()
 }
 
 // Wait blocks until the revision differs from rev, and returns it; or until
 // ctx ends, and returns ctx's cause.
 func (s *Session) Wait(ctx context.Context, rev uint64) (uint64, error) {
-	for {
-		s.mu.Lock()
-		cur, ch := s.rev, s.changed
-		s.mu.Unlock()
-		if cur != rev {
-			return cur, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return cur, context.Cause(ctx)
-		}
-	}
+	return s.rev.Wait(ctx, rev)
 }

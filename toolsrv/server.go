@@ -55,7 +55,8 @@ var ctlCommands = []string{"help", "load NAME", "unload NAME", "reload"}
 
 // Tree declares the namespace.
 func (s *Server) Tree() (*ns.Tree, error) {
-	procs := &ns.Each{List: s.listProcs, Lookup: s.lookupProc}
+	procs := ns.Listing(func(context.Context, *ns.Call) ([]*Proc, error) { return s.Procs.List(), nil },
+		func(p *Proc) ns.Entry { return ns.Entry{Name: p.ID, Key: p.ID} })
 	root := ns.Dir("", 0500, "",
 		ns.ReadFile("tools", 0400, "Loaded tools: name<TAB>description.", s.tools),
 		ns.ReadFile("schema", 0400, "Loaded tools as model function declarations (JSON).", s.schema),
@@ -172,22 +173,6 @@ func (s *Server) newProc(ctx context.Context, c *ns.Call, req []byte) ([]byte, e
 		return nil, err
 	}
 	return []byte(p.ID + "\n"), nil
-}
-
-func (s *Server) listProcs(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	var ents []ns.Entry
-	for _, p := range s.Procs.List() {
-		ents = append(ents, ns.Entry{Name: p.ID, Key: p.ID})
-	}
-	return ents, nil
-}
-
-func (s *Server) lookupProc(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	p, err := s.Procs.Get(name)
-	if err != nil {
-		return ns.Entry{}, false
-	}
-	return ns.Entry{Name: p.ID, Key: p.ID}, true
 }
 
 func (s *Server) proc(c *ns.Call) (*Proc, error) {

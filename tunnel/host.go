@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"ollie/internal/changes"
 )
 
 // Backoff between connection attempts of a Host: it doubles from
@@ -27,7 +29,7 @@ type Host struct {
 	cancel context.CancelFunc
 
 	mu        sync.Mutex
-	changed   chan struct{} // closed and replaced at every change below
+	changed   changes.Counter // bumped under mu at every change below
 	client    *Client
 	running   bool  // a dial loop is running
 	gen       int   // counts dial loops, so a waiter knows its loop ended
@@ -41,16 +43,13 @@ type Host struct {
 // NewHost returns a Host for alias. It does not dial until Client.
 func NewHost(alias string, o Options) *Host {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Host{alias: alias, o: o, log: o.logger(), ctx: ctx, cancel: cancel, changed: make(chan struct{})}
+	return &Host{alias: alias, o: o, log: o.logger(), ctx: ctx, cancel: cancel}
 }
 
 // Alias returns the alias the Host was made for.
 func (h *Host) Alias() string { return h.alias }
 
-func (h *Host) broadcast() {
-	close(h.changed)
-	h.changed = make(chan struct{})
-}
+func (h *Host) broadcast() { h.changed.Bump() }
 
 func alive(c *Client) bool {
 	if c == nil {
@@ -92,11 +91,9 @@ func (h *Host) Client(ctx context.Context) (*Client, error) {
 			go h.loop()
 		}
 		joined = h.gen
-		ch := h.changed
+		seen := h.changed.Load()
 		h.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
+		if _, err := h.changed.Wait(ctx, seen); err != nil {
 			h.mu.Lock()
 			last := h.lastErr
 			h.mu.Unlock()

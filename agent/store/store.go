@@ -27,6 +27,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"ollie/internal/paths"
 )
 
 // Version is the storage version this package writes when Options.Version
@@ -280,12 +282,7 @@ func fileError(what, path string, err error) error {
 
 // syncDir makes a new or renamed directory entry for path durable.
 func syncDir(path string) error {
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("store: sync directory of %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := paths.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("store: sync directory of %s: %w", path, err)
 	}
 	return nil

@@ -33,9 +33,17 @@ func WriteFileAtomic(name string, data []byte, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	SyncDir(dir) // the file is in place; only a crash could still lose the rename
 	return nil
+}
+
+// SyncDir makes the entries created, renamed or removed in dir durable:
+// a file's own fsync does not cover its name.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
