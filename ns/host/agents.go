@@ -182,7 +182,7 @@ func (as *agents) closeAll() {
 // agentSpec declares an agent's files, owned by the agent's ID, in the
 // agent group, with the seed's modes.
 func (n *namespace) agentSpec() *ns.Node {
-	each := &ns.Each{List: n.listAgents, Lookup: n.lookupAgent}
+	each := ns.Listing(n.sessionAgents, agentEntryOf)
 	return ns.Dir("agent", 0555, "Agents in the session.",
 		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]'; read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
@@ -203,7 +203,7 @@ func (n *namespace) agentSpec() *ns.Node {
 			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,
 				Doc: "Agent configuration as JSON; write 'model=NAME' lines to change what may change."},
 			ns.Dir("proc", 0555, "Background processes this agent started.",
-				ns.Dynamic("pid", 0555, "One background process, by its id.", &ns.Each{List: n.listProcs, Lookup: n.lookupProc},
+				ns.Dynamic("pid", 0555, "One background process, by its id.", ns.Listing(n.agentProcs, procEntry),
 					ns.StreamFile("out", 0440, "Its output as it comes; ends when it exits.", n.procOut),
 					ns.ReadFile("status", 0444, "running, or how it ended.", n.procStatus),
 					ns.ReadFile("tool", 0444, "The tool it runs.", n.procTool),
@@ -211,28 +211,12 @@ func (n *namespace) agentSpec() *ns.Node {
 			),
 			ns.Dir("peer", 0555, "Peer links (see peeradd).",
 				ns.DynamicFile("pname", 0200, "Send a message to a linked peer agent: it arrives as a prompt.",
-					&ns.Each{List: n.listPeers, Lookup: n.lookupPeer}, &ns.Node{Write: n.peerMessage}),
+					ns.Listing(n.agentPeers, peerEntry), &ns.Node{Write: n.peerMessage}),
 			),
 			&ns.Node{Name: "name", Mode: 0644, Read: n.agentRead(func(e *agentEntry) string { return e.Name() + "\n" }),
 				Write: n.renameAgent, Doc: "Mutable display name: write to rename."},
 		),
 	)
-}
-
-func (n *namespace) listAgents(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	var ents []ns.Entry
-	for _, e := range n.agents.of(c.Key("sname")) {
-		ents = append(ents, agentEntryOf(e))
-	}
-	return ents, nil
-}
-
-func (n *namespace) lookupAgent(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	e := n.agents.lookup(c.Key("sname"), name)
-	if e == nil {
-		return ns.Entry{}, false
-	}
-	return agentEntryOf(e), true
 }
 
 func agentEntryOf(e *agentEntry) ns.Entry {
@@ -960,31 +944,6 @@ func (n *namespace) peersOf(e *agentEntry) []*agentEntry {
 	return out
 }
 
-func (n *namespace) listPeers(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	e, err := n.agentOf(c)
-	if err != nil {
-		return nil, err
-	}
-	var ents []ns.Entry
-	for _, p := range n.peersOf(e) {
-		ents = append(ents, ns.Entry{Name: p.Name(), Key: p.ID()})
-	}
-	return ents, nil
-}
-
-func (n *namespace) lookupPeer(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	e, err := n.agentOf(c)
-	if err != nil {
-		return ns.Entry{}, false
-	}
-	for _, p := range n.peersOf(e) {
-		if p.Name() == name || p.ID() == name {
-			return ns.Entry{Name: p.Name(), Key: p.ID()}, true
-		}
-	}
-	return ns.Entry{}, false
-}
-
 // peerMessage delivers a message from the agent to a linked peer, as a
 // prompt that says who it is from.
 func (n *namespace) peerMessage(ctx context.Context, c *ns.Call, data []byte) error {
@@ -1040,31 +999,6 @@ func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) er
 		}
 	}
 	return nil
-}
-
-func (n *namespace) listProcs(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	e, err := n.agentOf(c)
-	if err != nil {
-		return nil, err
-	}
-	var ents []ns.Entry
-	for _, p := range e.Procs() {
-		ents = append(ents, ns.Entry{Name: p.ID, Key: p.ID})
-	}
-	return ents, nil
-}
-
-func (n *namespace) lookupProc(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	e, err := n.agentOf(c)
-	if err != nil {
-		return ns.Entry{}, false
-	}
-	for _, p := range e.Procs() {
-		if p.ID == name {
-			return ns.Entry{Name: p.ID, Key: p.ID}, true
-		}
-	}
-	return ns.Entry{}, false
 }
 
 // procOut serves a background process's output from a local stream that
@@ -1163,3 +1097,29 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	e.mu.Unlock()
 	return nil
 }
+
+// sessionAgents, agentProcs and agentPeers are the items of the agent/,
+// proc/ and peers/ directories.
+func (n *namespace) sessionAgents(_ context.Context, c *ns.Call) ([]*agentEntry, error) {
+	return n.agents.of(c.Key("sname")), nil
+}
+
+func (n *namespace) agentProcs(_ context.Context, c *ns.Call) ([]agent.ProcInfo, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	return e.Procs(), nil
+}
+
+func procEntry(p agent.ProcInfo) ns.Entry { return ns.Entry{Name: p.ID, Key: p.ID} }
+
+func (n *namespace) agentPeers(_ context.Context, c *ns.Call) ([]*agentEntry, error) {
+	e, err := n.agentOf(c)
+	if err != nil {
+		return nil, err
+	}
+	return n.peersOf(e), nil
+}
+
+func peerEntry(p *agentEntry) ns.Entry { return ns.Entry{Name: p.Name(), Key: p.ID()} }

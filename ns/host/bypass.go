@@ -60,21 +60,6 @@ func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte
 	return nil
 }
 
-func (n *namespace) listPending(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	var ents []ns.Entry
-	for _, r := range n.gate.Pending() {
-		ents = append(ents, ns.Entry{Name: r.ID, Key: r.ID})
-	}
-	return ents, nil
-}
-
-func (n *namespace) lookupPending(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	if _, ok := n.gate.PendingRequest(name); !ok {
-		return ns.Entry{}, false
-	}
-	return ns.Entry{Name: name, Key: name}, true
-}
-
 func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error) {
 	r, ok := n.gate.PendingRequest(c.Key("id"))
 	if !ok {

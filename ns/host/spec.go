@@ -52,7 +52,7 @@ type namespace struct {
 // spec declares the namespace. Every file is one line; help is generated
 // from this declaration.
 func (n *namespace) spec() *ns.Node {
-	sessions := &ns.Each{List: n.listSessions, Lookup: n.lookupSession}
+	sessions := ns.Listing(func(context.Context, *ns.Call) ([]*agent.Session, error) { return n.sessions.List(), nil }, sessionEntry)
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
 		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
@@ -73,7 +73,7 @@ func (n *namespace) spec() *ns.Node {
 				Doc: "Sockets leading to desktop brokers, newest first (the gate asks the newest that answers): write PATH to register one (ollie-remote up registers one per SSH connection), -PATH to remove it."},
 			ns.Dir("pending", 0555, "Requests waiting for a decision while no broker is connected.",
 				ns.DynamicFile("id", 0644, "A pending request: read it; write approve, always or deny [REASON].",
-					&ns.Each{List: n.listPending, Lookup: n.lookupPending},
+					ns.Listing(func(context.Context, *ns.Call) ([]*broker.Request, error) { return n.gate.Pending(), nil }, func(r *broker.Request) ns.Entry { return ns.Entry{Name: r.ID, Key: r.ID} }),
 					&ns.Node{Read: n.readPending, Write: n.decidePending}),
 			),
 		),
@@ -191,22 +191,6 @@ func (n *namespace) subscribe(ctx context.Context, c *ns.Call, filter []byte) (n
 		}
 	}
 	return n.bus.Subscribe(patterns...), nil
-}
-
-func (n *namespace) listSessions(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
-	var ents []ns.Entry
-	for _, s := range n.sessions.List() {
-		ents = append(ents, sessionEntry(s))
-	}
-	return ents, nil
-}
-
-func (n *namespace) lookupSession(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
-	s, ok := n.sessions.Lookup(name)
-	if !ok {
-		return ns.Entry{}, false
-	}
-	return sessionEntry(s), true
 }
 
 func sessionEntry(s *agent.Session) ns.Entry {
