@@ -18,6 +18,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // putTool writes to the path its text argument names (twoStep passes the
@@ -253,7 +254,7 @@ func TestYoloAsksDesktop(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Close() })
 	desk := &denyAll{}
-	go (&broker.Broker{Approver: desk}).Serve("h1", l)
+	go (&desktop.Broker{Approver: desk}).Serve("h1", l)
 	if err := writeFile(r.fs, "bypass/broker", sock); err != nil {
 		t.Fatal(err)
 	}
