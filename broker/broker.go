@@ -9,8 +9,8 @@
 // second.
 //
 // This package holds what both ends share and what the host runs, so
-// that olliesrv links nothing of a desktop's (no D-Bus, no terminal
-// handling): the request and its answer (Request, Decision, Answer) and
+// that olliesrv links nothing of a desktop's approvers (D-Bus among
+// them): the request and its answer (Request, Decision, Answer) and
 // how a request is shown to a person (Request.Prompt, also the text of a
 // parked request's file); the wire protocol, one conversation per stream
 // connection (Ask on the asking side, Receive on the answering side); and
