@@ -8,18 +8,30 @@
 // the credential gate (the password). Denying the first never reaches the
 // second.
 //
-// On a host, the toolsrv of each session asks the host's Gate (served by
-// olliesrv on OLLIE_ELEVATE_SOCKET). The Gate forwards the request to the
-// desktop broker connected over SSH (ollie-remote up forwards a fresh
-// socket per connection), parks it in the namespace (bypass/pending/{id})
-// for someone to answer by writing a file, or denies it, as the host's
-// policy says. On the desktop, a Broker answers from its policy file when a
-// rule matches and otherwise asks its Approver (askpass, a dialog, the
-// terminal).
+// This package holds what both ends share and what the host runs, so
+// that olliesrv links nothing of a desktop's approvers (D-Bus among
+// them): the request and its answer (Request, Decision, Answer) and
+// how a request is shown to a person (Request.Prompt, also the text of a
+// parked request's file); the wire protocol, one conversation per stream
+// connection (Ask on the asking side, Receive on the answering side); and
+// the host's Gate, with the host's own list of tools approved always
+// (LoadAlways). Each session's toolsrv asks the Gate (served by
+// olliesrv on OLLIE_ELEVATE_SOCKET), which relays the request to a desktop
+// broker connected over SSH (ollie-remote up forwards a fresh socket per
+// connection), parks it in the namespace (bypass/pending/{id}) for
+// someone to answer by writing a file, or denies it, as the host's policy
+// says. The desktop's side, which answers by its policy file or asks the
+// person, is package [ollie/broker/desktop].
+//
+// What the Gate trusts: an asker only as the kernel describes it (this
+// user, not sandboxed, running ollie's own binary), and each request id
+// once; an answer only from the desktop it relayed the request to, or
+// from a writer of bypass/pending, whom the namespace's permissions
+// admit; a password only from the desktop. A request's Host is never the
+// host's word: the desktop sets it from the connection.
 package broker
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -76,6 +88,11 @@ func (r *Request) Same(o *Request) bool {
 		string(jsonx.Canonical(r.Args)) == string(jsonx.Canonical(o.Args))
 }
 
+// CompactArgs is the call's arguments as compact JSON with sorted keys,
+// as the prompt shows them and a policy rule's args pattern matches
+// them, so that neither depends on how the host spaced them.
+func (r *Request) CompactArgs() string { return string(jsonx.Canonical(r.Args)) }
+
 // Limits on what a host wrote, in bytes once made visible: enough to
 // recognise a tool or a path, never a screenful.
 const (
@@ -112,7 +129,7 @@ func (r *Request) Prompt() string {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  runs:     %s\n", termsafe.Field(r.Executable, maxPathField))
 	if len(r.Args) > 0 {
-		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(string(jsonx.Canonical(r.Args)), maxArgsField))
+		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(r.CompactArgs(), maxArgsField))
 	}
 	fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
 	switch {
@@ -205,33 +222,13 @@ type Answer struct {
 	Reason   string   `json:"reason,omitempty"`
 }
 
-// Approver asks a person, or a program standing in for one.
-type Approver interface {
-	// Approve is the elevation gate.
-	Approve(ctx context.Context, req *Request) (Answer, error)
-	// Password is the credential gate: the sudo password for req's host,
-	// asked for the attempt-th time (1-based); problem says why it is
-	// asked again ("wrong password"). The caller zeroes the slice when it
-	// is done with it. ErrDenied means the person declined.
-	Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error)
-}
-
 // ErrDenied is returned when a person declines or nobody can answer.
 var ErrDenied = errors.New("denied")
 
-// ErrUnavailable is returned by an Approver that could not put a request
-// to a person at all: its terminal hung up or reached its end. A Broker
-// then closes the conversation unanswered, so that whoever relayed it
-// there (ollie-remote's keeper) asks its next approver instead of
-// denying.
-var ErrUnavailable = errors.New("broker: nobody is there to ask")
-
-// Finisher is an Approver that holds something for a request while it
-// runs (a relay to another broker). A Broker calls Finish once the
-// request's conversation has ended, however it ended.
-type Finisher interface {
-	Finish(req *Request)
-}
+// ErrPolicy is wrapped by every error about the content of a file a
+// person writes to say what is allowed: the desktop's policy file and the
+// host's list of tools approved always.
+var ErrPolicy = errors.New("broker: bad policy")
 
 // Zero overwrites a secret in memory once it has been handed on.
 func Zero(b []byte) {

@@ -1,4 +1,4 @@
-package broker
+package broker_test
 
 import (
 	"bytes"
@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // The gate's peer check is tested with real processes: the test binary
@@ -70,7 +73,7 @@ func TestGateAskerProcess(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cv, ans, err := Ask(ctx, c, &Request{Session: "s", Tool: "become_root", Executable: exe, Cwd: "/", Sudo: true})
+	cv, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "become_root", Executable: exe, Cwd: "/", Sudo: true})
 	if err != nil {
 		fmt.Println("refused:", err)
 		os.Exit(0)
@@ -110,7 +113,7 @@ func TestGateRefusesSandboxedAsker(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var log syncBuffer
-	gate := NewGate(slog.New(slog.NewTextHandler(&log, nil)))
+	gate := broker.NewGate(slog.New(slog.NewTextHandler(&log, nil)))
 	gate.TrustExe = self
 	gateSock := filepath.Join(dir, "elevate")
 	gl, err := net.Listen("unix", gateSock)
@@ -119,14 +122,14 @@ func TestGateRefusesSandboxedAsker(t *testing.T) {
 	}
 	t.Cleanup(func() { gl.Close() })
 	go gate.Serve(gl)
-	desk := &scripted{decision: Once}
+	desk := &scripted{decision: broker.Once}
 	bsock := filepath.Join(dir, "broker")
 	bl, err := net.Listen("unix", bsock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bl.Close() })
-	go (&Broker{Approver: desk}).Serve("web1", bl)
+	go (&desktop.Broker{Approver: desk}).Serve("web1", bl)
 	if err := gate.Register(bsock); err != nil {
 		t.Fatal(err)
 	}

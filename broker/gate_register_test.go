@@ -1,4 +1,4 @@
-package broker
+package broker_test
 
 import (
 	"context"
@@ -11,11 +11,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
-// desktop is a broker on a socket in dir, as a keeper forwards one, whose
-// person answers with decision, or holds every request until released.
-type desktop struct {
+// deskSock is a desktop broker on a socket in dir, as a keeper forwards
+// one, whose person answers with decision, or holds every request until
+// released.
+type deskSock struct {
 	path string
 	ln   net.Listener
 	mu   sync.Mutex
@@ -23,7 +27,7 @@ type desktop struct {
 	hold chan struct{}
 }
 
-func (d *desktop) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (d *deskSock) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	d.mu.Lock()
 	d.seen = append(d.seen, req.Tool)
 	hold := d.hold
@@ -32,32 +36,32 @@ func (d *desktop) Approve(ctx context.Context, req *Request) (Answer, error) {
 		select {
 		case <-hold:
 		case <-ctx.Done():
-			return Answer{}, ctx.Err()
+			return broker.Answer{}, ctx.Err()
 		}
 	}
-	return Answer{Decision: Once}, nil
+	return broker.Answer{Decision: broker.Once}, nil
 }
 
-func (d *desktop) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
-	return nil, ErrDenied
+func (d *deskSock) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
+	return nil, broker.ErrDenied
 }
 
-func (d *desktop) asked() []string {
+func (d *deskSock) asked() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.seen)
 }
 
-func startDesktop(t *testing.T, path string) *desktop {
+func startDesktop(t *testing.T, path string) *deskSock {
 	t.Helper()
 	return startHolding(t, path, nil)
 }
 
 // startHolding starts a desktop that holds every request until hold is
 // closed.
-func startHolding(t *testing.T, path string, hold chan struct{}) *desktop {
+func startHolding(t *testing.T, path string, hold chan struct{}) *deskSock {
 	t.Helper()
-	d := &desktop{path: path, hold: hold}
+	d := &deskSock{path: path, hold: hold}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -66,14 +70,14 @@ func startHolding(t *testing.T, path string, hold chan struct{}) *desktop {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	d.ln = ln
 	t.Cleanup(func() { ln.Close() })
-	go (&Broker{Approver: d}).Serve("web1", ln)
+	go (&desktop.Broker{Approver: d}).Serve("web1", ln)
 	return d
 }
 
 // gateIn is a gate whose Dir is a fresh directory, serving on its socket.
 func gateIn(t *testing.T) *lab {
 	dir := t.TempDir()
-	l := &lab{gate: NewGate(nil), gateSock: filepath.Join(dir, "elevate")}
+	l := &lab{gate: broker.NewGate(nil), gateSock: filepath.Join(dir, "elevate")}
 	l.gate.Dir = dir
 	gl, err := net.Listen("unix", l.gateSock)
 	if err != nil {
@@ -84,9 +88,9 @@ func gateIn(t *testing.T) *lab {
 	return l
 }
 
-func (l *lab) askTool(t *testing.T, tool string) Answer {
+func (l *lab) askTool(t *testing.T, tool string) broker.Answer {
 	t.Helper()
-	cv, ans, err := l.ask(t, &Request{Session: "s", Tool: tool})
+	cv, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: tool})
 	if err != nil {
 		t.Fatalf("%s: %v", tool, err)
 	}
@@ -111,7 +115,7 @@ func TestGateRegistrations(t *testing.T) {
 	dir := l.gate.Dir
 	laptop := startDesktop(t, filepath.Join(dir, "broker-laptop"))
 	work := startDesktop(t, filepath.Join(dir, "broker-work"))
-	for _, d := range []*desktop{laptop, work} {
+	for _, d := range []*deskSock{laptop, work} {
 		if err := l.gate.Register(d.path); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +126,7 @@ func TestGateRegistrations(t *testing.T) {
 	if got := l.gate.Brokers(); !slices.Equal(got, []string{work.path, laptop.path}) {
 		t.Fatalf("registrations %q, want the newest first", got)
 	}
-	if ans := l.askTool(t, "one"); ans.Decision != Once || !slices.Equal(work.asked(), []string{"one"}) || len(laptop.asked()) != 0 {
+	if ans := l.askTool(t, "one"); ans.Decision != broker.Once || !slices.Equal(work.asked(), []string{"one"}) || len(laptop.asked()) != 0 {
 		t.Fatalf("%+v: work asked %q, laptop %q; want the newest (work) asked", ans, work.asked(), laptop.asked())
 	}
 	// Registering the laptop again puts it first.
@@ -133,7 +137,7 @@ func TestGateRegistrations(t *testing.T) {
 	}
 	// The laptop's connection ends: its socket stays, nobody listens.
 	laptop.ln.Close()
-	if ans := l.askTool(t, "three"); ans.Decision != Once || !slices.Equal(work.asked(), []string{"one", "three"}) {
+	if ans := l.askTool(t, "three"); ans.Decision != broker.Once || !slices.Equal(work.asked(), []string{"one", "three"}) {
 		t.Fatalf("%+v: work asked %q; want the request to fall back to it", ans, work.asked())
 	}
 	if got := l.gate.Brokers(); !slices.Equal(got, []string{work.path}) {
@@ -194,7 +198,7 @@ func TestGateSweep(t *testing.T) {
 // never left waiting behind the parked one.
 func TestGateHandsOverParked(t *testing.T) {
 	l := gateIn(t)
-	results := make(chan Answer, 3)
+	results := make(chan broker.Answer, 3)
 	for range 2 {
 		go func() { results <- l.askTool(t, "fix") }()
 	}
@@ -219,7 +223,7 @@ func TestGateHandsOverParked(t *testing.T) {
 	for range 3 {
 		select {
 		case ans := <-results:
-			if ans.Decision != Once {
+			if ans.Decision != broker.Once {
 				t.Errorf("answer %+v", ans)
 			}
 		case <-time.After(5 * time.Second):
@@ -232,7 +236,7 @@ func TestGateHandsOverParked(t *testing.T) {
 // asking until its context ends, then denies it saying why.
 func TestGateShutdown(t *testing.T) {
 	l := gateIn(t)
-	parked := make(chan Answer, 1)
+	parked := make(chan broker.Answer, 1)
 	go func() { parked <- l.askTool(t, "parked") }()
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
 	first := make(chan struct{})
@@ -244,12 +248,12 @@ func TestGateShutdown(t *testing.T) {
 	d.hold = make(chan struct{})
 	d.mu.Unlock()
 	close(first)
-	if ans := <-parked; ans.Decision != Once {
+	if ans := <-parked; ans.Decision != broker.Once {
 		t.Fatalf("handed over: %+v", ans)
 	}
 
 	// One asked on the desktop, one parked (with no broker left).
-	asking := make(chan Answer, 1)
+	asking := make(chan broker.Answer, 1)
 	go func() { asking <- l.askTool(t, "asking") }()
 	waitFor(t, "the desktop to be asked", func() bool { return len(d.asked()) == 2 })
 	l.gate.Unregister(d.path)
@@ -265,10 +269,10 @@ func TestGateShutdown(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("Shutdown took %v", took)
 	}
-	for name, ch := range map[string]chan Answer{"parked": parked, "asking": asking} {
+	for name, ch := range map[string]chan broker.Answer{"parked": parked, "asking": asking} {
 		select {
 		case ans := <-ch:
-			if ans.Decision != Deny || !strings.Contains(ans.Reason, "stopped") {
+			if ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "stopped") {
 				t.Errorf("%s: %+v, want a denial saying olliesrv stopped", name, ans)
 			}
 		case <-time.After(5 * time.Second):
@@ -286,8 +290,8 @@ func TestGateShutdownSkipsRunningTools(t *testing.T) {
 	l := gateIn(t)
 	d := startDesktop(t, filepath.Join(l.gate.Dir, "broker-1"))
 	l.gate.Register(d.path)
-	cv, ans, err := l.ask(t, &Request{Session: "s", Tool: "long"})
-	if err != nil || ans.Decision != Once {
+	cv, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "long"})
+	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	defer cv.Close("ran") // the tool runs until the test ends

@@ -1,4 +1,4 @@
-package broker
+package broker_test
 
 import (
 	"context"
@@ -9,31 +9,34 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // scripted answers like a person would, and records what it was asked.
 type scripted struct {
 	mu        sync.Mutex
-	decision  Decision
+	decision  broker.Decision
 	passwords []string
-	asked     []*Request
+	asked     []*broker.Request
 	pwAsked   []string // the problems
 }
 
-func (s *scripted) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (s *scripted) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cp := *req
 	s.asked = append(s.asked, &cp)
-	return Answer{Decision: s.decision}, nil
+	return broker.Answer{Decision: s.decision}, nil
 }
 
-func (s *scripted) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (s *scripted) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pwAsked = append(s.pwAsked, problem)
 	if len(s.passwords) == 0 {
-		return nil, ErrDenied
+		return nil, broker.ErrDenied
 	}
 	pw := s.passwords[0]
 	s.passwords = s.passwords[1:]
@@ -43,14 +46,14 @@ func (s *scripted) Password(ctx context.Context, req *Request, attempt int, prob
 // lab is a gate on a socket, and optionally a desktop broker behind it on
 // another socket, as ollie-remote forwards it for host "web1".
 type lab struct {
-	gate     *Gate
+	gate     *broker.Gate
 	gateSock string
 	desk     *scripted
 }
 
 func newLab(t *testing.T, withBroker bool) *lab {
 	dir := t.TempDir()
-	l := &lab{gate: NewGate(nil), gateSock: filepath.Join(dir, "elevate"), desk: &scripted{decision: Once}}
+	l := &lab{gate: broker.NewGate(nil), gateSock: filepath.Join(dir, "elevate"), desk: &scripted{decision: broker.Once}}
 	gl, err := net.Listen("unix", l.gateSock)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +67,7 @@ func newLab(t *testing.T, withBroker bool) *lab {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { bl.Close() })
-		b := &Broker{Approver: l.desk}
+		b := &desktop.Broker{Approver: l.desk}
 		go b.Serve("web1", bl)
 		if err := l.gate.Register(bsock); err != nil {
 			t.Fatal(err)
@@ -73,7 +76,7 @@ func newLab(t *testing.T, withBroker bool) *lab {
 	return l
 }
 
-func (l *lab) ask(t *testing.T, req *Request) (*Conversation, Answer, error) {
+func (l *lab) ask(t *testing.T, req *broker.Request) (*broker.Conversation, broker.Answer, error) {
 	t.Helper()
 	c, err := net.Dial("unix", l.gateSock)
 	if err != nil {
@@ -81,14 +84,14 @@ func (l *lab) ask(t *testing.T, req *Request) (*Conversation, Answer, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return Ask(ctx, c, req)
+	return broker.Ask(ctx, c, req)
 }
 
 func TestGateRelaysToBroker(t *testing.T) {
 	l := newLab(t, true)
 	l.desk.passwords = []string{"wrong", "right"}
-	cv, ans, err := l.ask(t, &Request{Session: "s", Tool: "fix_nginx", Executable: "/x", Cwd: "/", Sudo: true, Host: "db9"})
-	if err != nil || ans.Decision != Once {
+	cv, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "fix_nginx", Executable: "/x", Cwd: "/", Sudo: true, Host: "db9"})
+	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("answer %+v %v", ans, err)
 	}
 	ctx := context.Background()
@@ -111,10 +114,10 @@ func TestGateRelaysToBroker(t *testing.T) {
 
 func TestGateDenyNeverAsksPassword(t *testing.T) {
 	l := newLab(t, true)
-	l.desk.decision = Deny
+	l.desk.decision = broker.Deny
 	l.desk.passwords = []string{"pw"}
-	_, ans, err := l.ask(t, &Request{Session: "s", Tool: "t", Sudo: true})
-	if err != nil || ans.Decision != Deny || ans.Reason == "" {
+	_, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != broker.Deny || ans.Reason == "" {
 		t.Fatalf("answer %+v %v", ans, err)
 	}
 	if len(l.desk.pwAsked) != 0 {
@@ -124,14 +127,14 @@ func TestGateDenyNeverAsksPassword(t *testing.T) {
 
 func TestGateRejectsReplayedID(t *testing.T) {
 	l := newLab(t, true)
-	req := &Request{ID: NewID(), Session: "s", Tool: "t"}
+	req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "t"}
 	cv, ans, err := l.ask(t, req)
-	if err != nil || ans.Decision != Once {
+	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("first: %+v %v", ans, err)
 	}
 	cv.Close("ran")
-	_, ans, err = l.ask(t, &Request{ID: req.ID, Session: "s", Tool: "t"})
-	if err != nil || ans.Decision != Deny || !strings.Contains(ans.Reason, "already used") {
+	_, ans, err = l.ask(t, &broker.Request{ID: req.ID, Session: "s", Tool: "t"})
+	if err != nil || ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "already used") {
 		t.Errorf("replayed id: %+v %v", ans, err)
 	}
 	if len(l.desk.asked) != 1 {
@@ -143,34 +146,34 @@ func TestGateRejectsReplayedID(t *testing.T) {
 func TestMismatchedAnswerRejected(t *testing.T) {
 	a, b := net.Pipe()
 	go func() {
-		in, err := Receive(context.Background(), b)
+		in, err := broker.Receive(context.Background(), b)
 		if err != nil {
 			return
 		}
 		in.Req.ID = "another"
-		in.Answer(Answer{Decision: Once})
+		in.Answer(broker.Answer{Decision: broker.Once})
 	}()
-	_, _, err := Ask(context.Background(), a, &Request{Session: "s", Tool: "t"})
-	if !errors.Is(err, ErrMismatch) {
+	_, _, err := broker.Ask(context.Background(), a, &broker.Request{Session: "s", Tool: "t"})
+	if !errors.Is(err, broker.ErrMismatch) {
 		t.Errorf("an answer for another id: %v", err)
 	}
 	// A secret for another id, after a genuine approval.
 	a, b = net.Pipe()
 	go func() {
-		in, err := Receive(context.Background(), b)
+		in, err := broker.Receive(context.Background(), b)
 		if err != nil {
 			return
 		}
-		in.Answer(Answer{Decision: Once})
+		in.Answer(broker.Answer{Decision: broker.Once})
 		in.Next(context.Background())
 		in.Req.ID = "another"
 		in.Secret([]byte("pw"))
 	}()
-	cv, _, err := Ask(context.Background(), a, &Request{Session: "s", Tool: "t", Sudo: true})
+	cv, _, err := broker.Ask(context.Background(), a, &broker.Request{Session: "s", Tool: "t", Sudo: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pw, err := cv.Password(context.Background(), 1, ""); !errors.Is(err, ErrMismatch) || pw != nil {
+	if pw, err := cv.Password(context.Background(), 1, ""); !errors.Is(err, broker.ErrMismatch) || pw != nil {
 		t.Errorf("a secret for another id: %q %v", pw, err)
 	}
 }
@@ -178,12 +181,12 @@ func TestMismatchedAnswerRejected(t *testing.T) {
 func TestGateParksWithoutBroker(t *testing.T) {
 	l := newLab(t, false)
 	type result struct {
-		ans Answer
+		ans broker.Answer
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, ans, err := l.ask(t, &Request{Session: "s", Tool: "fix", Sudo: true})
+		_, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "fix", Sudo: true})
 		done <- result{ans, err}
 	}()
 	var id string
@@ -202,7 +205,7 @@ func TestGateParksWithoutBroker(t *testing.T) {
 	if err := l.gate.Decide(id, "approve"); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-done; r.err != nil || r.ans.Decision != Once {
+	if r := <-done; r.err != nil || r.ans.Decision != broker.Once {
 		t.Errorf("after approve: %+v %v", r.ans, r.err)
 	}
 	if err := l.gate.Decide(id, "deny"); err == nil {
@@ -210,23 +213,23 @@ func TestGateParksWithoutBroker(t *testing.T) {
 	}
 
 	// nobroker=deny denies at once; a short timeout denies a parked one.
-	l.gate.SetPolicy(HostPolicy{NoBroker: DenyNow, Timeout: time.Minute})
-	if _, ans, _ := l.ask(t, &Request{Session: "s", Tool: "fix"}); ans.Decision != Deny || !strings.Contains(ans.Reason, "no desktop broker") {
+	l.gate.SetPolicy(broker.HostPolicy{NoBroker: broker.DenyNow, Timeout: time.Minute})
+	if _, ans, _ := l.ask(t, &broker.Request{Session: "s", Tool: "fix"}); ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "no desktop broker") {
 		t.Errorf("nobroker=deny: %+v", ans)
 	}
-	l.gate.SetPolicy(HostPolicy{NoBroker: Park, Timeout: 100 * time.Millisecond})
-	if _, ans, _ := l.ask(t, &Request{Session: "s", Tool: "fix"}); ans.Decision != Deny || !strings.Contains(ans.Reason, "within 100ms") {
+	l.gate.SetPolicy(broker.HostPolicy{NoBroker: broker.Park, Timeout: 100 * time.Millisecond})
+	if _, ans, _ := l.ask(t, &broker.Request{Session: "s", Tool: "fix"}); ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "within 100ms") {
 		t.Errorf("timeout: %+v", ans)
 	}
 }
 
 func TestParseHostPolicy(t *testing.T) {
-	p, err := ParseHostPolicy("nobroker=deny timeout=90s", HostPolicy{NoBroker: Park, Timeout: time.Minute})
-	if err != nil || p.NoBroker != DenyNow || p.Timeout != 90*time.Second {
+	p, err := broker.ParseHostPolicy("nobroker=deny timeout=90s", broker.HostPolicy{NoBroker: broker.Park, Timeout: time.Minute})
+	if err != nil || p.NoBroker != broker.DenyNow || p.Timeout != 90*time.Second {
 		t.Errorf("%+v %v", p, err)
 	}
 	for _, bad := range []string{"nobroker=maybe", "timeout=-1s", "colour=red", "deny"} {
-		if _, err := ParseHostPolicy(bad, p); err == nil {
+		if _, err := broker.ParseHostPolicy(bad, p); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -238,10 +241,10 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 	l := newLab(t, false)
 	type result struct {
 		i   int
-		ans Answer
+		ans broker.Answer
 	}
 	results := make(chan result, 30)
-	ask := func(i int, req *Request) {
+	ask := func(i int, req *broker.Request) {
 		_, ans, err := l.ask(t, req)
 		if err != nil {
 			t.Error(err)
@@ -250,7 +253,7 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 	}
 	// 10 identical requests, then 10 distinct ones of the same session.
 	for i := range 10 {
-		go ask(i, &Request{Session: "s", Tool: "same", Args: []byte(`{"a": 1}`)})
+		go ask(i, &broker.Request{Session: "s", Tool: "same", Args: []byte(`{"a": 1}`)})
 	}
 	for deadline := time.Now().Add(5 * time.Second); len(l.gate.Pending()) < 1 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
@@ -260,21 +263,21 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 		t.Fatalf("%d pending for 10 identical requests", n)
 	}
 	for i := range 10 {
-		go ask(10+i, &Request{Session: "s", Tool: "t" + string(rune('a'+i))})
+		go ask(10+i, &broker.Request{Session: "s", Tool: "t" + string(rune('a'+i))})
 	}
 	capped := 0
 	for deadline := time.Now().Add(5 * time.Second); capped < 3 && time.Now().Before(deadline); {
 		select {
 		case r := <-results:
-			if r.ans.Decision != Deny || !strings.Contains(r.ans.Reason, "too many") {
+			if r.ans.Decision != broker.Deny || !strings.Contains(r.ans.Reason, "too many") {
 				t.Errorf("request %d answered %+v before any decision", r.i, r.ans)
 			}
 			capped++
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if capped != 3 || len(l.gate.Pending()) != MaxParkedPerSession {
-		t.Fatalf("capped %d, pending %d: want 3 capped and %d waiting", capped, len(l.gate.Pending()), MaxParkedPerSession)
+	if capped != 3 || len(l.gate.Pending()) != broker.MaxParkedPerSession {
+		t.Fatalf("capped %d, pending %d: want 3 capped and %d waiting", capped, len(l.gate.Pending()), broker.MaxParkedPerSession)
 	}
 	// Answer every one waiting: approve the identical ones, deny the rest.
 	for _, r := range l.gate.Pending() {
@@ -291,9 +294,9 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 		select {
 		case r := <-results:
 			switch {
-			case r.i < 10 && r.ans.Decision == Once:
+			case r.i < 10 && r.ans.Decision == broker.Once:
 				approved++
-			case r.i >= 10 && r.ans.Decision == Deny:
+			case r.i >= 10 && r.ans.Decision == broker.Deny:
 				denied++
 			default:
 				t.Errorf("request %d: %+v", r.i, r.ans)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // orderedPerson answers each approval after pace and records whose it was.
@@ -49,7 +50,7 @@ func (p *orderedPerson) shown() []string {
 
 // approvalSockets serves b's approvals for each host on a socket of its
 // own in dir, as the keeper does for each host's SSH connection.
-func approvalSockets(t *testing.T, b *broker.Broker, dir string, hosts ...string) map[string]string {
+func approvalSockets(t *testing.T, b *desktop.Broker, dir string, hosts ...string) map[string]string {
 	socks := map[string]string{}
 	for _, h := range hosts {
 		socks[h] = filepath.Join(dir, h)
@@ -80,8 +81,8 @@ func privateRemoteDir(t *testing.T) string {
 func TestApprovalsHostsTakeTurns(t *testing.T) {
 	dir := privateRemoteDir(t) // no terminal broker runs there
 	person := &orderedPerson{pace: 10 * time.Millisecond}
-	q := &broker.Queue{Approver: person}
-	b := &broker.Broker{Approver: q}
+	q := &desktop.Queue{Approver: person}
+	b := &desktop.Broker{Approver: q}
 	socks := approvalSockets(t, b, dir, "h4", "h5")
 	ask := func(host, session string) error {
 		c, err := net.Dial("unix", socks[host])
@@ -156,7 +157,7 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 			relayed.Store(c, true)
 		}
 	}()
-	b := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "the terminal broker answers"}, slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	b := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "the terminal broker answers"}, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	socks := approvalSockets(t, b, dir, "h4", "h5")
 
 	g0 := runtime.NumGoroutine()

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"ollie/broker"
+	"ollie/broker/desktop"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 )
@@ -37,7 +38,7 @@ func terminalSocket() string { return filepath.Join(paths.RemoteDir(), "broker.s
 // that does not parse keeping the last good rules in force. report hears
 // once of each version: nil when it is in force, else why not.
 type liveRules struct {
-	p      *broker.Policy
+	p      *desktop.Policy
 	report func(err error)
 }
 
@@ -76,7 +77,7 @@ func (r *liveRules) problem() string {
 	return policyProblem(r.p, err)
 }
 
-func policyProblem(p *broker.Policy, err error) string {
+func policyProblem(p *desktop.Policy, err error) string {
 	switch n := len(p.Rules()); n {
 	case 0:
 		return fmt.Sprintf("%v; until it is fixed, every request is asked (no rule was read without error)", err)
@@ -94,13 +95,13 @@ const policyWatchEvery = 2 * time.Second
 // openRules opens the broker policy file, live; report hears of each
 // version read, the first one too when it is broken. It is nil when
 // there is no place for the file (no home).
-func openRules(log *slog.Logger, report func(p *broker.Policy, err error)) *liveRules {
-	path, err := broker.DefaultPolicyPath()
+func openRules(log *slog.Logger, report func(p *desktop.Policy, err error)) *liveRules {
+	path, err := desktop.DefaultPolicyPath()
 	if err != nil {
 		log.Warn("ollie-remote: no broker policy", "err", err)
 		return nil
 	}
-	p, err := broker.OpenPolicy(path)
+	p, err := desktop.OpenPolicy(path)
 	r := &liveRules{p: p, report: func(err error) { report(p, err) }}
 	if err != nil {
 		r.report(err)
@@ -111,9 +112,9 @@ func openRules(log *slog.Logger, report func(p *broker.Policy, err error)) *live
 // desktopBroker is the keeper's broker: the policy first, then the
 // person at the terminal broker's terminal when one runs, else askpass or
 // a dialog (handoff). A broken policy is logged once per version.
-func desktopBroker(log *slog.Logger) *broker.Broker {
-	b := &broker.Broker{Approver: newHandoff(&broker.Queue{Approver: broker.Auto(nil, io.Discard)}, log), Log: log}
-	if r := openRules(log, func(p *broker.Policy, err error) {
+func desktopBroker(log *slog.Logger) *desktop.Broker {
+	b := &desktop.Broker{Approver: newHandoff(&desktop.Queue{Approver: desktop.Auto(nil, io.Discard)}, log), Log: log}
+	if r := openRules(log, func(p *desktop.Policy, err error) {
 		if err != nil {
 			log.Error("ollie-remote: the broker policy is broken", "problem", policyProblem(p, err))
 		} else {
@@ -128,7 +129,7 @@ func desktopBroker(log *slog.Logger) *broker.Broker {
 
 // policyState is what status shows of the policy b uses: "" when its file
 // is in force, else why not and what is.
-func policyState(b *broker.Broker) string {
+func policyState(b *desktop.Broker) string {
 	if r, ok := b.Rules.(*liveRules); ok {
 		return r.problem()
 	}
@@ -139,7 +140,7 @@ func policyState(b *broker.Broker) string {
 // which holds the host to its limits (connections at once, deadlines,
 // message size, password asks) whoever answers: the keeper's b asks the
 // terminal broker, when one runs, only once a request is whole.
-func serveApprovals(b *broker.Broker, host string, l net.Listener) {
+func serveApprovals(b *desktop.Broker, host string, l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -157,14 +158,14 @@ func serveApprovals(b *broker.Broker, host string, l net.Listener) {
 // asking. A password goes where the question went, or to next when that
 // one is gone.
 type handoff struct {
-	next broker.Approver
+	next desktop.Approver
 	log  *slog.Logger
 
 	mu    sync.Mutex
 	convs map[*broker.Request]*broker.Conversation // asked on the terminal, until Finish
 }
 
-func newHandoff(next broker.Approver, log *slog.Logger) *handoff {
+func newHandoff(next desktop.Approver, log *slog.Logger) *handoff {
 	return &handoff{next: next, log: log, convs: map[*broker.Request]*broker.Conversation{}}
 }
 
@@ -216,7 +217,7 @@ func (h *handoff) Finish(req *broker.Request) {
 }
 
 func (h *handoff) String() string {
-	return "the terminal broker when one runs, else " + broker.Describe(h.next)
+	return "the terminal broker when one runs, else " + desktop.Describe(h.next)
 }
 
 // askTerminal puts req to the terminal broker, after a header naming the
@@ -258,12 +259,12 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// A prompt cut short by the exit may have turned echo off.
 	defer restoreTerminal(os.Stdin)()
-	person := &broker.TerminalApprover{In: os.Stdin, Out: stdout}
+	person := &desktop.TerminalApprover{In: os.Stdin, Out: stdout}
 	// The keeper applies the policy before it asks here.
-	b := &broker.Broker{Approver: &broker.Queue{Approver: person}, Log: log}
+	b := &desktop.Broker{Approver: &desktop.Queue{Approver: person}, Log: log}
 	fmt.Fprintf(stdout, "ollie-remote broker: answering the approval requests of every host ollie-remote up holds; ^C to stop\n")
 	// The person here is told when the policy file they edit is refused.
-	if r := openRules(log, func(p *broker.Policy, err error) {
+	if r := openRules(log, func(p *desktop.Policy, err error) {
 		if err != nil {
 			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file is broken: %s\n", termsafe.Line(policyProblem(p, err)))
 		} else {

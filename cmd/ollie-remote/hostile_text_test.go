@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // TestTerminalBrokerHostile replays issue 11's phishing: a host's request
@@ -45,7 +46,7 @@ func TestTerminalBrokerHostile(t *testing.T) {
 	}
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fallback := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "no terminal broker"}, log), Log: log}
+	fallback := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
 	go serveApprovals(fallback, "h4", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))

@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"ollie/broker"
+	"ollie/broker/desktop"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/ns/resume"
@@ -115,7 +115,7 @@ func prepareRemoteDir(dir string) error {
 }
 
 type keeper struct {
-	broker *broker.Broker  // answers the hosts' approval requests
+	broker *desktop.Broker // answers the hosts' approval requests
 	dir    string          // its directory: control socket, log, a socket per host
 	ssh    paths.SSHConfig // the ssh configuration its hosts are held with
 

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"ollie/broker"
+	"ollie/broker/desktop"
 	"ollie/ns/client"
 	"ollie/tunnel"
 )
@@ -36,7 +36,7 @@ const (
 // arrive on it are from this host: the broker takes the host's name from
 // here, never from the request. When the host is let go it removes its
 // own registration and socket, no other keeper's.
-func (h *heldHost) carryApprovals(b *broker.Broker, log *slog.Logger) {
+func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 	defer close(h.approvalsDone)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

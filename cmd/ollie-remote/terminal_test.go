@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/broker"
+	"ollie/broker/desktop"
 )
 
 // TestTerminalBroker: with "ollie-remote broker" running on a terminal,
@@ -47,7 +48,7 @@ func TestTerminalBroker(t *testing.T) {
 	}
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fallback := &broker.Broker{Approver: newHandoff(broker.Nobody{Reason: "no terminal broker"}, log), Log: log}
+	fallback := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
 	go serveApprovals(fallback, "web1", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))

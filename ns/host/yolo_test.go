@@ -18,6 +18,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/broker"
+	"ollie/broker/desktop"
 	"ollie/internal/nstest"
 )
 
@@ -254,7 +255,7 @@ func TestYoloAsksDesktop(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Close() })
 	desk := &denyAll{}
-	go (&broker.Broker{Approver: desk}).Serve("h1", l)
+	go (&desktop.Broker{Approver: desk}).Serve("h1", l)
 	if err := nstest.WriteFile(r.fs, "bypass/broker", sock); err != nil {
 		t.Fatal(err)
 	}

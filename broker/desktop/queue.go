@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"ollie/broker"
 )
 
 // Queue keeps a person usable when many requests arrive at once, from one
@@ -30,8 +32,8 @@ type Queue struct {
 	// MaxPerHost caps the distinct approval prompts one host may have
 	// waiting or showing; beyond it Approve denies at once, saying so.
 	// Requests that coalesce with one already waiting do not count, nor
-	// do passwords (at most MaxPasswordAttempts per approved request, and
-	// the Broker caps each host's connections). 0 means 16.
+	// do passwords (at most broker.MaxPasswordAttempts per approved
+	// request, and the Broker caps each host's connections). 0 means 16.
 	MaxPerHost int
 	// MaxPerSession caps the same per session of a host. 0 means 8.
 	MaxPerSession int
@@ -65,7 +67,7 @@ type hostQueue struct {
 // queued is one prompt: an approval, with everyone waiting for it, or
 // one password.
 type queued struct {
-	req      *Request
+	req      *broker.Request
 	password bool
 	attempt  int
 	problem  string
@@ -78,7 +80,7 @@ type queued struct {
 	started bool
 
 	done   chan struct{}
-	answer Answer
+	answer broker.Answer
 	secret []byte
 	err    error
 }
@@ -103,7 +105,7 @@ func (q *Queue) maxSession() int {
 
 // Approve asks the wrapped Approver, once for all identical requests
 // waiting together.
-func (q *Queue) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (q *Queue) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	q.mu.Lock()
 	h := q.host(req.Host)
 	var e *queued
@@ -128,7 +130,7 @@ func (q *Queue) Approve(ctx context.Context, req *Request) (Answer, error) {
 			q.refused[req.Host]++
 			q.tidy(req.Host, h)
 			q.mu.Unlock()
-			return Answer{Decision: Deny, Reason: reason}, nil
+			return broker.Answer{Decision: broker.Deny, Reason: reason}, nil
 		}
 		h.prompts++
 		h.session[req.Session]++
@@ -142,7 +144,7 @@ func (q *Queue) Approve(ctx context.Context, req *Request) (Answer, error) {
 		return e.answer, e.err
 	case <-ctx.Done():
 		q.leave(e)
-		return Answer{}, context.Cause(ctx)
+		return broker.Answer{}, context.Cause(ctx)
 	}
 }
 
@@ -176,7 +178,7 @@ func (q *Queue) tidy(name string, h *hostQueue) {
 
 // Password asks the wrapped Approver for req's password, when no other
 // prompt is showing.
-func (q *Queue) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (q *Queue) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	q.mu.Lock()
 	e := q.enqueue(ctx, q.host(req.Host), &queued{req: req, password: true, attempt: attempt, problem: problem})
 	e.waiters++
@@ -189,7 +191,7 @@ func (q *Queue) Password(ctx context.Context, req *Request, attempt int, problem
 		if q.leave(e) {
 			// Asked already: the answer is on its way and no one will
 			// take it.
-			go func() { <-e.done; Zero(e.secret) }()
+			go func() { <-e.done; broker.Zero(e.secret) }()
 		}
 		return nil, context.Cause(ctx)
 	}
@@ -312,7 +314,7 @@ func (q *Queue) next() *queued {
 // Pending lists the requests waiting for a prompt, the one being asked
 // first, then the others in arrival order, for a status display.
 // Identical requests asked together appear once.
-func (q *Queue) Pending() []*Request {
+func (q *Queue) Pending() []*broker.Request {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var waiting []*queued
@@ -320,7 +322,7 @@ func (q *Queue) Pending() []*Request {
 		waiting = append(waiting, h.waiting...)
 	}
 	slices.SortFunc(waiting, func(a, b *queued) int { return cmp.Compare(a.arrived, b.arrived) })
-	var out []*Request
+	var out []*broker.Request
 	if q.showing != nil {
 		out = append(out, q.showing.req)
 	}

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/broker"
 )
 
 // scriptFile writes an executable shell script into dir.
@@ -23,8 +25,8 @@ func scriptFile(t *testing.T, dir, name, body string) string {
 	return p
 }
 
-func askRequest(sudo bool) *Request {
-	return &Request{
+func askRequest(sudo bool) *broker.Request {
+	return &broker.Request{
 		ID: "req-1", Host: "db3", Session: "s1", Agent: "ops", Tool: "system_logs",
 		Variant: 0, Executable: "/usr/bin/dmesg", Args: json.RawMessage(`{"lines": "10"}`),
 		Cwd: "/home/ops", Sudo: sudo,
@@ -54,13 +56,13 @@ exit "$STATUS"
 	req := askRequest(true)
 	for _, tc := range []struct {
 		status, word string
-		want         Decision
+		want         broker.Decision
 	}{
-		{"0", "", Once},
-		{"1", "", Deny},
-		{"0", "always", Always},
-		{"1", "always", Deny}, // a word never turns a refusal into approval
-		{"0", "sure", Once},
+		{"0", "", broker.Once},
+		{"1", "", broker.Deny},
+		{"0", "always", broker.Always},
+		{"1", "always", broker.Deny}, // a word never turns a refusal into approval
+		{"0", "sure", broker.Once},
 	} {
 		t.Setenv("STATUS", tc.status)
 		t.Setenv("WORD", tc.word)
@@ -71,7 +73,7 @@ exit "$STATUS"
 		if ans.Decision != tc.want {
 			t.Errorf("status %s word %q: decision %q, want %q", tc.status, tc.word, ans.Decision, tc.want)
 		}
-		if ans.Decision == Deny && ans.Reason == "" {
+		if ans.Decision == broker.Deny && ans.Reason == "" {
 			t.Errorf("a denial without a reason for the model")
 		}
 		if got := fileText(t, rec+".arg"); got != req.Prompt() {
@@ -129,7 +131,7 @@ exit "$STATUS"
 	t.Setenv("SECRET", `hunter2\n`)
 	t.Setenv("STATUS", "1")
 	pw, err := (&AskpassApprover{Program: prog}).Password(context.Background(), req, 1, "")
-	if !errors.Is(err, ErrDenied) || pw != nil {
+	if !errors.Is(err, broker.ErrDenied) || pw != nil {
 		t.Fatalf("cancelled askpass: %q, %v; want nil, ErrDenied", pw, err)
 	}
 }

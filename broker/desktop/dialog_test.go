@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"ollie/broker"
 )
 
 // fakeDialog puts a zenity or kdialog on a fresh PATH that records its
@@ -82,17 +84,17 @@ func TestDialogZenity(t *testing.T) {
 	button := "Always (system__logs on db3)"
 	for _, tc := range []struct {
 		status, print string
-		want          Decision
+		want          broker.Decision
 	}{
-		{"0", "", Once},
-		{"1", button + "\n", Always},
-		{"1", always + "\n", Always},
-		{"1", "", Deny},                              // Deny, or the window closed
-		{"5", "", Deny},                              // timed out
-		{"1", "Always (x on y)\n", Deny},             // not this request's button
-		{"0", always + "\n", Once},                   // OK wins: exit 0 is the OK button
-		{"255", "", Deny},                            // zenity failed
-		{"1", "Always (system_logs on db3)", Always}, // no newline
+		{"0", "", broker.Once},
+		{"1", button + "\n", broker.Always},
+		{"1", always + "\n", broker.Always},
+		{"1", "", broker.Deny},                              // Deny, or the window closed
+		{"5", "", broker.Deny},                              // timed out
+		{"1", "Always (x on y)\n", broker.Deny},             // not this request's button
+		{"0", always + "\n", broker.Once},                   // OK wins: exit 0 is the OK button
+		{"255", "", broker.Deny},                            // zenity failed
+		{"1", "Always (system_logs on db3)", broker.Always}, // no newline
 	} {
 		f.setAnswer(tc.status, tc.print)
 		ans, err := d.Approve(context.Background(), req)
@@ -133,7 +135,7 @@ func TestDialogZenity(t *testing.T) {
 		t.Errorf("zenityEntryText: %q", got)
 	}
 	f.setAnswer("1", "")
-	if pw, err := d.Password(context.Background(), req, 1, ""); !errors.Is(err, ErrDenied) || pw != nil {
+	if pw, err := d.Password(context.Background(), req, 1, ""); !errors.Is(err, broker.ErrDenied) || pw != nil {
 		t.Errorf("cancelled password dialog: %q, %v; want ErrDenied", pw, err)
 	}
 }
@@ -145,8 +147,8 @@ func TestDialogKdialog(t *testing.T) {
 	req.Cwd = "/srv/<img src=x>"
 	for _, tc := range []struct {
 		status string
-		want   Decision
-	}{{"0", Once}, {"1", Always}, {"2", Deny}} {
+		want   broker.Decision
+	}{{"0", broker.Once}, {"1", broker.Always}, {"2", broker.Deny}} {
 		f.setAnswer(tc.status, "")
 		ans, err := d.Approve(context.Background(), req)
 		if err != nil || ans.Decision != tc.want {
@@ -185,7 +187,7 @@ func TestDialogKdialog(t *testing.T) {
 		t.Errorf("kdialog %q: want --password", f.argv())
 	}
 	f.setAnswer("1", "")
-	if _, err := d.Password(context.Background(), req, 1, ""); !errors.Is(err, ErrDenied) {
+	if _, err := d.Password(context.Background(), req, 1, ""); !errors.Is(err, broker.ErrDenied) {
 		t.Errorf("cancelled: %v, want ErrDenied", err)
 	}
 
@@ -291,7 +293,7 @@ func TestDialogNotifies(t *testing.T) {
 	req := askRequest(true)
 	req.Cwd = "/srv/<b>&"
 	d := &DialogApprover{Program: f.path, Notifier: &Notifier{Address: addr}}
-	if ans, err := d.Approve(context.Background(), req); err != nil || ans.Decision != Once {
+	if ans, err := d.Approve(context.Background(), req); err != nil || ans.Decision != broker.Once {
 		t.Fatalf("%+v, %v", ans, err)
 	}
 	srv.mu.Lock()
@@ -346,47 +348,12 @@ func TestDialogWithoutBus(t *testing.T) {
 		d := &DialogApprover{Program: f.path, Notifier: n}
 		start := time.Now()
 		ans, err := d.Approve(context.Background(), askRequest(true))
-		if err != nil || ans.Decision != Once {
+		if err != nil || ans.Decision != broker.Once {
 			t.Errorf("bus %q: %+v, %v; want the dialog's answer", n.Address, ans, err)
 		}
 		// Not a timing assertion: a hang would be minutes.
 		if time.Since(start) > 30*time.Second {
 			t.Errorf("bus %q held the dialog up for %v", n.Address, time.Since(start))
-		}
-	}
-}
-
-// TestPromptWhoAsks: the prompt names the session and the agent, says
-// when there is none, and shows a variant only for a tool that has them.
-func TestPromptWhoAsks(t *testing.T) {
-	for _, tc := range []struct {
-		name           string
-		session, agent string
-		variant        int
-		want, not      []string
-	}{
-		{"agent", "s1", "ops", 0, []string{"  tool:     system_logs (variant 0)\n", "  session:  s1, agent ops\n"}, nil},
-		{"names", "s1", "ops", 0, []string{"  session:  web (s1), agent fixer (ops)\n"}, nil},
-		{"no variants", "s1", "ops", -1, []string{"  tool:     system_logs\n"}, []string{"variant"}},
-		{"second variant", "s1", "ops", 1, []string{"system_logs (variant 1)\n"}, nil},
-		{"no agent", "s1", "", -1, []string{"  session:  s1, no agent: called through the session's tools\n"}, []string{", agent"}},
-		{"by hand", "", "", -1, []string{"  session:  none: run by hand on the host (olliesrv tools run), not by an agent\n"}, nil},
-	} {
-		req := askRequest(true)
-		req.Session, req.Agent, req.Variant = tc.session, tc.agent, tc.variant
-		if tc.name == "names" {
-			req.SessionName, req.AgentName = "web", "fixer"
-		}
-		p := req.Prompt()
-		for _, w := range tc.want {
-			if !strings.Contains(p, w) {
-				t.Errorf("%s: the prompt lacks %q:\n%s", tc.name, w, p)
-			}
-		}
-		for _, w := range tc.not {
-			if strings.Contains(p, w) {
-				t.Errorf("%s: the prompt says %q:\n%s", tc.name, w, p)
-			}
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/godbus/dbus/v5"
+
+	"ollie/broker"
 )
 
 // The escapes a compromised host put in its requests' fields (issue 11):
@@ -26,8 +28,8 @@ const (
 	eightBitCSI  = "\u009b2J\x9b1A"
 )
 
-func hostileRequest(sudo bool) *Request {
-	return &Request{
+func hostileRequest(sudo bool) *broker.Request {
+	return &broker.Request{
 		ID:          "req-\x1b[2K1",
 		Host:        "db3", // what the desktop knows from the connection
 		Session:     "s1" + forgedTitle + "\r\n  session:  trusted",
@@ -136,7 +138,7 @@ func TestAskpassHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Zero(pw)
+	broker.Zero(pw)
 	checkPasswordPrompt(t, "askpass password", fileText(t, rec))
 }
 
@@ -166,7 +168,7 @@ func TestDialogHostile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s password: %v", kind, err)
 		}
-		Zero(pw)
+		broker.Zero(pw)
 		checkArgs(t, kind+" password", f.argv())
 	}
 }
@@ -235,7 +237,7 @@ func TestTerminalHostile(t *testing.T) {
 	var out strings.Builder
 	a := &TerminalApprover{In: r, Out: &out}
 	w.Write([]byte("x\nd\n"))
-	if ans, err := a.Approve(context.Background(), hostileRequest(true)); err != nil || ans.Decision != Deny {
+	if ans, err := a.Approve(context.Background(), hostileRequest(true)); err != nil || ans.Decision != broker.Deny {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	if p := controlIn(out.String(), true); p != "" {

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"ollie/internal/jsonx"
+	"ollie/broker"
 	"ollie/internal/paths"
 )
 
@@ -83,8 +83,8 @@ func stampOf(name string) fileStamp {
 type Rule struct {
 	// Host is a path.Match glob for the host's name; "" means "*".
 	Host string `yaml:"host"`
-	// Tool is a tool's name, YoloTool for creating a yolo session, or
-	// "*" for any; "" means "*".
+	// Tool is a tool's name, [broker.YoloTool] for creating a yolo
+	// session, or "*" for any; "" means "*".
 	Tool string `yaml:"tool"`
 	// Args, when set, is a regular expression that must match the whole
 	// of the call's arguments as compact JSON (keys sorted), e.g.
@@ -107,9 +107,6 @@ const (
 	RuleAllow = "allow"
 	RuleDeny  = "deny"
 )
-
-// ErrPolicy is wrapped by every error about a policy file's content.
-var ErrPolicy = errors.New("broker: bad policy")
 
 // DefaultPolicyPath is ~/.config/ollie/broker-policy.yaml, or its
 // equivalent under XDG_CONFIG_HOME.
@@ -214,10 +211,11 @@ func (p *Policy) Rules() []Rule {
 	return append([]Rule(nil), p.rules...)
 }
 
-// Match returns the decision of the first rule that applies to req: Once
-// for an allow rule (the rule itself is what lasts), Deny for a deny rule.
-// ok is false when no rule applies and a person must be asked.
-func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
+// Match returns the decision of the first rule that applies to req:
+// [broker.Once] for an allow rule (the rule itself is what lasts),
+// [broker.Deny] for a deny rule. ok is false when no rule applies and a
+// person must be asked.
+func (p *Policy) Match(req *broker.Request) (d broker.Decision, r *Rule, ok bool) {
 	if p == nil {
 		return "", nil, false
 	}
@@ -241,7 +239,7 @@ func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
 		}
 		if r.args != nil {
 			if !argsDone {
-				args, argsDone = string(jsonx.Canonical(req.Args)), true
+				args, argsDone = req.CompactArgs(), true
 			}
 			if !r.args.MatchString(args) {
 				continue
@@ -249,9 +247,9 @@ func (p *Policy) Match(req *Request) (d Decision, r *Rule, ok bool) {
 		}
 		c := *r
 		if r.Decision == RuleAllow {
-			return Once, &c, true
+			return broker.Once, &c, true
 		}
-		return Deny, &c, true
+		return broker.Deny, &c, true
 	}
 	return "", nil, false
 }
@@ -291,7 +289,7 @@ func escapeGlob(s string) string {
 // that edits made while the broker ran are kept (and one that no longer
 // parses is not overwritten), then replaced atomically with mode 0600; its
 // directory is created with mode 0700.
-func (p *Policy) AddAlways(req *Request) error {
+func (p *Policy) AddAlways(req *broker.Request) error {
 	if req.Host == "" || req.Tool == "" || req.Tool == "*" {
 		return fmt.Errorf("broker: cannot save \"always\" for tool %q on host %q: both must be named", req.Tool, req.Host)
 	}
@@ -395,7 +393,7 @@ var ruleFields = []string{"host", "tool", "args", "sudo", "decision"}
 
 func parsePolicy(name string, data []byte) ([]Rule, *yaml.Node, error) {
 	bad := func(line int, format string, a ...any) error {
-		return fmt.Errorf("%w: %s:%d: %s", ErrPolicy, name, line, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s:%d: %s", broker.ErrPolicy, name, line, fmt.Sprintf(format, a...))
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -403,7 +401,7 @@ func parsePolicy(name string, data []byte) ([]Rule, *yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil, nil // an empty file asks about everything
 		}
-		return nil, nil, fmt.Errorf("%w: %s: %v", ErrPolicy, name, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", broker.ErrPolicy, name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

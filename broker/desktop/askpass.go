@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"ollie/broker"
 )
 
 // AskpassApprover asks through an askpass program, the convention OpenSSH
@@ -55,27 +57,27 @@ func haveDisplay() bool {
 const askpassAlways = "always"
 
 // Approve runs the askpass in confirm mode.
-func (a *AskpassApprover) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (a *AskpassApprover) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	if a.Program == "" {
-		return Answer{}, errors.New("broker: askpass: no program configured (set OLLIE_ASKPASS)")
+		return broker.Answer{}, errors.New("broker: askpass: no program configured (set OLLIE_ASKPASS)")
 	}
 	res, err := runHelper(ctx, a.Program, []string{req.Prompt()}, "SSH_ASKPASS_PROMPT=confirm")
 	if err != nil {
-		return Answer{}, err
+		return broker.Answer{}, err
 	}
-	defer Zero(res.out)
+	defer broker.Zero(res.out)
 	if res.code != 0 {
-		return Answer{Decision: Deny, Reason: deniedByPerson}, nil
+		return broker.Answer{Decision: broker.Deny, Reason: deniedByPerson}, nil
 	}
 	if string(trimNewline(res.out)) == askpassAlways {
-		return Answer{Decision: Always}, nil
+		return broker.Answer{Decision: broker.Always}, nil
 	}
-	return Answer{Decision: Once}, nil
+	return broker.Answer{Decision: broker.Once}, nil
 }
 
 // Password runs the askpass in its ordinary mode and returns what it
 // printed.
-func (a *AskpassApprover) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (a *AskpassApprover) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	if a.Program == "" {
 		return nil, errors.New("broker: askpass: no program configured (set OLLIE_ASKPASS)")
 	}
@@ -84,8 +86,8 @@ func (a *AskpassApprover) Password(ctx context.Context, req *Request, attempt in
 		return nil, err
 	}
 	if res.code != 0 {
-		Zero(res.out)
-		return nil, fmt.Errorf("broker: askpass %s exited with status %d: %w", a.Program, res.code, ErrDenied)
+		broker.Zero(res.out)
+		return nil, fmt.Errorf("broker: askpass %s exited with status %d: %w", a.Program, res.code, broker.ErrDenied)
 	}
 	return trimNewline(res.out), nil
 }
@@ -167,7 +169,7 @@ func runHelper(ctx context.Context, program string, args []string, setenv string
 	}()
 
 	var scratch [maxHelperOutput + 1]byte
-	defer Zero(scratch[:])
+	defer broker.Zero(scratch[:])
 	n, rerr := readUntilEOF(r, scratch[:])
 	r.Close()
 	werr := <-waited

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"ollie/broker"
 )
 
 // holder approves everything once and gives a password every time it is
@@ -24,19 +26,19 @@ type holder struct {
 	passwords atomic.Int32
 }
 
-func (h *holder) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (h *holder) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	h.approvals.Add(1)
 	if h.hold != nil {
 		select {
 		case <-h.hold:
 		case <-ctx.Done():
-			return Answer{}, context.Cause(ctx)
+			return broker.Answer{}, context.Cause(ctx)
 		}
 	}
-	return Answer{Decision: Once}, nil
+	return broker.Answer{Decision: broker.Once}, nil
 }
 
-func (h *holder) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (h *holder) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	h.passwords.Add(1)
 	return []byte("hunter2"), nil
 }
@@ -114,7 +116,7 @@ func TestBrokerReplyDeadline(t *testing.T) {
 	defer hostEnd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, ans, err := Ask(ctx, hostEnd, &Request{Session: "s", Tool: "t", Sudo: true}); err != nil || ans.Decision != Once {
+	if _, ans, err := broker.Ask(ctx, hostEnd, &broker.Request{Session: "s", Tool: "t", Sudo: true}); err != nil || ans.Decision != broker.Once {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	waitServed(t, served, 10*time.Second, "the host owed its next message")
@@ -124,7 +126,7 @@ func TestBrokerReplyDeadline(t *testing.T) {
 }
 
 // TestBrokerMessageLimit sends 1 MiB without a newline: the broker must
-// close the connection once it has read MaxMessage, never holding more.
+// close the connection once it has read broker.MaxMessage, never holding more.
 func TestBrokerMessageLimit(t *testing.T) {
 	b := &Broker{Approver: &holder{}}
 	hostEnd, served := serveOne(b, "h4", nil)
@@ -142,8 +144,8 @@ func TestBrokerMessageLimit(t *testing.T) {
 	}
 	if err == nil {
 		t.Errorf("the broker read all %d bytes of a line", written)
-	} else if written > MaxMessage+8<<10 {
-		t.Errorf("the broker read %d bytes of one line before closing, limit %d", written, MaxMessage)
+	} else if written > broker.MaxMessage+8<<10 {
+		t.Errorf("the broker read %d bytes of one line before closing, limit %d", written, broker.MaxMessage)
 	}
 	waitServed(t, served, 10*time.Second, "1 MiB without a newline")
 	if r := b.Refused("h4"); r.TooLarge != 1 {
@@ -155,17 +157,17 @@ func TestBrokerMessageLimit(t *testing.T) {
 	hostEnd, served = serveOne(b, "h4", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	big := &Request{Session: "s", Tool: "t", Args: []byte(`"` + strings.Repeat("x", MaxMessage-200) + `"`)}
-	cv, ans, err := Ask(ctx, hostEnd, big)
-	if err != nil || ans.Decision != Once {
-		t.Fatalf("a request of %d bytes: %+v %v", MaxMessage-100, ans, err)
+	big := &broker.Request{Session: "s", Tool: "t", Args: []byte(`"` + strings.Repeat("x", broker.MaxMessage-200) + `"`)}
+	cv, ans, err := broker.Ask(ctx, hostEnd, big)
+	if err != nil || ans.Decision != broker.Once {
+		t.Fatalf("a request of %d bytes: %+v %v", broker.MaxMessage-100, ans, err)
 	}
 	cv.Close("ran")
 	waitServed(t, served, 10*time.Second, "the result")
 	a, d := net.Pipe()
 	defer d.Close()
-	big.ID, big.Args = "", []byte(`"`+strings.Repeat("x", MaxMessage)+`"`)
-	if _, _, err := Ask(ctx, a, big); !errors.Is(err, ErrTooLarge) {
+	big.ID, big.Args = "", []byte(`"`+strings.Repeat("x", broker.MaxMessage)+`"`)
+	if _, _, err := broker.Ask(ctx, a, big); !errors.Is(err, broker.ErrTooLarge) {
 		t.Errorf("asking with a request over the limit: %v, want ErrTooLarge", err)
 	}
 }
@@ -180,8 +182,8 @@ func TestBrokerPasswordAttempts(t *testing.T) {
 	defer hostEnd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cv, ans, err := Ask(ctx, hostEnd, &Request{Session: "s", Tool: "t", Sudo: true})
-	if err != nil || ans.Decision != Once {
+	cv, ans, err := broker.Ask(ctx, hostEnd, &broker.Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	got := 0
@@ -192,13 +194,13 @@ func TestBrokerPasswordAttempts(t *testing.T) {
 			last = err
 			break
 		}
-		Zero(pw)
+		broker.Zero(pw)
 		got++
 	}
-	if got != MaxPasswordAttempts || person.passwords.Load() != MaxPasswordAttempts {
-		t.Errorf("the host got %d passwords, the person was asked %d times; want %d", got, person.passwords.Load(), MaxPasswordAttempts)
+	if got != broker.MaxPasswordAttempts || person.passwords.Load() != broker.MaxPasswordAttempts {
+		t.Errorf("the host got %d passwords, the person was asked %d times; want %d", got, person.passwords.Load(), broker.MaxPasswordAttempts)
 	}
-	if !errors.Is(last, ErrDenied) || !strings.Contains(last.Error(), "more than 3 times") {
+	if !errors.Is(last, broker.ErrDenied) || !strings.Contains(last.Error(), "more than 3 times") {
 		t.Errorf("the fourth ask: %v, want a denial saying why", last)
 	}
 	waitServed(t, served, 10*time.Second, "the grant ended")
@@ -274,7 +276,7 @@ func TestBrokerConnCap(t *testing.T) {
 	defer cancel()
 	asked := make(chan error, 1)
 	go func() {
-		_, _, err := Ask(ctx, c, &Request{Session: "s", Tool: "t"})
+		_, _, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "t"})
 		asked <- err
 	}()
 	waitUntil(t, "h5's request reaches the person", func() bool { return person.approvals.Load() == 1 })
@@ -302,24 +304,24 @@ func TestBrokerConnCap(t *testing.T) {
 type gone struct {
 	approvals int // answered before it is gone
 	mu        sync.Mutex
-	finished  []*Request
+	finished  []*broker.Request
 }
 
-func (g *gone) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (g *gone) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.approvals == 0 {
-		return Answer{}, ErrUnavailable
+		return broker.Answer{}, ErrUnavailable
 	}
 	g.approvals--
-	return Answer{Decision: Once}, nil
+	return broker.Answer{Decision: broker.Once}, nil
 }
 
-func (g *gone) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (g *gone) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	return nil, ErrUnavailable
 }
 
-func (g *gone) Finish(req *Request) {
+func (g *gone) Finish(req *broker.Request) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.finished = append(g.finished, req)
@@ -336,17 +338,17 @@ func TestBrokerUnavailable(t *testing.T) {
 	defer cancel()
 
 	c, served := serveOne(b, "h1", nil)
-	cv, ans, err := Ask(ctx, c, &Request{Session: "s", Tool: "t", Sudo: true})
-	if err != nil || ans.Decision != Once {
+	cv, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("the question: %+v, %v", ans, err)
 	}
-	if _, err := cv.Password(ctx, 1, ""); err == nil || errors.Is(err, ErrDenied) {
+	if _, err := cv.Password(ctx, 1, ""); err == nil || errors.Is(err, broker.ErrDenied) {
 		t.Errorf("a password nobody could be asked for: %v, want the conversation closed unanswered", err)
 	}
 	waitServed(t, served, 5*time.Second, "an unavailable password")
 
 	c, served = serveOne(b, "h1", nil)
-	if _, ans, err := Ask(ctx, c, &Request{Session: "s", Tool: "t"}); err == nil {
+	if _, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "t"}); err == nil {
 		t.Errorf("a question nobody could be asked: answered %+v, want the conversation closed unanswered", ans)
 	}
 	waitServed(t, served, 5*time.Second, "an unavailable question")

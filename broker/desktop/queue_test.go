@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"ollie/broker"
 )
 
 // queueScript is an approver that answers from a script once let through by
@@ -31,8 +33,8 @@ func newQueueScript() *queueScript {
 
 // decisionFor is the script: a decision that depends on the request, so
 // that a caller handed another request's answer is noticed.
-func decisionFor(req *Request) Decision {
-	return []Decision{Once, Always, Deny}[len(req.Tool)%3]
+func decisionFor(req *broker.Request) broker.Decision {
+	return []broker.Decision{broker.Once, broker.Always, broker.Deny}[len(req.Tool)%3]
 }
 
 func (s *queueScript) begin(name string) {
@@ -50,18 +52,18 @@ func (s *queueScript) end() {
 	s.mu.Unlock()
 }
 
-func (s *queueScript) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (s *queueScript) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	s.begin("approve " + req.ID)
 	defer s.end()
 	select {
 	case <-s.step:
-		return Answer{Decision: decisionFor(req), Reason: "script: " + req.Tool}, nil
+		return broker.Answer{Decision: decisionFor(req), Reason: "script: " + req.Tool}, nil
 	case <-ctx.Done():
-		return Answer{}, context.Cause(ctx)
+		return broker.Answer{}, context.Cause(ctx)
 	}
 }
 
-func (s *queueScript) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (s *queueScript) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	s.begin("password " + req.ID)
 	defer s.end()
 	select {
@@ -132,15 +134,15 @@ func TestQueueBurst(t *testing.T) {
 	q := &Queue{Approver: s}
 	distinct := map[string]int{"s1": 12, "s2": 5, "s3": 3}
 	type call struct {
-		req *Request
-		ans Answer
+		req *broker.Request
+		ans broker.Answer
 		err error
 	}
-	var reqs []*Request
+	var reqs []*broker.Request
 	for sess, n := range distinct {
 		for i := range n {
 			for copy := range 10 {
-				reqs = append(reqs, &Request{
+				reqs = append(reqs, &broker.Request{
 					ID: fmt.Sprintf("%s-%d-%d", sess, i, copy), Host: "web1", Session: sess,
 					Tool: strings.Repeat("t", i+1), Executable: "/bin/true", Cwd: "/",
 				})
@@ -178,7 +180,7 @@ func TestQueueBurst(t *testing.T) {
 		key := c.req.Tool
 		if strings.HasPrefix(c.ans.Reason, "too many pending approval requests") {
 			want := fmt.Sprintf("too many pending approval requests for session %s (cap 8); try again later", c.req.Session)
-			if c.ans.Decision != Deny || c.ans.Reason != want {
+			if c.ans.Decision != broker.Deny || c.ans.Reason != want {
 				t.Errorf("%s: capped with %+v, want deny %q", c.req.ID, c.ans, want)
 			}
 			if cappedBySession[c.req.Session] == nil {
@@ -218,14 +220,14 @@ func TestQueueBurst(t *testing.T) {
 		t.Errorf("%d still pending after every answer", len(p))
 	}
 	// The cap is on what is waiting: once answered, the session may ask again.
-	again := &Request{ID: "again", Host: "web1", Session: "s1", Tool: "tttttttttttttttttttt"}
+	again := &broker.Request{ID: "again", Host: "web1", Session: "s1", Tool: "tttttttttttttttttttt"}
 	if ans, err := q.Approve(context.Background(), again); err != nil || ans.Decision != decisionFor(again) {
 		t.Errorf("s1 after its burst was answered: %+v, %v", ans, err)
 	}
 }
 
-func queueReq(id, session, tool string) *Request {
-	return &Request{ID: id, Host: "web1", Session: session, Tool: tool, Executable: "/bin/" + tool, Cwd: "/"}
+func queueReq(id, session, tool string) *broker.Request {
+	return &broker.Request{ID: id, Host: "web1", Session: session, Tool: tool, Executable: "/bin/" + tool, Cwd: "/"}
 }
 
 // TestQueueOrder checks one prompt at a time, in arrival order, with a
@@ -235,7 +237,7 @@ func TestQueueOrder(t *testing.T) {
 	s := newQueueScript()
 	q := &Queue{Approver: s}
 	var wg sync.WaitGroup
-	approve := func(r *Request) {
+	approve := func(r *broker.Request) {
 		wg.Go(func() {
 			if _, err := q.Approve(context.Background(), r); err != nil {
 				t.Error(err)
@@ -317,7 +319,7 @@ func TestQueueWithdraw(t *testing.T) {
 	waitUntil(t, "B queued", func() bool { return len(q.Pending()) == 2 })
 
 	// The session is at its cap.
-	if ans, _ := q.Approve(context.Background(), queueReq("C", "s1", "c")); ans.Decision != Deny {
+	if ans, _ := q.Approve(context.Background(), queueReq("C", "s1", "c")); ans.Decision != broker.Deny {
 		t.Fatalf("third request of a session with cap 2: %+v, want deny", ans)
 	}
 
@@ -333,7 +335,7 @@ func TestQueueWithdraw(t *testing.T) {
 
 	// A second caller joins A, then A's first caller gives up: the
 	// prompt stays for the one still waiting.
-	ans2 := make(chan Answer, 1)
+	ans2 := make(chan broker.Answer, 1)
 	go func() {
 		ans, err := q.Approve(context.Background(), queueReq("A2", "s1", "a"))
 		if err != nil {
@@ -374,13 +376,13 @@ func TestQueueHostsTakeTurns(t *testing.T) {
 	var capped atomic.Int32
 	for i := range 300 {
 		wg.Go(func() {
-			r := &Request{ID: fmt.Sprintf("A%d", i), Host: "hA", Session: fmt.Sprintf("s%d", i), Tool: "t", Cwd: "/"}
+			r := &broker.Request{ID: fmt.Sprintf("A%d", i), Host: "hA", Session: fmt.Sprintf("s%d", i), Tool: "t", Cwd: "/"}
 			ans, err := q.Approve(context.Background(), r)
 			if err != nil {
 				t.Error(err)
 			}
 			if strings.HasPrefix(ans.Reason, "too many") {
-				if want := "too many pending approval requests from host hA (cap 16); try again later"; ans.Reason != want || ans.Decision != Deny {
+				if want := "too many pending approval requests from host hA (cap 16); try again later"; ans.Reason != want || ans.Decision != broker.Deny {
 					t.Errorf("%s: %+v, want deny %q", r.ID, ans, want)
 				}
 				capped.Add(1)
@@ -394,9 +396,9 @@ func TestQueueHostsTakeTurns(t *testing.T) {
 	first := <-s.started
 	// A session name is the host's to choose: A's sessions fill nothing
 	// of B's, even with the same names.
-	bAns := make(chan Answer, 1)
+	bAns := make(chan broker.Answer, 1)
 	wg.Go(func() {
-		ans, err := q.Approve(context.Background(), &Request{ID: "B", Host: "hB", Session: "s1", Tool: "t", Cwd: "/"})
+		ans, err := q.Approve(context.Background(), &broker.Request{ID: "B", Host: "hB", Session: "s1", Tool: "t", Cwd: "/"})
 		if err != nil {
 			t.Error(err)
 		}
@@ -428,13 +430,13 @@ func TestQueueCaps(t *testing.T) {
 	var wg sync.WaitGroup
 	ask := func(id, host, session string) {
 		wg.Go(func() {
-			q.Approve(context.Background(), &Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
+			q.Approve(context.Background(), &broker.Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
 		})
 	}
 	deny := func(id, host, session, want string) {
 		t.Helper()
-		ans, err := q.Approve(context.Background(), &Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
-		if err != nil || ans.Decision != Deny || ans.Reason != want {
+		ans, err := q.Approve(context.Background(), &broker.Request{ID: id, Host: host, Session: session, Tool: id, Cwd: "/"})
+		if err != nil || ans.Decision != broker.Deny || ans.Reason != want {
 			t.Errorf("%s: %+v %v, want deny %q", id, ans, err, want)
 		}
 	}

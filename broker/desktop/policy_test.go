@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"ollie/broker"
 )
 
 func TestPolicyMatch(t *testing.T) {
@@ -15,8 +17,8 @@ func TestPolicyMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(host, tool string, sudo bool, args string) *Request {
-		r := &Request{Host: host, Tool: tool, Sudo: sudo, Session: "s"}
+	req := func(host, tool string, sudo bool, args string) *broker.Request {
+		r := &broker.Request{Host: host, Tool: tool, Sudo: sudo, Session: "s"}
 		if args != "" {
 			r.Args = json.RawMessage(args)
 		}
@@ -24,23 +26,23 @@ func TestPolicyMatch(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		req  *Request
-		want Decision // "" means no rule applies
+		req  *broker.Request
+		want broker.Decision // "" means no rule applies
 		line int
 	}{
-		{"literal allow for sudo", req("web1", "system_logs", true, ""), Once, 5},
+		{"literal allow for sudo", req("web1", "system_logs", true, ""), broker.Once, 5},
 		{"literal allow, another host", req("web2", "system_logs", true, ""), "", 0},
-		{"wildcard deny for sudo", req("db3", "system_logs", true, ""), Deny, 9},
+		{"wildcard deny for sudo", req("db3", "system_logs", true, ""), broker.Deny, 9},
 		{"deny is for sudo only", req("db3", "system_logs", false, ""), "", 0},
-		{"args match, keys in any order and spacing", req("db3", "tail_log", false, `{"path": "/var/log/syslog", "lines": "20"}`), Once, 14},
+		{"args match, keys in any order and spacing", req("db3", "tail_log", false, `{"path": "/var/log/syslog", "lines": "20"}`), broker.Once, 14},
 		{"args must match whole", req("web1", "tail_log", false, `{"lines":"20","path":"/var/log/syslog","follow":true}`), "", 0},
 		{"args cannot climb out", req("web1", "tail_log", false, `{"lines":"20","path":"/var/log/../shadow"}`), "", 0},
 		{"args absent", req("web1", "tail_log", false, ""), "", 0},
-		{"wildcard allow, not sudo", req("lab-7", "anything", false, ""), Once, 19},
+		{"wildcard allow, not sudo", req("lab-7", "anything", false, ""), broker.Once, 19},
 		{"wildcard allow never allows sudo", req("lab-7", "anything", true, ""), "", 0},
 		{"wildcard args allow never allows sudo", req("web1", "tail_log", true, `{"lines":"1","path":"/var/log/x"}`), "", 0},
-		{"host omitted is any", req("web9", "rm_rf", false, ""), Deny, 22},
-		{"host omitted, sudo denied too", req("web9", "rm_rf", true, ""), Deny, 22},
+		{"host omitted is any", req("web9", "rm_rf", false, ""), broker.Deny, 22},
+		{"host omitted, sudo denied too", req("web9", "rm_rf", true, ""), broker.Deny, 22},
 	} {
 		d, r, ok := p.Match(tc.req)
 		if d != tc.want || ok != (tc.want != "") {
@@ -72,7 +74,7 @@ func TestPolicySudoNeverWildcard(t *testing.T) {
 				t.Fatalf("%s", err)
 			}
 			for _, host := range []string{"web1", "web*", "w1"} {
-				d, _, ok := p.Match(&Request{Host: host, Tool: "system_logs", Sudo: true})
+				d, _, ok := p.Match(&broker.Request{Host: host, Tool: "system_logs", Sudo: true})
 				wild := tool == "*" || (h != "web1" && h != `web\*`)
 				if ok && wild {
 					t.Errorf("host %q tool %q allowed sudo on %s: %q", h, tool, host, d)
@@ -82,10 +84,10 @@ func TestPolicySudoNeverWildcard(t *testing.T) {
 	}
 	// The escaped star is a literal name, and matches only itself.
 	p, _ := ParsePolicy("t.yaml", []byte("rules:\n  - {host: 'web\\*', tool: t, decision: allow}\n"))
-	if _, _, ok := p.Match(&Request{Host: "web*", Tool: "t", Sudo: true}); !ok {
+	if _, _, ok := p.Match(&broker.Request{Host: "web*", Tool: "t", Sudo: true}); !ok {
 		t.Error(`host web\* did not allow sudo on the host named "web*"`)
 	}
-	if _, _, ok := p.Match(&Request{Host: "web1", Tool: "t", Sudo: true}); ok {
+	if _, _, ok := p.Match(&broker.Request{Host: "web1", Tool: "t", Sudo: true}); ok {
 		t.Error(`host web\* allowed sudo on web1`)
 	}
 }
@@ -116,7 +118,7 @@ func TestPolicyParseErrors(t *testing.T) {
 			t.Errorf("%q: parsed, want error %q", tc.src, tc.want)
 			continue
 		}
-		if !errors.Is(err, ErrPolicy) {
+		if !errors.Is(err, broker.ErrPolicy) {
 			t.Errorf("%q: %v is not ErrPolicy", tc.src, err)
 		}
 		if !strings.Contains(err.Error(), tc.want) {
@@ -139,14 +141,14 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a missing file: %v, want an empty policy", err)
 	}
-	req := &Request{ID: "r1", Host: "db3", Tool: "system_logs", Sudo: true, Session: "s"}
+	req := &broker.Request{ID: "r1", Host: "db3", Tool: "system_logs", Sudo: true, Session: "s"}
 	if _, _, ok := p.Match(req); ok {
 		t.Fatal("an empty policy matched")
 	}
 	if err := p.AddAlways(req); err != nil {
 		t.Fatal(err)
 	}
-	if d, _, ok := p.Match(req); !ok || d != Once {
+	if d, _, ok := p.Match(req); !ok || d != broker.Once {
 		t.Fatalf("after AddAlways: %q, %v; want once", d, ok)
 	}
 	for name, want := range map[string]os.FileMode{dir: 0o700 | os.ModeDir, file: 0o600} {
@@ -165,7 +167,7 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reloading what AddAlways wrote: %v\n%s", err, fileText(t, file))
 	}
-	if d, _, ok := again.Match(req); !ok || d != Once {
+	if d, _, ok := again.Match(req); !ok || d != broker.Once {
 		t.Fatalf("reloaded: %q, %v; want once\n%s", d, ok, fileText(t, file))
 	}
 
@@ -176,7 +178,7 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.AddAlways(&Request{ID: "r2", Host: "[::1]", Tool: "system_logs"}); err != nil {
+	if err := p.AddAlways(&broker.Request{ID: "r2", Host: "[::1]", Tool: "system_logs"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.AddAlways(req); err != nil {
@@ -190,14 +192,14 @@ func TestPolicyAddAlways(t *testing.T) {
 	if len(rules) != 3 {
 		t.Fatalf("%d rules, want 3 (db3, web1 by hand, [::1]):\n%s", len(rules), text)
 	}
-	if d, _, ok := p.Match(&Request{Host: "web1", Tool: "uptime"}); !ok || d != Deny {
+	if d, _, ok := p.Match(&broker.Request{Host: "web1", Tool: "uptime"}); !ok || d != broker.Deny {
 		t.Errorf("the rule added by hand: %q, %v; want deny", d, ok)
 	}
 	// A host with glob characters is saved escaped: it is one name.
-	if d, _, ok := p.Match(&Request{Host: "[::1]", Tool: "system_logs", Sudo: true}); !ok || d != Once {
+	if d, _, ok := p.Match(&broker.Request{Host: "[::1]", Tool: "system_logs", Sudo: true}); !ok || d != broker.Once {
 		t.Errorf("[::1]: %q, %v; want once", d, ok)
 	}
-	if _, _, ok := p.Match(&Request{Host: ":", Tool: "system_logs"}); ok {
+	if _, _, ok := p.Match(&broker.Request{Host: ":", Tool: "system_logs"}); ok {
 		t.Errorf("the rule for [::1] matched the host \":\"")
 	}
 	entries, _ := os.ReadDir(dir)
@@ -209,14 +211,14 @@ func TestPolicyAddAlways(t *testing.T) {
 	if err := os.WriteFile(file, []byte("rules:\n  - hots: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.AddAlways(&Request{Host: "h", Tool: "t"}); !errors.Is(err, ErrPolicy) {
+	if err := p.AddAlways(&broker.Request{Host: "h", Tool: "t"}); !errors.Is(err, broker.ErrPolicy) {
 		t.Errorf("AddAlways over a broken file: %v, want ErrPolicy", err)
 	}
 	if got := fileText(t, file); got != "rules:\n  - hots: x\n" {
 		t.Errorf("the broken file was rewritten:\n%s", got)
 	}
 
-	for _, r := range []*Request{{Host: "", Tool: "t"}, {Host: "h", Tool: ""}, {Host: "h", Tool: "*"}} {
+	for _, r := range []*broker.Request{{Host: "", Tool: "t"}, {Host: "h", Tool: ""}, {Host: "h", Tool: "*"}} {
 		if err := p.AddAlways(r); err == nil {
 			t.Errorf("AddAlways(host %q, tool %q) saved a rule", r.Host, r.Tool)
 		}
@@ -230,7 +232,7 @@ func TestPolicyAddAlwaysKeepsCommentOnlyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.AddAlways(&Request{Host: "h", Tool: "t"}); err != nil {
+	if err := p.AddAlways(&broker.Request{Host: "h", Tool: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	if text := fileText(t, file); !strings.HasPrefix(text, "# my policy, empty for now\n") {
@@ -254,13 +256,13 @@ func TestPolicyRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	req := &Request{Host: "web1", Tool: "tail_log"}
+	req := &broker.Request{Host: "web1", Tool: "tail_log"}
 	write("rules:\n  - {host: web1, tool: tail_log, decision: allow}\n")
 	pol, err := OpenPolicy(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	decide := func() Decision {
+	decide := func() broker.Decision {
 		t.Helper()
 		d, _, ok := pol.Match(req)
 		if !ok {
@@ -271,7 +273,7 @@ func TestPolicyRefresh(t *testing.T) {
 	if changed, err := pol.Refresh(); changed || err != nil {
 		t.Errorf("Refresh of an unchanged file: %v, %v", changed, err)
 	}
-	if d := decide(); d != Once {
+	if d := decide(); d != broker.Once {
 		t.Fatalf("before the edit: %q, want once", d)
 	}
 
@@ -279,7 +281,7 @@ func TestPolicyRefresh(t *testing.T) {
 	if changed, err := pol.Refresh(); !changed || err != nil {
 		t.Fatalf("Refresh after an edit: %v, %v", changed, err)
 	}
-	if d := decide(); d != Deny {
+	if d := decide(); d != broker.Deny {
 		t.Errorf("after a deny rule was added: %q, want deny", d)
 	}
 
@@ -294,13 +296,13 @@ func TestPolicyRefresh(t *testing.T) {
 
 	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {hots: web1, decision: allow}\n")
 	changed, err := pol.Refresh()
-	if !changed || !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), `unknown field "hots"`) {
+	if !changed || !errors.Is(err, broker.ErrPolicy) || !strings.Contains(err.Error(), `unknown field "hots"`) {
 		t.Fatalf("Refresh of a broken file: %v, %v; want changed, ErrPolicy naming the field", changed, err)
 	}
-	if d := decide(); d != Deny || len(pol.Rules()) != 2 {
+	if d := decide(); d != broker.Deny || len(pol.Rules()) != 2 {
 		t.Errorf("a broken edit: %q with %d rules, want the last good rules (deny, 2)", d, len(pol.Rules()))
 	}
-	if changed, again := pol.Refresh(); changed || !errors.Is(again, ErrPolicy) || !errors.Is(pol.Err(), ErrPolicy) {
+	if changed, again := pol.Refresh(); changed || !errors.Is(again, broker.ErrPolicy) || !errors.Is(pol.Err(), broker.ErrPolicy) {
 		t.Errorf("still broken: Refresh %v, %v; Err %v", changed, again, pol.Err())
 	}
 
@@ -308,7 +310,7 @@ func TestPolicyRefresh(t *testing.T) {
 	if changed, err := pol.Refresh(); !changed || err != nil || pol.Err() != nil {
 		t.Fatalf("Refresh after the fix: %v, %v, Err %v", changed, err, pol.Err())
 	}
-	if d := decide(); d != Once {
+	if d := decide(); d != broker.Once {
 		t.Errorf("after the fix: %q, want once", d)
 	}
 
@@ -327,20 +329,20 @@ func TestOpenPolicyBroken(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "broker-policy.yaml")
 	os.WriteFile(file, []byte("rules:\n  - {tool: x, decision: maybe}\n"), 0o600)
 	pol, err := OpenPolicy(file)
-	if pol == nil || !errors.Is(err, ErrPolicy) || !errors.Is(pol.Err(), ErrPolicy) {
+	if pol == nil || !errors.Is(err, broker.ErrPolicy) || !errors.Is(pol.Err(), broker.ErrPolicy) {
 		t.Fatalf("OpenPolicy of a broken file: %v, %v", pol, err)
 	}
-	if _, _, ok := pol.Match(&Request{Host: "h", Tool: "x"}); ok {
+	if _, _, ok := pol.Match(&broker.Request{Host: "h", Tool: "x"}); ok {
 		t.Error("a broken policy matched")
 	}
-	if _, err := LoadPolicy(file); !errors.Is(err, ErrPolicy) {
+	if _, err := LoadPolicy(file); !errors.Is(err, broker.ErrPolicy) {
 		t.Errorf("LoadPolicy of a broken file: %v", err)
 	}
 	os.WriteFile(file, []byte("rules:\n  - {tool: x, decision: deny}\n"), 0o600)
 	if changed, err := pol.Refresh(); !changed || err != nil {
 		t.Fatalf("after the fix: %v, %v", changed, err)
 	}
-	if d, _, ok := pol.Match(&Request{Host: "h", Tool: "x"}); !ok || d != Deny {
+	if d, _, ok := pol.Match(&broker.Request{Host: "h", Tool: "x"}); !ok || d != broker.Deny {
 		t.Errorf("after the fix: %q, %v", d, ok)
 	}
 }
@@ -351,7 +353,7 @@ func TestPolicyConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
-			r := &Request{Host: "h", Tool: "t" + string(rune('a'+i))}
+			r := &broker.Request{Host: "h", Tool: "t" + string(rune('a'+i))}
 			if err := p.AddAlways(r); err != nil {
 				t.Error(err)
 			}
@@ -371,13 +373,13 @@ func FuzzParsePolicy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src, host, tool string, sudo bool) {
 		p, err := ParsePolicy("fuzz.yaml", []byte(src))
 		if err != nil {
-			if !errors.Is(err, ErrPolicy) {
+			if !errors.Is(err, broker.ErrPolicy) {
 				t.Fatalf("%v is not ErrPolicy", err)
 			}
 			return
 		}
-		d, r, ok := p.Match(&Request{Host: host, Tool: tool, Sudo: sudo})
-		if ok && sudo && d != Deny && !r.literal() {
+		d, r, ok := p.Match(&broker.Request{Host: host, Tool: tool, Sudo: sudo})
+		if ok && sudo && d != broker.Deny && !r.literal() {
 			t.Fatalf("rule at line %d (host %q, tool %q) allowed sudo", r.Line, r.Host, r.Tool)
 		}
 	})

@@ -1,10 +1,12 @@
-package broker
+package desktop
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"os"
+
+	"ollie/broker"
 )
 
 // Auto picks how to ask the person at this desktop, in order: the askpass
@@ -36,13 +38,13 @@ type Nobody struct {
 }
 
 // Approve denies.
-func (n Nobody) Approve(ctx context.Context, req *Request) (Answer, error) {
-	return Answer{Decision: Deny, Reason: n.Reason}, nil
+func (n Nobody) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
+	return broker.Answer{Decision: broker.Deny, Reason: n.Reason}, nil
 }
 
 // Password declines.
-func (n Nobody) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
-	return nil, fmt.Errorf("broker: %s: %w", n.Reason, ErrDenied)
+func (n Nobody) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
+	return nil, fmt.Errorf("broker: %s: %w", n.Reason, broker.ErrDenied)
 }
 
 func (n Nobody) String() string { return "nobody (every request denied: " + n.Reason + ")" }

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/creack/pty"
+
+	"ollie/broker"
 )
 
 func TestAuto(t *testing.T) {
@@ -64,11 +66,11 @@ func TestNobody(t *testing.T) {
 	t.Setenv("WAYLAND_DISPLAY", "")
 	a := Auto(nil, io.Discard)
 	ans, err := a.Approve(context.Background(), askRequest(true))
-	if err != nil || ans.Decision != Deny || ans.Reason != NoApproverReason {
+	if err != nil || ans.Decision != broker.Deny || ans.Reason != NoApproverReason {
 		t.Errorf("Approve: %+v, %v; want a denial saying how to fix it", ans, err)
 	}
 	pw, err := a.Password(context.Background(), askRequest(true), 1, "")
-	if !errors.Is(err, ErrDenied) || pw != nil || !strings.Contains(err.Error(), "OLLIE_ASKPASS") {
+	if !errors.Is(err, broker.ErrDenied) || pw != nil || !strings.Contains(err.Error(), "OLLIE_ASKPASS") {
 		t.Errorf("Password: %q, %v; want ErrDenied saying how to fix it", pw, err)
 	}
 }
@@ -84,7 +86,7 @@ echo 'pw from askpass'
 	t.Setenv("OLLIE_ASKPASS", prog)
 	q := &Queue{Approver: Auto(nil, io.Discard)}
 	ans, err := q.Approve(context.Background(), askRequest(true))
-	if err != nil || ans.Decision != Always {
+	if err != nil || ans.Decision != broker.Always {
 		t.Fatalf("%+v, %v; want always", ans, err)
 	}
 	pw, err := q.Password(context.Background(), askRequest(true), 1, "")

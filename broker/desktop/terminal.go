@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
+
+	"ollie/broker"
 )
 
 // TerminalApprover asks on the terminal that runs the broker, for a
@@ -123,9 +125,9 @@ func (t *TerminalApprover) watchHangup() {
 const maxTerminalLine = 1024
 
 // Approve asks once / always / deny on the terminal.
-func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (t *TerminalApprover) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	type result struct {
-		ans Answer
+		ans broker.Answer
 		err error
 	}
 	done := make(chan result, 1)
@@ -150,11 +152,11 @@ func (t *TerminalApprover) Approve(ctx context.Context, req *Request) (Answer, e
 	case r := <-done:
 		return r.ans, r.err
 	case <-ctx.Done():
-		return Answer{}, context.Cause(ctx)
+		return broker.Answer{}, context.Cause(ctx)
 	}
 }
 
-func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, error) {
+func (t *TerminalApprover) approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	fmt.Fprintf(t.Out, "\n%s", req.Prompt())
 	var buf [maxTerminalLine]byte
 	for {
@@ -164,29 +166,29 @@ func (t *TerminalApprover) approve(ctx context.Context, req *Request) (Answer, e
 		case errors.Is(err, errLineTooLong): // asked again below
 		case err != nil && ctx.Err() == nil:
 			fmt.Fprintln(t.Out)
-			return Answer{}, t.lost(err) // not a denial: another approver may ask
+			return broker.Answer{}, t.lost(err) // not a denial: another approver may ask
 		case err != nil:
-			return Answer{}, err
+			return broker.Answer{}, err
 		}
 		switch strings.ToLower(strings.TrimSpace(string(buf[:n]))) {
 		case "o", "once", "y", "yes":
-			return Answer{Decision: Once}, nil
+			return broker.Answer{Decision: broker.Once}, nil
 		case "a", "always":
-			return Answer{Decision: Always}, nil
+			return broker.Answer{Decision: broker.Always}, nil
 		case "d", "deny", "n", "no":
-			return Answer{Decision: Deny, Reason: deniedByPerson}, nil
+			return broker.Answer{Decision: broker.Deny, Reason: deniedByPerson}, nil
 		}
 		fmt.Fprintln(t.Out, "please answer o (once), a (always) or d (deny)")
 	}
 }
 
 // Password reads the password with echo off.
-func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (t *TerminalApprover) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	if err := t.unavailable(); err != nil {
 		return nil, err
 	}
 	if t.In == nil || !isTerminal(t.In) {
-		return nil, fmt.Errorf("broker: the broker's input is not a terminal, and a password typed there would be shown; refusing to read one: %w", ErrDenied)
+		return nil, fmt.Errorf("broker: the broker's input is not a terminal, and a password typed there would be shown; refusing to read one: %w", broker.ErrDenied)
 	}
 	type result struct {
 		pw  []byte
@@ -206,7 +208,7 @@ func (t *TerminalApprover) Password(ctx context.Context, req *Request, attempt i
 		}
 		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
 		if ctx.Err() != nil {
-			Zero(pw)
+			broker.Zero(pw)
 			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\n", req.IDName())
 			pw, err = nil, context.Cause(ctx)
 		}
@@ -248,12 +250,12 @@ func (t *TerminalApprover) password(ctx context.Context, prompt string) ([]byte,
 
 	fmt.Fprint(t.Out, prompt)
 	var buf [maxTerminalLine]byte
-	defer Zero(buf[:])
+	defer broker.Zero(buf[:])
 	n, err := t.readLine(ctx, buf[:])
 	fmt.Fprintln(t.Out) // the Enter was not echoed
 	switch {
 	case errors.Is(err, errLineTooLong):
-		return nil, fmt.Errorf("broker: the password typed is longer than %d bytes: %w", maxTerminalLine, ErrDenied)
+		return nil, fmt.Errorf("broker: the password typed is longer than %d bytes: %w", maxTerminalLine, broker.ErrDenied)
 	case err != nil && ctx.Err() == nil:
 		return nil, t.lost(err) // not a denial: another approver may ask
 	case err != nil:

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/broker"
 )
 
 // pacedPerson answers every prompt after pace, and records the order in
@@ -24,20 +26,20 @@ type shownPrompt struct {
 	at   time.Time
 }
 
-func (p *pacedPerson) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (p *pacedPerson) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	p.mu.Lock()
 	p.shown = append(p.shown, shownPrompt{req.Host, time.Now()})
 	p.mu.Unlock()
 	select {
 	case <-time.After(p.pace):
-		return Answer{Decision: Deny, Reason: "paced"}, nil
+		return broker.Answer{Decision: broker.Deny, Reason: "paced"}, nil
 	case <-ctx.Done():
-		return Answer{}, context.Cause(ctx)
+		return broker.Answer{}, context.Cause(ctx)
 	}
 }
 
-func (p *pacedPerson) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
-	return nil, ErrDenied
+func (p *pacedPerson) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
+	return nil, broker.ErrDenied
 }
 
 // firstShown is when host's first prompt was shown, and how many prompts
@@ -83,14 +85,14 @@ func TestFloodDelay(t *testing.T) {
 		return sock
 	}
 	sockA, sockB := listen("hA"), listen("hB")
-	ask := func(sock string, req *Request) (Answer, error) {
+	ask := func(sock string, req *broker.Request) (broker.Answer, error) {
 		c, err := net.Dial("unix", sock)
 		if err != nil {
-			return Answer{}, err
+			return broker.Answer{}, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cv, ans, err := Ask(ctx, c, req)
+		cv, ans, err := broker.Ask(ctx, c, req)
 		if err == nil {
 			cv.Close("denied")
 		}
@@ -100,7 +102,7 @@ func TestFloodDelay(t *testing.T) {
 	var flood sync.WaitGroup
 	for i := range 300 {
 		flood.Go(func() {
-			ask(sockA, &Request{Session: fmt.Sprintf("flood-%d", i), Tool: "t", Executable: "/bin/t", Cwd: "/"})
+			ask(sockA, &broker.Request{Session: fmt.Sprintf("flood-%d", i), Tool: "t", Executable: "/bin/t", Cwd: "/"})
 		})
 	}
 	waitUntil(t, "A's prompts showing", func() bool { return person.count() >= 3 })
@@ -117,7 +119,7 @@ func TestFloodDelay(t *testing.T) {
 	}
 	t.Logf("%d of A's prompts waiting when B asks", len(q.Pending()))
 	sent := time.Now()
-	if _, err := ask(sockB, &Request{Session: "honest", Tool: "t", Executable: "/bin/t", Cwd: "/"}); err != nil {
+	if _, err := ask(sockB, &broker.Request{Session: "honest", Tool: "t", Executable: "/bin/t", Cwd: "/"}); err != nil {
 		t.Fatalf("B: %v", err)
 	}
 	at, before, ok := person.firstShown("hB", sent)

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"ollie/broker"
 )
 
 const terminalHelperEnv = "OLLIE_BROKER_TERMINAL_HELPER"
@@ -35,13 +37,13 @@ func TestTerminalHelperProcess(t *testing.T) {
 	for {
 		ans, err := a.Approve(ctx, req)
 		fmt.Printf("result: decision=%s err=%v unavailable=%v\n", ans.Decision, err, errors.Is(err, ErrUnavailable))
-		if ans.Decision == Deny || err != nil {
+		if ans.Decision == broker.Deny || err != nil {
 			break
 		}
 		for attempt, problem := 1, ""; attempt <= 2; attempt, problem = attempt+1, "wrong password" {
 			pw, err := a.Password(ctx, req, attempt, problem)
-			fmt.Printf("result: password sha256=%x len=%d denied=%v err=%v unavailable=%v\n", sha256.Sum256(pw), len(pw), errors.Is(err, ErrDenied), err, errors.Is(err, ErrUnavailable))
-			Zero(pw)
+			fmt.Printf("result: password sha256=%x len=%d denied=%v err=%v unavailable=%v\n", sha256.Sum256(pw), len(pw), errors.Is(err, broker.ErrDenied), err, errors.Is(err, ErrUnavailable))
+			broker.Zero(pw)
 		}
 	}
 	os.Exit(0)
@@ -302,7 +304,7 @@ func TestTerminalApproverCancel(t *testing.T) {
 
 	// The terminal is free again and its echo restored: the next request
 	// gets the next answer typed.
-	ans := make(chan Answer, 1)
+	ans := make(chan broker.Answer, 1)
 	go func() {
 		a2, err := a.Approve(context.Background(), req)
 		if err != nil {
@@ -313,7 +315,7 @@ func TestTerminalApproverCancel(t *testing.T) {
 	master.Write([]byte("o\r"))
 	select {
 	case got := <-ans:
-		if got.Decision != Once {
+		if got.Decision != broker.Once {
 			t.Errorf("after withdrawals: %+v, want once", got)
 		}
 	case <-time.After(10 * time.Second):
@@ -341,11 +343,11 @@ func TestTerminalApproverNotATerminal(t *testing.T) {
 	a := &TerminalApprover{In: r, Out: &out}
 	w.Write([]byte("always\nhunter2\n"))
 	ans, err := a.Approve(context.Background(), askRequest(true))
-	if err != nil || ans.Decision != Always {
+	if err != nil || ans.Decision != broker.Always {
 		t.Fatalf("answer from a pipe: %+v, %v", ans, err)
 	}
 	pw, err := a.Password(context.Background(), askRequest(true), 1, "")
-	if !errors.Is(err, ErrDenied) || pw != nil {
+	if !errors.Is(err, broker.ErrDenied) || pw != nil {
 		t.Fatalf("password from a pipe: %q, %v; want ErrDenied", pw, err)
 	}
 	if !strings.Contains(err.Error(), "not a terminal") {

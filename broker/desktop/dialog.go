@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
+
+	"ollie/broker"
 )
 
 // DialogApprover asks with a zenity or kdialog window, for a desktop
@@ -63,9 +65,9 @@ func (d *DialogApprover) kind() (string, error) {
 // dialogTitle names the host the request came over, from the SSH
 // connection: the window's title is a place the host's own text never
 // reaches.
-func dialogTitle(req *Request) string { return "ollie: request from " + req.HostName() }
+func dialogTitle(req *broker.Request) string { return "ollie: request from " + req.HostName() }
 
-func alwaysLabel(req *Request) string {
+func alwaysLabel(req *broker.Request) string {
 	return fmt.Sprintf("Always (%s on %s)", req.ToolName(), req.HostName())
 }
 
@@ -80,10 +82,10 @@ func gtkButton(s string) string { return strings.ReplaceAll(s, "_", "__") }
 func qtButton(s string) string { return strings.ReplaceAll(s, "&", "&&") }
 
 // Approve notifies, then shows the three-button question.
-func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, error) {
+func (d *DialogApprover) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	kind, err := d.kind()
 	if err != nil {
-		return Answer{}, err
+		return broker.Answer{}, err
 	}
 	if d.Notifier != nil {
 		id, err := d.Notifier.Notify(ctx, notifySummary(req), req.Prompt())
@@ -107,9 +109,9 @@ func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, err
 	}
 	res, err := runHelper(ctx, d.Program, args, "")
 	if err != nil {
-		return Answer{}, err
+		return broker.Answer{}, err
 	}
-	defer Zero(res.out)
+	defer broker.Zero(res.out)
 	switch kind {
 	case "zenity":
 		// OK exits 0; the extra button prints its label as given (the
@@ -117,28 +119,28 @@ func (d *DialogApprover) Approve(ctx context.Context, req *Request) (Answer, err
 		// timeout exit non-zero.
 		switch out := string(trimNewline(res.out)); {
 		case res.code == 0:
-			return Answer{Decision: Once}, nil
+			return broker.Answer{Decision: broker.Once}, nil
 		case out == gtkButton(always) || out == always:
-			return Answer{Decision: Always}, nil
+			return broker.Answer{Decision: broker.Always}, nil
 		}
 	case "kdialog":
 		// Yes 0, No 1, Cancel (and closing the window) 2; 254 is a usage
 		// error.
 		switch res.code {
 		case 0:
-			return Answer{Decision: Once}, nil
+			return broker.Answer{Decision: broker.Once}, nil
 		case 1:
-			return Answer{Decision: Always}, nil
+			return broker.Answer{Decision: broker.Always}, nil
 		case 2:
 		default:
-			return Answer{}, fmt.Errorf("broker: %s exited with status %d%s", d.Program, res.code, stderrSuffix(res.stderr))
+			return broker.Answer{}, fmt.Errorf("broker: %s exited with status %d%s", d.Program, res.code, stderrSuffix(res.stderr))
 		}
 	}
-	return Answer{Decision: Deny, Reason: deniedByPerson}, nil
+	return broker.Answer{Decision: broker.Deny, Reason: deniedByPerson}, nil
 }
 
 // Password shows a hidden-text entry.
-func (d *DialogApprover) Password(ctx context.Context, req *Request, attempt int, problem string) ([]byte, error) {
+func (d *DialogApprover) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	kind, err := d.kind()
 	if err != nil {
 		return nil, err
@@ -156,8 +158,8 @@ func (d *DialogApprover) Password(ctx context.Context, req *Request, attempt int
 		return nil, err
 	}
 	if res.code != 0 {
-		Zero(res.out)
-		return nil, fmt.Errorf("broker: the password dialog (%s) was cancelled: %w", programName(d.Program), ErrDenied)
+		broker.Zero(res.out)
+		return nil, fmt.Errorf("broker: the password dialog (%s) was cancelled: %w", programName(d.Program), broker.ErrDenied)
 	}
 	return trimNewline(res.out), nil
 }
@@ -186,7 +188,7 @@ func qtPlain(s string) string {
 // are left alone, as not every notification server knows their entities.
 var markupEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
-func notifySummary(req *Request) string {
+func notifySummary(req *broker.Request) string {
 	if req.Yolo {
 		return fmt.Sprintf("ollie: %s asks to create a yolo session (tools unsandboxed, without approval)", req.HostName())
 	}

@@ -1,4 +1,4 @@
-package broker
+package desktop
 
 import (
 	"context"
@@ -9,24 +9,26 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"ollie/broker"
 )
 
 // Rules is what the desktop broker consults before asking anyone: the
 // policy file. Match answers the elevation gate when a rule applies;
 // AddAlways saves an "always" answer.
 type Rules interface {
-	Match(req *Request) (Decision, bool)
-	AddAlways(req *Request) error
+	Match(req *broker.Request) (broker.Decision, bool)
+	AddAlways(req *broker.Request) error
 }
 
 // Broker answers the requests of the hosts connected to this desktop. It
 // treats what a host sends as hostile: each host may hold only
 // MaxConnsPerHost connections, must send its request whole within
 // RequestTimeout and each later message within ReplyTimeout, no message
-// may exceed MaxMessage, and the person is asked for a request's password
-// at most MaxPasswordAttempts times whatever the host asks. Past each the
-// connection is closed, the host's Refusals counted and the cause logged,
-// once a minute per host and cause.
+// may exceed [broker.MaxMessage], and the person is asked for a
+// request's password at most [broker.MaxPasswordAttempts] times whatever
+// the host asks. Past each the connection is closed, the host's Refusals
+// counted and the cause logged, once a minute per host and cause.
 type Broker struct {
 	Approver Approver
 	Rules    Rules // nil: ask about everything
@@ -57,8 +59,8 @@ const DefaultMaxConnsPerHost = 16
 type Refusals struct {
 	Conns     int // connections over MaxConnsPerHost
 	Late      int // requests not whole within RequestTimeout, replies not within ReplyTimeout
-	TooLarge  int // messages over MaxMessage
-	Passwords int // password asks past MaxPasswordAttempts for one request
+	TooLarge  int // messages over broker.MaxMessage
+	Passwords int // password asks past broker.MaxPasswordAttempts for one request
 }
 
 // Refused is what host was refused so far.
@@ -219,8 +221,8 @@ func (b *Broker) ServeConnVia(host string, c net.Conn, forward func(host string,
 // a host is refused for.
 func (b *Broker) broken(host, id string, err error, wait time.Duration) {
 	switch {
-	case errors.Is(err, ErrTooLarge):
-		b.refuse(host, func(r *Refusals) { r.TooLarge++ }, slog.LevelWarn, "a message over the size limit; closing", "id", id, "limit", MaxMessage)
+	case errors.Is(err, broker.ErrTooLarge):
+		b.refuse(host, func(r *Refusals) { r.TooLarge++ }, slog.LevelWarn, "a message over the size limit; closing", "id", id, "limit", broker.MaxMessage)
 	case errors.Is(err, context.DeadlineExceeded) && id == "":
 		b.refuse(host, func(r *Refusals) { r.Late++ }, slog.LevelWarn, "no whole request in time; closing", "within", wait)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -236,7 +238,7 @@ func (b *Broker) broken(host, id string, err error, wait time.Duration) {
 // answer answers the request on c.
 func (b *Broker) answer(host string, c net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout())
-	in, err := Receive(ctx, c)
+	in, err := broker.Receive(ctx, c)
 	cancel()
 	if err != nil {
 		b.broken(host, "", err, b.requestTimeout())
@@ -256,7 +258,7 @@ func (b *Broker) answer(host string, c net.Conn) {
 		return
 	}
 	b.log().Info("broker: elevation", "host", host, "session", req.Session, "tool", req.Tool, "sudo", req.Sudo, "id", req.ID, "decision", ans.Decision, "reason", ans.Reason)
-	if err := in.Answer(ans); err != nil || ans.Decision == Deny {
+	if err := in.Answer(ans); err != nil || ans.Decision == broker.Deny {
 		return
 	}
 	// The host's own count of attempts is its word; this is ours.
@@ -274,14 +276,14 @@ func (b *Broker) answer(host string, c net.Conn) {
 			return
 		}
 		if !req.Sudo {
-			in.Answer(Answer{Decision: Deny, Reason: "a password was asked for a request that is not sudo"})
+			in.Answer(broker.Answer{Decision: broker.Deny, Reason: "a password was asked for a request that is not sudo"})
 			return
 		}
-		if asked == MaxPasswordAttempts {
-			in.Answer(Answer{Decision: Deny, Reason: fmt.Sprintf(
-				"the sudo password was asked for more than %d times for one request; the desktop gives no more", MaxPasswordAttempts)})
+		if asked == broker.MaxPasswordAttempts {
+			in.Answer(broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf(
+				"the sudo password was asked for more than %d times for one request; the desktop gives no more", broker.MaxPasswordAttempts)})
 			b.refuse(host, func(r *Refusals) { r.Passwords++ }, slog.LevelWarn, "a password asked for too often; the grant ends",
-				"id", req.ID, "cap", MaxPasswordAttempts)
+				"id", req.ID, "cap", broker.MaxPasswordAttempts)
 			return
 		}
 		asked++
@@ -294,10 +296,10 @@ func (b *Broker) answer(host string, c net.Conn) {
 		}
 		if err != nil {
 			reason := "the sudo password was not given"
-			if !errors.Is(err, ErrDenied) {
+			if !errors.Is(err, broker.ErrDenied) {
 				reason = fmt.Sprintf("the sudo password could not be asked: %v", err)
 			}
-			in.Answer(Answer{Decision: Deny, Reason: reason})
+			in.Answer(broker.Answer{Decision: broker.Deny, Reason: reason})
 			return
 		}
 		if err := in.Secret(pw); err != nil {
@@ -309,13 +311,13 @@ func (b *Broker) answer(host string, c net.Conn) {
 // decide is the elevation gate: the rules, then a person. put is false
 // when the Approver could not put the request to anyone (ErrUnavailable):
 // it is then not answered at all.
-func (b *Broker) decide(req *Request) (ans Answer, put bool) {
+func (b *Broker) decide(req *broker.Request) (ans broker.Answer, put bool) {
 	if b.Rules != nil {
 		if d, ok := b.Rules.Match(req); ok {
-			if d == Deny {
-				return Answer{Decision: Deny, Reason: "denied by a rule of the desktop's broker policy"}, true
+			if d == broker.Deny {
+				return broker.Answer{Decision: broker.Deny, Reason: "denied by a rule of the desktop's broker policy"}, true
 			}
-			return Answer{Decision: Once, Reason: "allowed by a rule of the desktop's broker policy"}, true
+			return broker.Answer{Decision: broker.Once, Reason: "allowed by a rule of the desktop's broker policy"}, true
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
@@ -323,18 +325,18 @@ func (b *Broker) decide(req *Request) (ans Answer, put bool) {
 	ans, err := b.Approver.Approve(ctx, req)
 	switch {
 	case errors.Is(err, ErrUnavailable):
-		return Answer{}, false
+		return broker.Answer{}, false
 	case ctx.Err() != nil:
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody answered within %v", b.timeout())}, true
+		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("nobody answered within %v", b.timeout())}, true
 	case err != nil:
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("the approval could not be asked: %v", err)}, true
+		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("the approval could not be asked: %v", err)}, true
 	case !ans.Decision.Valid():
-		return Answer{Decision: Deny, Reason: "the approver gave no decision"}, true
+		return broker.Answer{Decision: broker.Deny, Reason: "the approver gave no decision"}, true
 	}
-	if ans.Decision == Deny && ans.Reason == "" {
+	if ans.Decision == broker.Deny && ans.Reason == "" {
 		ans.Reason = "denied by the person at the desktop"
 	}
-	if ans.Decision == Always && b.Rules != nil {
+	if ans.Decision == broker.Always && b.Rules != nil {
 		if err := b.Rules.AddAlways(req); err != nil {
 			b.log().Warn("broker: saving an always answer", "err", err)
 		}
