@@ -29,6 +29,7 @@ import (
 	"ollie/internal/demohost"
 	"ollie/internal/paths"
 	"ollie/ns/client"
+	"ollie/tunnel/deploy"
 )
 
 const demoUsage = `usage: ollie-remote demo [keep]
@@ -137,7 +138,7 @@ func shellWord(s string) string {
 	}) < 0 {
 		return s
 	}
-	return shellQuote(s)
+	return deploy.ShellQuote(s)
 }
 
 // typed is how a person in the current directory names path.
@@ -159,7 +160,7 @@ func (d *demo) run() error {
 		return err
 	}
 	d.exePath, d.exe = exe, typed(exe)
-	if _, err := loadBundle(d.c.binDir, d.c.dataDir, runtime.GOOS+"/"+runtime.GOARCH); err != nil {
+	if _, err := deploy.LoadBundle(d.c.binDir, d.c.dataDir, runtime.GOOS+"/"+runtime.GOARCH); err != nil {
 		return err
 	}
 	for i := 1; i <= demoHosts; i++ {

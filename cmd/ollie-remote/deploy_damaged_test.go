@@ -12,6 +12,7 @@ import (
 
 	"ollie/internal/sshlab"
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 )
 
 // TestDeployArrivedDamaged damages files between the moment deploy hashes
@@ -77,7 +78,7 @@ func TestDeployArrivedDamaged(t *testing.T) {
 	// Damaged once: the binary (a byte appended: it still runs, and runs
 	// its own commit) and a data file. The retry sends them whole.
 	os.WriteFile(bin, orig, 0755)
-	b, err := loadBundle(bins, data, plat)
+	b, err := deploy.LoadBundle(bins, data, plat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,25 +88,25 @@ func TestDeployArrivedDamaged(t *testing.T) {
 		os.WriteFile(bin, orig, 0755)
 		os.WriteFile(meta, goodMeta, 0644)
 	}}
-	res := deployHost(ctx, c, b, 3, deadlines{}, say(p))
+	res := deploy.Push(ctx, c, b, 3, deploy.Deadlines{}, say(p))
 	if res.Err != "" || !p.retry {
 		t.Fatalf("deploy with files damaged once: err %q, retried %v, said %q", res.Err, p.retry, p.said)
 	}
 	checkDeployed(t, h, bin)
-	ver := versionOf(b.Bins[plat])
+	ver := deploy.VersionOf(b.Bins[plat])
 
 	// Damaged every time: a new version, and a changed data file.
 	next := append(append([]byte(nil), orig...), "\x00next"...)
 	os.WriteFile(bin, next, 0755)
 	os.WriteFile(meta, append(append([]byte(nil), goodMeta...), '\n'), 0644)
-	b, err = loadBundle(bins, data, plat)
+	b, err = deploy.LoadBundle(bins, data, plat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(bin, append(next, 0), 0755)
 	os.WriteFile(meta, append(append([]byte(nil), goodMeta...), "\n#"...), 0644)
 	p = &progress{}
-	res = deployHost(ctx, c, b, 3, deadlines{}, say(p))
+	res = deploy.Push(ctx, c, b, 3, deploy.Deadlines{}, say(p))
 	if !strings.Contains(res.Err, "arrived damaged twice") || !strings.Contains(res.Err, "data/tools/shell.meta") || !p.retry {
 		t.Errorf("deploy with files damaged every time: err %q, retried %v: want it to fail after one retry, naming the files", res.Err, p.retry)
 	}
@@ -115,7 +116,7 @@ func TestDeployArrivedDamaged(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(root, "data/tools/shell.meta")); string(got) != string(goodMeta) {
 		t.Errorf("the host's data/tools/shell.meta is now %q, want what was deployed before", got)
 	}
-	newVer := versionOf(b.Bins[plat])
+	newVer := deploy.VersionOf(b.Bins[plat])
 	if _, err := os.Stat(filepath.Join(root, newVer, "olliesrv")); err == nil {
 		t.Errorf("the damaged binary was committed as %s/olliesrv", newVer)
 	}

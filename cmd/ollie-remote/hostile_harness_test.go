@@ -38,6 +38,7 @@ import (
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
+	"ollie/tunnel/deploy"
 )
 
 // memBound is what the keeper and the terminal broker may reach under any
@@ -55,8 +56,8 @@ type hostileLab struct {
 	good     *sshlab.Host // h12: the real one
 	ver      string       // the version deploy would install: the fake sits there
 	root     string       // h11's ~/.local/share/ollie
-	manifest string       // what h11 would say if it held exactly the desktop's bundle
-	bundle   *bundle
+	manifest string       // what h11 would say if it held exactly the desktop's deploy.Bundle
+	bundle   *deploy.Bundle
 }
 
 func startHostileLab(t *testing.T) *hostileLab {
@@ -85,12 +86,12 @@ func startHostileLab(t *testing.T) *hostileLab {
 	// The hostile host: this test binary where deploy would put the
 	// version the desktop holds, current pointing at it.
 	plat := runtime.GOOS + "/" + runtime.GOARCH
-	b, err := loadBundle(binDir, dataDir, plat)
+	b, err := deploy.LoadBundle(binDir, dataDir, plat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hl.bundle = b
-	hl.ver = versionOf(b.Bins[plat])
+	hl.ver = deploy.VersionOf(b.Bins[plat])
 	hl.root = filepath.Join(hl.bad.Home, ".local/share/ollie")
 	exe, err := os.Executable()
 	if err != nil {
@@ -108,16 +109,10 @@ func startHostileLab(t *testing.T) *hostileLab {
 	os.Symlink(hl.ver, filepath.Join(hl.root, "current"))
 	hl.chown(filepath.Join(hl.bad.Home, ".local"))
 
-	m := hostManifest{Root: hl.root, Current: hl.ver, Versions: map[string]string{hl.ver: b.Bins[plat].SHA256}, Installed: true}
-	m.Data = map[string]struct {
-		SHA256 string      `json:"sha256"`
-		Mode   os.FileMode `json:"mode"`
-	}{}
+	m := deploy.Manifest{Root: hl.root, Current: hl.ver, Versions: map[string]string{hl.ver: b.Bins[plat].SHA256}, Installed: true}
+	m.Data = map[string]deploy.File{}
 	for rel, f := range b.Data {
-		m.Data[rel] = struct {
-			SHA256 string      `json:"sha256"`
-			Mode   os.FileMode `json:"mode"`
-		}{f.SHA256, f.Mode}
+		m.Data[rel] = deploy.File{SHA256: f.SHA256, Mode: f.Mode}
 	}
 	mb, _ := json.Marshal(m)
 	hl.manifest = string(mb)

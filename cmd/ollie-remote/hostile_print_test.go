@@ -17,6 +17,7 @@ import (
 	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 )
 
 // What a compromised host says, as it reaches ollie-remote through the
@@ -68,7 +69,7 @@ func fakeKeeper(t *testing.T, statusSock, failingSock string) {
 					}})
 				case "deploy":
 					enc.Encode(reply{Host: req.Host, Msg: hostileMsg})
-					r := deployResult{Host: req.Host, Platform: "linux/\x1b[31mamd64\tx", Version: "abc\u009b2J", Files: 1,
+					r := deploy.Result{Host: req.Host, Platform: "linux/\x1b[31mamd64\tx", Version: "abc\u009b2J", Files: 1,
 						Changed: []string{"current -> abc\x1b]0;pwned\a\nh5: ok, up to date"}}
 					if req.Host == "h6" {
 						r.Err = hostileErr
@@ -151,7 +152,7 @@ func TestHostTextPrinted(t *testing.T) {
 
 // remoteError keeps the host's error output to one safe line.
 func TestRemoteErrorHostile(t *testing.T) {
-	err := remoteError("probing the host", &tunnel.ExitError{Status: 1, Stderr: []byte(hostileErr + strings.Repeat("x", 1<<20))})
+	err := deploy.RemoteError("probing the host", &tunnel.ExitError{Status: 1, Stderr: []byte(hostileErr + strings.Repeat("x", 1<<20))})
 	if p := controlIn(err.Error(), false); p != "" {
 		t.Error(p)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"ollie/tunnel/deploy"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -151,14 +152,14 @@ func TestHostileOutput(t *testing.T) {
 
 	// One data file missing, so that deploy uploads it and the fake
 	// commits and reports.
-	var m hostManifest
+	var m deploy.Manifest
 	json.Unmarshal([]byte(hl.manifest), &m)
 	for rel := range m.Data {
 		delete(m.Data, rel)
 		break
 	}
 	mb, _ := json.Marshal(m)
-	report, _ := json.Marshal(installReport{Changed: []string{hostileField("changed"), "\x1b[2K\r" + good + ": up to date (all good)"}})
+	report, _ := json.Marshal(deploy.Report{Changed: []string{hostileField("changed"), "\x1b[2K\r" + good + ": up to date (all good)"}})
 	sc := fakeScript{
 		// No space in it (start's answer is split into words), nor
 		// U+0085, which Go counts as one.

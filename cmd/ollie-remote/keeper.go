@@ -32,31 +32,32 @@ import (
 	"ollie/internal/termsafe"
 	"ollie/ns/resume"
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 )
 
 const keeperCommand = "__keeper"
 
 // request is one control request; replies are JSON lines of reply.
 type request struct {
-	Op        string    `json:"op"` // up, down, list, deploy
-	Host      string    `json:"host,omitempty"`
-	Config    string    `json:"config,omitempty"`
-	Known     []string  `json:"known,omitempty"`
-	AcceptNew bool      `json:"accept_new,omitempty"`
-	Stop      bool      `json:"stop,omitempty"`
-	Bundle    *bundle   `json:"bundle,omitempty"`
-	Keep      int       `json:"keep,omitempty"`
-	Deadlines deadlines `json:"deadlines,omitempty"`
+	Op        string           `json:"op"` // up, down, list, deploy
+	Host      string           `json:"host,omitempty"`
+	Config    string           `json:"config,omitempty"`
+	Known     []string         `json:"known,omitempty"`
+	AcceptNew bool             `json:"accept_new,omitempty"`
+	Stop      bool             `json:"stop,omitempty"`
+	Bundle    *deploy.Bundle   `json:"bundle,omitempty"`
+	Keep      int              `json:"keep,omitempty"`
+	Deadlines deploy.Deadlines `json:"deadlines,omitempty"`
 }
 
 type reply struct {
-	Host   string        `json:"host,omitempty"`
-	Msg    string        `json:"msg,omitempty"`
-	Done   bool          `json:"done,omitempty"`
-	Err    string        `json:"err,omitempty"`
-	Socket string        `json:"socket,omitempty"`
-	Result *deployResult `json:"result,omitempty"`
-	Held   []heldInfo    `json:"held,omitempty"`
+	Host   string         `json:"host,omitempty"`
+	Msg    string         `json:"msg,omitempty"`
+	Done   bool           `json:"done,omitempty"`
+	Err    string         `json:"err,omitempty"`
+	Socket string         `json:"socket,omitempty"`
+	Result *deploy.Result `json:"result,omitempty"`
+	Held   []heldInfo     `json:"held,omitempty"`
 	// Policy, for list, says why the broker policy file is not in force
 	// and what is instead; "" when it is.
 	Policy string `json:"policy,omitempty"`
@@ -136,7 +137,7 @@ type heldHost struct {
 	sock       string
 	remoteSock string
 	since      time.Time
-	deadlines  deadlines
+	deadlines  deploy.Deadlines
 	deployMu   sync.Mutex
 
 	stop          chan struct{} // closed by close: ends carryApprovals
@@ -319,12 +320,12 @@ const startScript = `r="$HOME/.local/share/ollie"
 if [ ! -x "$r/current/olliesrv" ]; then echo "ollie is not deployed on this host: run ollie-remote deploy first" >&2; exit 3; fi
 exec "$r/current/olliesrv" start`
 
-func startRemote(ctx context.Context, c *tunnel.Client, dl deadlines) (string, error) {
-	ctx, cancel := within(ctx, dl.step())
+func startRemote(ctx context.Context, c *tunnel.Client, dl deploy.Deadlines) (string, error) {
+	ctx, cancel := deploy.Within(ctx, dl.ForStep())
 	defer cancel()
-	out, err := c.RunLimit(ctx, sh(startScript), nil, maxSmallReply)
+	out, err := c.RunLimit(ctx, deploy.Sh(startScript), nil, deploy.MaxSmallReply)
 	if err != nil {
-		return "", remoteError("olliesrv start", err)
+		return "", deploy.RemoteError("olliesrv start", err)
 	}
 	f := strings.Fields(string(out))
 	if len(f) < 2 || (f[0] != "running" && f[0] != "started") {
@@ -457,19 +458,19 @@ func (h *heldHost) close() {
 	h.th.Close()
 }
 
-func (h *heldHost) deploy(ctx context.Context, b *bundle, keep int, dl deadlines, progress func(string)) deployResult {
+func (h *heldHost) deploy(ctx context.Context, b *deploy.Bundle, keep int, dl deploy.Deadlines, progress func(string)) deploy.Result {
 	h.deployMu.Lock()
 	defer h.deployMu.Unlock()
 	start := time.Now()
 	// The connection may be down and reconnecting: wait for it no longer
 	// than four steps.
-	cctx, cancel := within(ctx, 4*dl.step())
+	cctx, cancel := deploy.Within(ctx, 4*dl.ForStep())
 	c, err := h.th.Client(cctx)
 	cancel()
 	if err != nil {
-		return deployResult{Host: h.name, Err: err.Error(), Took: time.Since(start)}
+		return deploy.Result{Host: h.name, Err: err.Error(), Took: time.Since(start)}
 	}
-	r := deployHost(ctx, c, b, keep, dl, progress)
+	r := deploy.Push(ctx, c, b, keep, dl, progress)
 	r.Host = h.name
 	r.Took = time.Since(start)
 	return r
@@ -488,11 +489,11 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	// First the registration, while the daemon is there to remove it.
 	h.letApprovalsGo()
 	if stop {
-		sctx, cancel := within(ctx, 2*h.deadlines.step())
+		sctx, cancel := deploy.Within(ctx, 2*h.deadlines.ForStep())
 		defer cancel()
 		if c, cerr := h.th.Client(sctx); cerr == nil {
-			if _, rerr := c.RunLimit(sctx, sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil, maxSmallReply); rerr != nil {
-				err = remoteError("olliesrv stop", rerr)
+			if _, rerr := c.RunLimit(sctx, deploy.Sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil, deploy.MaxSmallReply); rerr != nil {
+				err = deploy.RemoteError("olliesrv stop", rerr)
 			}
 		} else {
 			err = cerr
@@ -638,7 +639,7 @@ func otherKeepers(ctx context.Context, s paths.SSHConfig) []string {
 
 // deployThroughKeeper deploys over the connection up holds, if the keeper
 // of deploy's ssh configuration holds the host.
-func deployThroughKeeper(ctx context.Context, c *common, host string, b *bundle, progress func(string)) (deployResult, bool) {
+func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string)) (deploy.Result, bool) {
 	req := c.request("deploy", host)
 	req.Bundle = b
 	r, err := keeperCall(ctx, req, func(r reply) { progress(r.Msg) })
@@ -647,7 +648,7 @@ func deployThroughKeeper(ctx context.Context, c *common, host string, b *bundle,
 		progress(fmt.Sprintf("%s; deploying with %s over a new connection", r.Err, c.ssh()))
 	}
 	if err != nil || r.Result == nil {
-		return deployResult{}, false
+		return deploy.Result{}, false
 	}
 	return *r.Result, true
 }

@@ -23,6 +23,7 @@ import (
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -61,7 +62,7 @@ type common struct {
 	keep      int
 	stop      bool
 	all       bool
-	deadlines deadlines
+	deadlines deploy.Deadlines
 }
 
 // ssh is the ssh configuration the flags name: it picks the keeper.
@@ -181,7 +182,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // progress as it happens and a table at the end. One host failing never
 // stops the others.
 func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	b, err := loadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
+	b, err := deploy.LoadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
 	if err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
@@ -195,7 +196,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
 	}
-	results := make([]deployResult, len(hosts))
+	results := make([]deploy.Result, len(hosts))
 	sem := make(chan struct{}, c.parallel)
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -227,7 +228,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		} else if r.Files == 0 {
 			result = "ok, up to date"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), humanBytes(r.Sent), r.Took.Seconds(), result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), deploy.HumanBytes(r.Sent), r.Took.Seconds(), result)
 	}
 	tw.Flush()
 	if failed > 0 {
@@ -239,7 +240,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 
 // deployOne deploys to one host, over the connection ollie-remote up holds
 // when there is one, else over a new one.
-func deployOne(ctx context.Context, c *common, host string, b *bundle, progress func(string)) deployResult {
+func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string)) deploy.Result {
 	if r, ok := deployThroughKeeper(ctx, c, host, b, progress); ok {
 		return r
 	}
@@ -247,10 +248,10 @@ func deployOne(ctx context.Context, c *common, host string, b *bundle, progress 
 	start := time.Now()
 	cl, err := dialRetrying(ctx, host, c.options(), progress)
 	if err != nil {
-		return deployResult{Host: host, Err: err.Error(), Took: time.Since(start)}
+		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
 	defer cl.Close()
-	r := deployHost(ctx, cl, b, c.keep, c.deadlines, progress)
+	r := deploy.Push(ctx, cl, b, c.keep, c.deadlines, progress)
 	r.Host = host
 	r.Took = time.Since(start)
 	return r
@@ -287,7 +288,7 @@ func orDash(s string) string {
 // maxHostMessage bounds a line of a host's words printed under its name,
 // and maxCell a table cell a host chose.
 const (
-	maxHostMessage = 4096
+	maxHostMessage = deploy.MaxHostMessage
 	maxCell        = 64
 )
 

@@ -18,6 +18,7 @@ import (
 	"ollie/broker/desktop"
 	"ollie/ns/client"
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 )
 
 // The approval channel's states, for status: ok when the host's daemon
@@ -60,7 +61,7 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 		}
 		h.setApprovals(approvalsRegistering, "")
 		h.mu.Lock()
-		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+randomHex(8))
+		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+deploy.RandomHex(8))
 		h.mu.Unlock()
 		ln, err := c.ListenUnix(path)
 		if err != nil {

@@ -181,16 +181,8 @@ func validVersion(v string) bool {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	f, err := hashFile(path)
+	return f.SHA256, err
 }
 
 // inside joins rel to root and refuses anything that leaves root: an
@@ -272,7 +264,7 @@ func Commit(plan Plan) (*Report, error) {
 	removeLeftovers(plan.Root)
 	removeEmptyDirs(data)
 	for d := range dirs {
-		syncDir(d)
+		paths.SyncDir(d) // best effort: the rename is done either way
 	}
 	if len(rep.Bad) > 0 {
 		// A damaged binary or data file must not become current: the
@@ -337,13 +329,6 @@ func commitFile(tmp, dst, want string, mode fs.FileMode) (bool, error) {
 	return true, os.Rename(tmp, dst)
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
 // removeLeftovers removes what interrupted uploads left: every upload of
 // this plan is committed or removed by now.
 func removeLeftovers(root string) {
@@ -385,7 +370,7 @@ func switchCurrent(root, version string) (string, error) {
 	if err := os.Rename(tmp, link); err != nil {
 		return "", err
 	}
-	syncDir(root)
+	paths.SyncDir(root)
 	if old == "" {
 		return "current → " + version, nil
 	}
@@ -460,10 +445,8 @@ const pathMarker = "# added by ollie-remote: ssh HOST ollie"
 var pathLine = pathMarker + "\ncase \":$PATH:\" in *\":$HOME/.local/bin:\"*) ;; *) PATH=\"$HOME/.local/bin:$PATH\"; export PATH;; esac\n"
 
 func ollieScript(root string) string {
-	return "#!/bin/sh\n# installed by ollie-remote deploy\nexec " + shellQuote(filepath.Join(root, "current", "olliesrv")) + " ollie -start \"$@\"\n"
+	return "#!/bin/sh\n# installed by ollie-remote deploy\nexec " + ShellQuote(filepath.Join(root, "current", "olliesrv")) + " ollie -start \"$@\"\n"
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func ollieCommandInstalled(root string) bool {
 	home, err := os.UserHomeDir()

@@ -1,6 +1,6 @@
-package main
+package deploy
 
-// deploy: push the olliesrv built for a host's OS and architecture and the
+// The desktop half: push the olliesrv built for a host's OS and architecture and the
 // data files to ~/.local/share/ollie on the host, over one SSH connection.
 // Files are uploaded over SFTP under temporary names; the host's own
 // olliesrv (install commit) checks, fsyncs and renames them, so an
@@ -31,26 +31,26 @@ import (
 	"ollie/tunnel"
 )
 
-// localFile is a file to deploy: its path on the desktop and its content.
-type localFile struct {
+// LocalFile is a file to deploy: its path on the desktop and its content.
+type LocalFile struct {
 	Src    string
 	SHA256 string
 	Mode   fs.FileMode
 	Size   int64
 }
 
-// bundle is what a deploy pushes: the binaries by platform and the data
+// Bundle is what a deploy pushes: the binaries by Platform and the data
 // files by path under data/. It is hashed once per run.
-type bundle struct {
-	Bins map[string]localFile // "linux/amd64" -> olliesrv
-	Data map[string]localFile // "tools/disk_usage.meta" -> file
+type Bundle struct {
+	Bins map[string]LocalFile // "linux/amd64" -> olliesrv
+	Data map[string]LocalFile // "tools/disk_usage.meta" -> file
 }
 
-// loadBundle finds the binaries (binDir/OS-ARCH/olliesrv, and
-// binDir/olliesrv for the desktop's own platform) and hashes them and every
+// LoadBundle finds the binaries (binDir/OS-ARCH/olliesrv, and
+// binDir/olliesrv for the desktop's own Platform) and hashes them and every
 // file under dataDir.
-func loadBundle(binDir, dataDir string, local string) (*bundle, error) {
-	b := &bundle{Bins: map[string]localFile{}, Data: map[string]localFile{}}
+func LoadBundle(binDir, dataDir string, local string) (*Bundle, error) {
+	b := &Bundle{Bins: map[string]LocalFile{}, Data: map[string]LocalFile{}}
 	ents, _ := os.ReadDir(binDir)
 	for _, e := range ents {
 		osName, arch, ok := strings.Cut(e.Name(), "-")
@@ -67,7 +67,7 @@ func loadBundle(binDir, dataDir string, local string) (*bundle, error) {
 		}
 	}
 	if len(b.Bins) == 0 {
-		return nil, fmt.Errorf("no olliesrv binaries under %s: run make cross (or make build for this platform)", binDir)
+		return nil, fmt.Errorf("no olliesrv binaries under %s: run make cross (or make build for this Platform)", binDir)
 	}
 	err := filepath.WalkDir(dataDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -90,64 +90,30 @@ func loadBundle(binDir, dataDir string, local string) (*bundle, error) {
 	return b, nil
 }
 
-func hashFile(p string) (localFile, error) {
+func hashFile(p string) (LocalFile, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return localFile{}, err
+		return LocalFile{}, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return localFile{}, err
+		return LocalFile{}, err
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return localFile{}, err
+		return LocalFile{}, err
 	}
-	return localFile{Src: p, SHA256: hex.EncodeToString(h.Sum(nil)), Mode: fi.Mode().Perm(), Size: n}, nil
+	return LocalFile{Src: p, SHA256: hex.EncodeToString(h.Sum(nil)), Mode: fi.Mode().Perm(), Size: n}, nil
 }
 
-// versionOf names a binary's directory on the host: its content hash, so
+// VersionOf names a binary's directory on the host: its content hash, so
 // that the same build is the same version everywhere.
-func versionOf(f localFile) string { return f.SHA256[:12] }
+func VersionOf(f LocalFile) string { return f.SHA256[:12] }
 
-// The host side's answers, as cmd/olliesrv's install writes them.
-type hostManifest struct {
-	Root     string            `json:"root"`
-	Current  string            `json:"current"`
-	Versions map[string]string `json:"versions"`
-	Data     map[string]struct {
-		SHA256 string      `json:"sha256"`
-		Mode   fs.FileMode `json:"mode"`
-	} `json:"data"`
-	Installed bool   `json:"installed"`
-	Daemon    string `json:"daemon"`
-}
-
-type plannedFile struct {
-	Tmp    string      `json:"tmp"`
-	Path   string      `json:"path"`
-	SHA256 string      `json:"sha256"`
-	Mode   fs.FileMode `json:"mode"`
-}
-
-type installPlan struct {
-	Root    string        `json:"root"`
-	Version string        `json:"version"`
-	Files   []plannedFile `json:"files"`
-	Remove  []string      `json:"remove"`
-	Keep    int           `json:"keep"`
-	Restart bool          `json:"restart"`
-}
-
-type installReport struct {
-	Changed []string `json:"changed"`
-	Bad     []string `json:"bad"`
-}
-
-// deployResult is one host's line in the final table.
-type deployResult struct {
+// Result is one host's line in the final table.
+type Result struct {
 	Host     string        `json:"host"`
 	Platform string        `json:"platform"`
 	Version  string        `json:"version"`
@@ -158,14 +124,14 @@ type deployResult struct {
 	Err      string        `json:"err,omitempty"`
 }
 
-// probeScript prints the host's platform and home, then what the installed
-// olliesrv (if any) says the host holds. It runs under /bin/sh whatever the
+// probeScript prints the host's Platform and home, then what the installed
+// olliesrv (if any) says the host holds. It runs under /bin/Sh whatever the
 // user's login shell is.
 const probeScript = `uname -sm; printf '%s\n' "$HOME"; r="$HOME/.local/share/ollie"
 if [ -x "$r/current/olliesrv" ] && "$r/current/olliesrv" install manifest "$r" "$@" 2>/dev/null; then :; else echo '{}'; fi`
 
-// platform maps uname -sm to Go's names.
-func platform(uname string) (string, error) {
+// Platform maps uname -sm to Go's names.
+func Platform(uname string) (string, error) {
 	f := strings.Fields(uname)
 	if len(f) != 2 {
 		return "", fmt.Errorf("unexpected uname output %q", uname)
@@ -179,20 +145,18 @@ func platform(uname string) (string, error) {
 	return osName + "/" + arch, nil
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// sh runs a script under /bin/sh with arguments, whatever the login shell.
-func sh(script string, args ...string) string {
-	q := []string{"exec", "/bin/sh", "-c", shellQuote(script), "sh"}
+// Sh runs a script under /bin/Sh with arguments, whatever the login shell.
+func Sh(script string, args ...string) string {
+	q := []string{"exec", "/bin/sh", "-c", ShellQuote(script), "sh"}
 	for _, a := range args {
-		q = append(q, shellQuote(a))
+		q = append(q, ShellQuote(a))
 	}
 	return strings.Join(q, " ")
 }
 
-// deadlines bound each remote step, so that one host that stops answering
+// Deadlines bound each remote step, so that one host that stops answering
 // never holds up the others' results. The zero value is the defaults.
-type deadlines struct {
+type Deadlines struct {
 	// Step bounds a probe, mkdir, olliesrv start or stop and the status
 	// query: default 30 s. An upload gets Step plus a second for each
 	// minRate bytes; a commit, which may restart the daemon (up to 45 s
@@ -200,28 +164,28 @@ type deadlines struct {
 	Step time.Duration `json:"step,omitempty"`
 }
 
-// minRate is the slowest upload deadlines allow for: 32 KiB/s.
+// minRate is the slowest upload Deadlines allow for: 32 KiB/s.
 const minRate = 32 << 10
 
 // Output kept from each remote step: the manifest and the commit's report
 // grow with the data files; start, stop and mkdir say a line.
 const (
 	maxReport     = 1 << 20
-	maxSmallReply = 4 << 10
+	MaxSmallReply = 4 << 10
 )
 
-func (d deadlines) step() time.Duration {
+func (d Deadlines) ForStep() time.Duration {
 	if d.Step <= 0 {
 		return 30 * time.Second
 	}
 	return d.Step
 }
 
-func (d deadlines) upload(size int64) time.Duration {
-	return d.step() + time.Duration(size/minRate)*time.Second
+func (d Deadlines) ForUpload(size int64) time.Duration {
+	return d.ForStep() + time.Duration(size/minRate)*time.Second
 }
 
-func (d deadlines) commit() time.Duration { return 3 * d.step() }
+func (d Deadlines) ForCommit() time.Duration { return 3 * d.ForStep() }
 
 // stepTimeout is the cause of a step's context ending at its deadline.
 type stepTimeout struct{ After time.Duration }
@@ -230,38 +194,38 @@ func (e *stepTimeout) Error() string { return fmt.Sprintf("timed out after %v", 
 
 func (e *stepTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
 
-// within returns ctx bounded by d, whose end past d has a *stepTimeout as
+// Within returns ctx bounded by d, whose end past d has a *stepTimeout as
 // its cause.
-func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+func Within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, d, &stepTimeout{After: d})
 }
 
-// deployHost brings one host up to date over c and says what it did.
-func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl deadlines, progress func(string)) (res deployResult) {
+// Push brings one host up to date over c and says what it did.
+func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlines, progress func(string)) (res Result) {
 	start := time.Now()
 	res.Host = c.Target().Alias
 	defer func() { res.Took = time.Since(start) }()
-	fail := func(err error) deployResult {
+	fail := func(err error) Result {
 		res.Err = err.Error()
 		return res
 	}
 
 	var versions []string
 	for _, f := range b.Bins {
-		versions = append(versions, versionOf(f))
+		versions = append(versions, VersionOf(f))
 	}
 	sort.Strings(versions)
-	pctx, cancel := within(ctx, dl.step())
-	out, err := c.RunLimit(pctx, sh(probeScript, versions...), nil, maxReport)
+	pctx, cancel := Within(ctx, dl.ForStep())
+	out, err := c.RunLimit(pctx, Sh(probeScript, versions...), nil, maxReport)
 	cancel()
 	if err != nil {
-		return fail(remoteError("probing the host", err))
+		return fail(RemoteError("probing the host", err))
 	}
 	lines := strings.SplitN(string(out), "\n", 3)
 	if len(lines) < 3 {
 		return fail(fmt.Errorf("probing the host: unexpected answer %q", out))
 	}
-	plat, err := platform(lines[0])
+	plat, err := Platform(lines[0])
 	if err != nil {
 		return fail(err)
 	}
@@ -270,7 +234,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 	if !path.IsAbs(home) {
 		return fail(fmt.Errorf("the host gave no home directory (HOME=%q)", home))
 	}
-	var m hostManifest
+	var m Manifest
 	if err := json.Unmarshal([]byte(lines[2]), &m); err != nil {
 		return fail(fmt.Errorf("reading the host's manifest: %w", err))
 	}
@@ -279,7 +243,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 		return fail(fmt.Errorf("no olliesrv built for %s: build it with make cross PLATFORMS=%s", plat, plat))
 	}
 	root := path.Join(home, ".local/share/ollie")
-	ver := versionOf(bin)
+	ver := VersionOf(bin)
 	res.Version = ver
 
 	var up []upload
@@ -310,15 +274,15 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 		for _, u := range up {
 			total += u.src.Size
 		}
-		progress(fmt.Sprintf("%s, sending %d files (%s)", plat, len(up), humanBytes(total)))
+		progress(fmt.Sprintf("%s, sending %d files (%s)", plat, len(up), HumanBytes(total)))
 	}
-	plan := installPlan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
+	plan := Plan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
 	for attempt := 1; ; attempt++ {
 		var size int64
 		for _, u := range up {
 			size += u.src.Size
 		}
-		uctx, cancel := within(ctx, dl.upload(size))
+		uctx, cancel := Within(ctx, dl.ForUpload(size))
 		sent, err := uploadAll(uctx, c, root, up, dl, progress)
 		cancel()
 		res.Sent += sent
@@ -328,7 +292,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 		}
 		plan.Files = plan.Files[:0]
 		for _, u := range up {
-			plan.Files = append(plan.Files, plannedFile{Tmp: u.tmp, Path: u.path, SHA256: u.src.SHA256, Mode: u.src.Mode})
+			plan.Files = append(plan.Files, PlannedFile{Tmp: u.tmp, Path: u.path, SHA256: u.src.SHA256, Mode: u.src.Mode})
 		}
 		// The new binary commits itself; with no new binary the installed
 		// one of this version does the work.
@@ -339,13 +303,13 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 			}
 		}
 		planJSON, _ := json.Marshal(plan)
-		cctx, cancel := within(ctx, dl.commit())
-		out, err := c.RunLimit(cctx, sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)), maxReport)
+		cctx, cancel := Within(ctx, dl.ForCommit())
+		out, err := c.RunLimit(cctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)), maxReport)
 		cancel()
 		if err != nil {
-			return fail(remoteError("committing on the host", err))
+			return fail(RemoteError("committing on the host", err))
 		}
-		var rep installReport
+		var rep Report
 		if err := json.Unmarshal(out, &rep); err != nil {
 			return fail(fmt.Errorf("reading the host's report %q: %w", out, err))
 		}
@@ -374,7 +338,7 @@ func deployHost(ctx context.Context, c *tunnel.Client, b *bundle, keep int, dl d
 }
 
 type upload struct {
-	src  localFile
+	src  LocalFile
 	path string // under the root
 	tmp  string // under the root, set by uploadAll
 	runs bool   // the binary: it runs (its own commit) before it is committed
@@ -385,7 +349,7 @@ type upload struct {
 // the SFTP session is closed (the next use opens another): pkg/sftp's
 // writes take no context, and a host that stops acknowledging them would
 // hold the upload forever.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl deadlines, progress func(string)) (int64, error) {
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl Deadlines, progress func(string)) (int64, error) {
 	if len(up) == 0 {
 		return 0, nil
 	}
@@ -404,14 +368,14 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 			dirs[d] = true
 			mkdir = append(mkdir, d)
 		}
-		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+randomHex(6))
+		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+RandomHex(6))
 	}
 	sort.Strings(mkdir)
-	mctx, mcancel := within(ctx, dl.step())
-	_, err = c.RunLimit(mctx, sh(`exec mkdir -p -- "$@"`, mkdir...), nil, maxSmallReply)
+	mctx, mcancel := Within(ctx, dl.ForStep())
+	_, err = c.RunLimit(mctx, Sh(`exec mkdir -p -- "$@"`, mkdir...), nil, MaxSmallReply)
 	mcancel()
 	if err != nil {
-		return 0, remoteError("making directories", err)
+		return 0, RemoteError("making directories", err)
 	}
 	var mu sync.Mutex
 	var sent int64
@@ -438,7 +402,7 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 			case <-ticker.C:
 				n := moved.Load()
 				rate := float64(n) / time.Since(start).Seconds()
-				progress(fmt.Sprintf("sent %s of %s (%s/s)", humanBytes(n), humanBytes(total), humanBytes(int64(rate))))
+				progress(fmt.Sprintf("sent %s of %s (%s/s)", HumanBytes(n), HumanBytes(total), HumanBytes(int64(rate))))
 			}
 		}
 	}()
@@ -512,7 +476,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func randomHex(n int) string {
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
@@ -527,7 +491,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func humanBytes(n int64) string {
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<20:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
@@ -537,9 +501,9 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// remoteError says what failed on the host in its own words, without the
+// RemoteError says what failed on the host in its own words, without the
 // script ollie-remote sent, which means nothing to the user.
-func remoteError(what string, err error) error {
+func RemoteError(what string, err error) error {
 	var (
 		ee *tunnel.ExitError
 		st *stepTimeout
@@ -549,7 +513,7 @@ func remoteError(what string, err error) error {
 	case errors.As(err, &st):
 		return fmt.Errorf("%s: %w", what, st)
 	case errors.As(err, &oe):
-		return fmt.Errorf("%s: the host sent more than %s of output; stopped", what, humanBytes(oe.Limit))
+		return fmt.Errorf("%s: the host sent more than %s of output; stopped", what, HumanBytes(oe.Limit))
 	case !errors.As(err, &ee):
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -562,5 +526,11 @@ func remoteError(what string, err error) error {
 	}
 	// The host's words: one line, made safe and clipped wherever the
 	// error is shown.
-	return fmt.Errorf("%s: %s", what, termsafe.Field(msg, maxHostMessage))
+	return fmt.Errorf("%s: %s", what, termsafe.Field(msg, MaxHostMessage))
 }
+
+// MaxHostMessage bounds a line of a host's words shown under its name.
+const MaxHostMessage = 4096
+
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
