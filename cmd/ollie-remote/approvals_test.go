@@ -59,7 +59,7 @@ func approvalSockets(t *testing.T, b *desktop.Broker, dir string, hosts ...strin
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		go serveApprovals(b, h, l)
+		go desktop.ServeApprovals(b, h, l)
 	}
 	return socks
 }
@@ -140,7 +140,7 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 // host's whole request reaches it.
 func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 	dir := privateRemoteDir(t)
-	term, err := net.Listen("unix", terminalSocket())
+	term, err := net.Listen("unix", desktop.TerminalSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 			relayed.Store(c, true)
 		}
 	}()
-	b := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "the terminal broker answers"}, slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	b := &desktop.Broker{Approver: desktop.NewHandoff(desktop.Nobody{Reason: "the terminal broker answers"}, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 	socks := approvalSockets(t, b, dir, "h4", "h5")
 
 	g0 := runtime.NumGoroutine()

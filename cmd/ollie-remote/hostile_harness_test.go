@@ -39,6 +39,7 @@ import (
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
 	"ollie/tunnel/deploy"
+	"ollie/tunnel/keeper"
 )
 
 // memBound is what the keeper and the terminal broker may reach under any
@@ -321,7 +322,7 @@ func keeperPid(dir string) int {
 	for _, p := range procs {
 		// ollie-remote __keeper -dir DIR [-F FILE]...
 		cmd, err := os.ReadFile(p + "/cmdline")
-		if err == nil && bytes.Contains(cmd, []byte("\x00"+keeperCommand+"\x00-dir\x00"+dir+"\x00")) {
+		if err == nil && bytes.Contains(cmd, []byte("\x00"+keeper.Command+"\x00-dir\x00"+dir+"\x00")) {
 			pid, _ := strconv.Atoi(filepath.Base(p))
 			return pid
 		}

@@ -18,6 +18,7 @@ import (
 	"ollie/ns"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
+	"ollie/tunnel/keeper"
 )
 
 // What a compromised host says, as it reaches ollie-remote through the
@@ -34,7 +35,7 @@ const (
 // the above.
 func fakeKeeper(t *testing.T, statusSock, failingSock string) {
 	t.Helper()
-	l, err := net.Listen("unix", controlSocket(paths.RemoteDir()))
+	l, err := net.Listen("unix", keeper.ControlSocket(paths.RemoteDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,34 +48,34 @@ func fakeKeeper(t *testing.T, statusSock, failingSock string) {
 			}
 			go func() {
 				defer c.Close()
-				var req request
+				var req keeper.Request
 				if json.NewDecoder(c).Decode(&req) != nil {
 					return
 				}
 				enc := json.NewEncoder(c)
 				switch req.Op {
 				case "up":
-					enc.Encode(reply{Host: req.Host, Msg: hostileMsg})
+					enc.Encode(keeper.Reply{Host: req.Host, Msg: hostileMsg})
 					if req.Host == "h4" {
-						enc.Encode(reply{Host: req.Host, Done: true, Err: hostileErr})
+						enc.Encode(keeper.Reply{Host: req.Host, Done: true, Err: hostileErr})
 					} else {
-						enc.Encode(reply{Host: req.Host, Done: true, Socket: "/run/h6.ns"})
+						enc.Encode(keeper.Reply{Host: req.Host, Done: true, Socket: "/run/h6.ns"})
 					}
 				case "down":
-					enc.Encode(reply{Host: req.Host, Done: true, Err: hostileErr})
+					enc.Encode(keeper.Reply{Host: req.Host, Done: true, Err: hostileErr})
 				case "list":
-					enc.Encode(reply{Done: true, Held: []heldInfo{
+					enc.Encode(keeper.Reply{Done: true, Held: []keeper.HeldInfo{
 						{Host: "h4", Socket: statusSock, Tunnel: "up\x1b[2J\tfake", Proxy: "connected"},
 						{Host: "h6", Socket: failingSock, Tunnel: "up", Proxy: "reconnecting: \x1b]0;x\a\u009b2J"},
 					}})
 				case "deploy":
-					enc.Encode(reply{Host: req.Host, Msg: hostileMsg})
+					enc.Encode(keeper.Reply{Host: req.Host, Msg: hostileMsg})
 					r := deploy.Result{Host: req.Host, Platform: "linux/\x1b[31mamd64\tx", Version: "abc\u009b2J", Files: 1,
 						Changed: []string{"current -> abc\x1b]0;pwned\a\nh5: ok, up to date"}}
 					if req.Host == "h6" {
 						r.Err = hostileErr
 					}
-					enc.Encode(reply{Host: req.Host, Done: true, Result: &r})
+					enc.Encode(keeper.Reply{Host: req.Host, Done: true, Result: &r})
 				}
 			}()
 		}

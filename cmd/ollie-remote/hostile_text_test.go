@@ -46,8 +46,8 @@ func TestTerminalBrokerHostile(t *testing.T) {
 	}
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fallback := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
-	go serveApprovals(fallback, "h4", l)
+	fallback := &desktop.Broker{Approver: desktop.NewHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
+	go desktop.ServeApprovals(fallback, "h4", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))
 	if err != nil {

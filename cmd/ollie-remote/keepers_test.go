@@ -11,6 +11,7 @@ import (
 
 	"ollie/internal/paths"
 	"ollie/internal/sshlab"
+	"ollie/tunnel/keeper"
 )
 
 // sshKeepers runs ollie-remote and ollie as a desktop user would, with
@@ -151,7 +152,7 @@ func TestKeeperPerSSHConfig(t *testing.T) {
 			t.Fatalf("keeper directories %s and %s", da, db)
 		}
 		for _, d := range []string{da, db} {
-			c, err := net.Dial("unix", controlSocket(d))
+			c, err := net.Dial("unix", keeper.ControlSocket(d))
 			if err != nil {
 				t.Fatalf("no keeper answers in %s: %v", d, err)
 			}

@@ -20,10 +20,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"ollie/broker/desktop"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
+	"ollie/tunnel/keeper"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -83,8 +85,8 @@ func (c *common) options() tunnel.Options {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == keeperCommand {
-		os.Exit(keeperMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == keeper.Command {
+		os.Exit(keeper.Main(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -164,7 +166,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		return demoMain(ctx, &c, hosts, stdout, stderr)
 	case "broker":
-		return brokerMain(ctx, stdout, stderr)
+		return desktop.ServeTerminal(ctx, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ollie-remote", version)
 		return 0
@@ -295,5 +297,3 @@ const (
 // cell is a table cell whose text a host chose: one line, made safe (a
 // tab would shift the columns), clipped, "-" when empty.
 func cell(s string) string { return orDash(termsafe.Field(s, maxCell)) }
-
-var errNoKeeper = errors.New("ollie-remote up is not running")

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/broker/desktop"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
+	"ollie/tunnel/keeper"
 )
 
 // lockedBuffer is a log both the test and a broker's goroutines use.
@@ -62,7 +64,7 @@ func TestKeeperPolicyLive(t *testing.T) {
 	program, asked := askpass(t, t.TempDir(), "unused", true)
 	t.Setenv("OLLIE_ASKPASS", program)
 	var log lockedBuffer
-	b := desktopBroker(slog.New(slog.NewTextHandler(&log, nil)))
+	b := desktop.KeeperBroker(slog.New(slog.NewTextHandler(&log, nil)))
 	socks := approvalSockets(t, b, dir, "h4")
 	ask := func(tool string) broker.Answer {
 		t.Helper()
@@ -88,8 +90,8 @@ func TestKeeperPolicyLive(t *testing.T) {
 	if a := ask("tail_log"); a.Decision != broker.Deny || !strings.Contains(a.Reason, "policy") || askpassed() != "" {
 		t.Fatalf("after a deny rule was added: %+v; askpass was asked %q", a, askpassed())
 	}
-	if policyState(b) != "" {
-		t.Errorf("status of a good policy: %q", policyState(b))
+	if desktop.PolicyState(b) != "" {
+		t.Errorf("status of a good policy: %q", desktop.PolicyState(b))
 	}
 
 	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {hots: h4, decision: allow}\n")
@@ -97,7 +99,7 @@ func TestKeeperPolicyLive(t *testing.T) {
 		t.Errorf("after a broken edit: %+v, want the last good rules' deny; askpass was asked %q", a, askpassed())
 	}
 	ask("tail_log")
-	st := policyState(b)
+	st := desktop.PolicyState(b)
 	if !strings.Contains(st, `unknown field "hots"`) || !strings.Contains(st, "the 2 rules last read without error stay in force") {
 		t.Errorf("status of a broken policy: %q", st)
 	}
@@ -109,8 +111,8 @@ func TestKeeperPolicyLive(t *testing.T) {
 	}
 
 	write("rules: []\n")
-	if a := ask("tail_log"); a.Decision != broker.Once || policyState(b) != "" {
-		t.Errorf("after the fix: %+v, status %q", a, policyState(b))
+	if a := ask("tail_log"); a.Decision != broker.Once || desktop.PolicyState(b) != "" {
+		t.Errorf("after the fix: %+v, status %q", a, desktop.PolicyState(b))
 	}
 }
 
@@ -128,17 +130,17 @@ func TestPolicyBrokenReported(t *testing.T) {
 
 	_, scr := startTerminalBroker(t)
 
-	keeper := exec.Command(remoteBin, keeperCommand)
-	keeper.Env = os.Environ()
-	if err := keeper.Start(); err != nil {
+	kp := exec.Command(remoteBin, keeper.Command)
+	kp.Env = os.Environ()
+	if err := kp.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		keeper.Process.Kill()
-		keeper.Wait()
+		kp.Process.Kill()
+		kp.Wait()
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
+		if c, err := net.Dial("unix", keeper.ControlSocket(dir)); err == nil {
 			c.Close()
 			break
 		}

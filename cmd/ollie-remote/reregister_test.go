@@ -446,7 +446,7 @@ func TestApprovalsParkedHandedOver(t *testing.T) {
 	s.up(0)
 	s.waitModel(c, ctx, "parked", served0+2)
 	if n := s.asked(0); n != 1 {
-		t.Errorf("the desktop was asked %d times for the parked request, want once", n)
+		t.Errorf("the desktop was asked %d times for the parked keeper.Request, want once", n)
 	}
 	s.checkRoot("parked")
 	if ids := pendingIDs(c); len(ids) != 0 {

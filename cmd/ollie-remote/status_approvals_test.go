@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"ollie/ns"
+	"ollie/tunnel/keeper"
 )
 
 // hostNS serves a host's status and bypass/broker on a socket.
@@ -40,13 +41,13 @@ func TestStatusApprovals(t *testing.T) {
 	hostNS(t, sock("a"), "/run/ns/broker-b\n/run/ns/broker-a\n")
 	hostNS(t, sock("b"), "/run/ns/broker-other\n")
 	hostNS(t, sock("c"), "")
-	held := []heldInfo{
-		{Host: "a", Socket: sock("a"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsOK, Broker: "/run/ns/broker-a"},
-		{Host: "b", Socket: sock("b"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsOK, Broker: "/run/ns/broker-b"},
-		{Host: "c", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsMissing + ": olliesrv does not answer on the host"},
-		{Host: "d", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: approvalsRegistering},
+	held := []keeper.HeldInfo{
+		{Host: "a", Socket: sock("a"), Tunnel: "connected", Proxy: "connected", Approvals: keeper.ApprovalsOK, Broker: "/run/ns/broker-a"},
+		{Host: "b", Socket: sock("b"), Tunnel: "connected", Proxy: "connected", Approvals: keeper.ApprovalsOK, Broker: "/run/ns/broker-b"},
+		{Host: "c", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: keeper.ApprovalsMissing + ": olliesrv does not answer on the host"},
+		{Host: "d", Socket: sock("c"), Tunnel: "connected", Proxy: "connected", Approvals: keeper.ApprovalsRegistering},
 	}
-	l, err := net.Listen("unix", controlSocket(dir))
+	l, err := net.Listen("unix", keeper.ControlSocket(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,9 @@ func TestStatusApprovals(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var req request
+			var req keeper.Request
 			json.NewDecoder(c).Decode(&req)
-			json.NewEncoder(c).Encode(reply{Done: true, Held: held})
+			json.NewEncoder(c).Encode(keeper.Reply{Done: true, Held: held})
 			c.Close()
 		}
 	}()

@@ -41,15 +41,15 @@ func TestTerminalBroker(t *testing.T) {
 	waitFor := func(what string) { t.Helper(); scr.waitFor(t, what) }
 
 	// The keeper's side for host "web1": a forwarded socket served by
-	// serveApprovals, whose own broker would deny (nobody to ask).
+	// desktop.ServeApprovals, whose own broker would deny (nobody to ask).
 	l, err := net.Listen("unix", filepath.Join(dir, "fwd"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fallback := &desktop.Broker{Approver: newHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
-	go serveApprovals(fallback, "web1", l)
+	fallback := &desktop.Broker{Approver: desktop.NewHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
+	go desktop.ServeApprovals(fallback, "web1", l)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))
 	if err != nil {
@@ -174,7 +174,7 @@ func TestTerminalBrokerLetsGo(t *testing.T) {
 			program, asked := askpass(t, t.TempDir(), "Hunter2-secret", true)
 			t.Setenv("OLLIE_ASKPASS", program)
 			var log lockedBuffer
-			b := desktopBroker(slog.New(slog.NewTextHandler(&log, nil)))
+			b := desktop.KeeperBroker(slog.New(slog.NewTextHandler(&log, nil)))
 			socks := approvalSockets(t, b, dir, "web1")
 
 			cmd := exec.Command(remoteBin, "broker")
@@ -226,7 +226,7 @@ func TestTerminalBrokerLetsGo(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("the broker still runs 10 s after the %s:\n%s", how, scr)
 			}
-			if _, err := os.Stat(terminalSocket()); err == nil {
+			if _, err := os.Stat(desktop.TerminalSocket()); err == nil {
 				t.Error("the terminal broker's socket is still there")
 			}
 

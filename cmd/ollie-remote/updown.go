@@ -1,28 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
+	"ollie/tunnel/deploy"
+	"ollie/tunnel/keeper"
 )
 
-func signalNotify(c chan os.Signal) { signal.Notify(c, os.Interrupt, syscall.SIGTERM) }
-
-func (c *common) request(op, host string) request {
-	r := request{Op: op, Host: host, Config: c.config, AcceptNew: c.acceptNew, Stop: c.stop, Keep: c.keep, Deadlines: c.deadlines}
+func (c *common) request(op, host string) keeper.Request {
+	r := keeper.Request{Op: op, Host: host, Config: c.config, AcceptNew: c.acceptNew, Stop: c.stop, Keep: c.keep, Deadlines: c.deadlines}
 	if c.knownHost != "" {
 		r.Known = []string{c.knownHost}
 	}
@@ -32,7 +28,7 @@ func (c *common) request(op, host string) request {
 // upMain has the keeper bring each host up, a few at once, and says where
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	if err := ensureKeeper(ctx, c.ssh()); err != nil {
+	if err := keeper.Ensure(ctx, c.ssh()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
@@ -53,7 +49,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r, err := keeperCall(ctx, c.request("up", h), func(r reply) { say(h, r.Msg) })
+			r, err := keeper.Call(ctx, c.request("up", h), func(r keeper.Reply) { say(h, r.Msg) })
 			if err == nil && r.Err != "" {
 				err = fmt.Errorf("%s", r.Err)
 			}
@@ -76,7 +72,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 
 func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	if c.all {
-		r, err := keeperCall(ctx, c.request("list", ""), nil)
+		r, err := keeper.Call(ctx, c.request("list", ""), nil)
 		if err != nil {
 			fmt.Fprintln(stdout, "nothing is up")
 			return 0
@@ -87,7 +83,7 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 	}
 	status := 0
 	for _, h := range hosts {
-		r, err := keeperCall(ctx, c.request("down", h), nil)
+		r, err := keeper.Call(ctx, c.request("down", h), nil)
 		if err == nil && r.Err != "" {
 			err = fmt.Errorf("%s", r.Err)
 		}
@@ -107,10 +103,10 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 
 // statusMain prints a table of the hosts named, or of every host held.
 func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	held := map[string]heldInfo{}
+	held := map[string]keeper.HeldInfo{}
 	everyHost := len(hosts) == 0 || c.all
 	policy := ""
-	if r, err := keeperCall(ctx, c.request("list", ""), nil); err == nil {
+	if r, err := keeper.Call(ctx, c.request("list", ""), nil); err == nil {
 		policy = r.Policy
 		for _, h := range r.Held {
 			held[h.Host] = h
@@ -120,7 +116,7 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		}
 	}
 	// Below the table: what else is up, then the policy's state.
-	notes := otherKeepers(ctx, c.ssh())
+	notes := keeper.Others(ctx, c.ssh())
 	if policy != "" {
 		// The desktop's own file, but its text may quote anything.
 		notes = append(notes, "broker policy: "+termsafe.Field(policy, maxHostMessage))
@@ -184,13 +180,13 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 // approvalsState is the approval channel's state as the keeper keeps it
 // (ok, registering, missing: why), checked against the host: an ok whose
 // socket the host's bypass/broker does not list is missing.
-func approvalsState(ctx context.Context, info heldInfo, reachable bool) string {
-	if info.Approvals != approvalsOK || info.Broker == "" || !reachable {
+func approvalsState(ctx context.Context, info keeper.HeldInfo, reachable bool) string {
+	if info.Approvals != keeper.ApprovalsOK || info.Broker == "" || !reachable {
 		return info.Approvals
 	}
 	b, err := readHostFile(ctx, info.Socket, "bypass/broker")
-	if err == nil && !listed(b, info.Broker) {
-		return approvalsMissing + ": the host does not list this desktop's broker socket"
+	if err == nil && !keeper.Listed(b, info.Broker) {
+		return keeper.ApprovalsMissing + ": the host does not list this desktop's broker socket"
 	}
 	return info.Approvals
 }
@@ -228,8 +224,8 @@ func readHostFile(ctx context.Context, sock, name string) ([]byte, error) {
 		}
 		defer c.Close()
 		// The host writes the file: read no more than a status can hold.
-		var b limitedBuffer
-		b.limit = 64 << 10
+		var b keeper.LimitedBuffer
+		b.Limit = 64 << 10
 		err = c.Follow(ctx, name, &b)
 		done <- result{b.Bytes(), err}
 	}()
@@ -241,15 +237,18 @@ func readHostFile(ctx context.Context, sock, name string) ([]byte, error) {
 	}
 }
 
-// limitedBuffer is a bytes.Buffer that refuses to grow past limit.
-type limitedBuffer struct {
-	bytes.Buffer
-	limit int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.limit {
-		return 0, fmt.Errorf("more than %d bytes", b.limit)
+// deployThroughKeeper deploys over the connection up holds, if the keeper
+// of deploy's ssh configuration holds the host.
+func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string)) (deploy.Result, bool) {
+	req := c.request("deploy", host)
+	req.Bundle = b
+	r, err := keeper.Call(ctx, req, func(r keeper.Reply) { progress(r.Msg) })
+	if err == nil && r.OtherSSH {
+		// Honour deploy's own -F and known_hosts.
+		progress(fmt.Sprintf("%s; deploying with %s over a new connection", r.Err, c.ssh()))
 	}
-	return b.Buffer.Write(p)
+	if err != nil || r.Result == nil {
+		return deploy.Result{}, false
+	}
+	return *r.Result, true
 }

@@ -1,13 +1,14 @@
-package main
-
-// The keeper is the background process behind ollie-remote up: it holds one
+// Package keeper is the background process behind ollie-remote up: it holds one
 // SSH connection per host, reconnecting after drops, and serves each host's
 // namespace on a local socket through a 9P proxy that resumes reads across
 // reconnects. up, down, status and deploy talk to it over a control socket
 // in the same private directory.
 
+package keeper
+
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -35,10 +37,10 @@ import (
 	"ollie/tunnel/deploy"
 )
 
-const keeperCommand = "__keeper"
+const Command = "__keeper"
 
-// request is one control request; replies are JSON lines of reply.
-type request struct {
+// Request is one control request; replies are JSON lines of Reply.
+type Request struct {
 	Op        string           `json:"op"` // up, down, list, deploy
 	Host      string           `json:"host,omitempty"`
 	Config    string           `json:"config,omitempty"`
@@ -50,14 +52,14 @@ type request struct {
 	Deadlines deploy.Deadlines `json:"deadlines,omitempty"`
 }
 
-type reply struct {
+type Reply struct {
 	Host   string         `json:"host,omitempty"`
 	Msg    string         `json:"msg,omitempty"`
 	Done   bool           `json:"done,omitempty"`
 	Err    string         `json:"err,omitempty"`
 	Socket string         `json:"socket,omitempty"`
 	Result *deploy.Result `json:"result,omitempty"`
-	Held   []heldInfo     `json:"held,omitempty"`
+	Held   []HeldInfo     `json:"held,omitempty"`
 	// Policy, for list, says why the broker policy file is not in force
 	// and what is instead; "" when it is.
 	Policy string `json:"policy,omitempty"`
@@ -69,14 +71,14 @@ type reply struct {
 // sameSSH checks that req was given the ssh configuration the keeper
 // holds its hosts with: the same host name may be another machine in
 // another one.
-func (k *keeper) sameSSH(req request) error {
+func (k *keeper) sameSSH(req Request) error {
 	if s := paths.NewSSHConfig(req.Config, req.Known); !s.Equal(k.ssh) {
 		return fmt.Errorf("the keeper in %s holds its hosts with %s, not %s: give the same -F and -known-hosts, or set OLLIE_REMOTE_DIR to another directory for a keeper of this configuration", k.dir, k.ssh, s)
 	}
 	return nil
 }
 
-type heldInfo struct {
+type HeldInfo struct {
 	Host   string    `json:"host"`
 	Socket string    `json:"socket"`
 	Tunnel string    `json:"tunnel"`
@@ -88,32 +90,12 @@ type heldInfo struct {
 	Broker    string `json:"broker,omitempty"`
 }
 
-// controlSocket is where the keeper whose directory is dir listens.
-func controlSocket(dir string) string { return filepath.Join(dir, "keeper.sock") }
+// ControlSocket is where the keeper whose directory is dir listens.
+func ControlSocket(dir string) string { return filepath.Join(dir, "keeper.sock") }
 
-// keeperOf is the directory of the keeper a request is for: the one of
+// Of is the directory of the keeper a request is for: the one of
 // its ssh configuration.
-func keeperOf(req request) string { return paths.KeeperDir(paths.NewSSHConfig(req.Config, req.Known)) }
-
-// prepareRemoteDir makes a private directory for sockets, and checks an
-// existing one is ours: it may be in /tmp.
-func prepareRemoteDir(dir string) error {
-	if err := os.MkdirAll(dir, 0700); err != nil {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || (ok && int(st.Uid) != os.Getuid()) {
-		return fmt.Errorf("%s is not a directory of yours: remove it or set OLLIE_REMOTE_DIR", dir)
-	}
-	if fi.Mode().Perm() != 0700 {
-		return os.Chmod(dir, 0700)
-	}
-	return nil
-}
+func Of(req Request) string { return paths.KeeperDir(paths.NewSSHConfig(req.Config, req.Known)) }
 
 type keeper struct {
 	broker *desktop.Broker // answers the hosts' approval requests
@@ -151,11 +133,11 @@ type heldHost struct {
 	lastClient *tunnel.Client // the connection dial last ran olliesrv start on
 }
 
-func keeperMain(args []string) int {
+func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// The keeper holds hosts of one ssh configuration, in the directory
 	// ensureKeeper chose for it.
-	fl := flag.NewFlagSet(keeperCommand, flag.ContinueOnError)
+	fl := flag.NewFlagSet(Command, flag.ContinueOnError)
 	dir := fl.String("dir", paths.RemoteDir(), "")
 	config := fl.String("F", "", "")
 	var known []string
@@ -163,13 +145,13 @@ func keeperMain(args []string) int {
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
-	if err := prepareRemoteDir(*dir); err != nil {
+	if err := paths.PreparePrivateDir(*dir); err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
 	// Standard error stays on keeper.log for a crash's trace; everything
 	// logged goes through the cap, the rotation and the repeat filter.
-	log, logf, err := keeperLog(filepath.Join(*dir, "keeper.log"))
+	log, logf, err := OpenLog(filepath.Join(*dir, "keeper.log"))
 	if err != nil {
 		slog.Error("ollie-remote keeper", "err", err)
 		return 1
@@ -190,7 +172,7 @@ func keeperMain(args []string) int {
 	if b, err := json.Marshal(ssh); err == nil {
 		os.WriteFile(filepath.Join(*dir, paths.KeeperSSHFile), append(b, '\n'), 0600)
 	}
-	sock := controlSocket(*dir)
+	sock := ControlSocket(*dir)
 	os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -198,7 +180,7 @@ func keeperMain(args []string) int {
 		return 1
 	}
 	log.Info("ollie-remote keeper: holding hosts", "ssh", ssh.String(), "dir", *dir)
-	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktopBroker(log), dir: *dir, ssh: ssh}
+	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktop.KeeperBroker(log), dir: *dir, ssh: ssh}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -231,7 +213,7 @@ func keeperMain(args []string) int {
 		}
 	}()
 	sigs := make(chan os.Signal, 1)
-	signalNotify(sigs)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	select {
 	case <-k.quit:
 	case s := <-sigs:
@@ -259,13 +241,13 @@ func keeperMain(args []string) int {
 
 func (k *keeper) serve(c net.Conn) {
 	defer c.Close()
-	var req request
+	var req Request
 	if err := json.NewDecoder(c).Decode(&req); err != nil {
 		return
 	}
 	enc := json.NewEncoder(c)
 	var emu sync.Mutex
-	send := func(r reply) {
+	send := func(r Reply) {
 		emu.Lock()
 		defer emu.Unlock()
 		enc.Encode(r)
@@ -279,31 +261,31 @@ func (k *keeper) serve(c net.Conn) {
 	}()
 	switch req.Op {
 	case "up":
-		sock, err := k.up(ctx, req, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
-		send(reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err)})
+		sock, err := k.up(ctx, req, func(msg string) { send(Reply{Host: req.Host, Msg: msg}) })
+		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err)})
 	case "down":
 		err := k.down(ctx, req.Host, req.Stop)
-		send(reply{Host: req.Host, Done: true, Err: errString(err)})
+		send(Reply{Host: req.Host, Done: true, Err: errString(err)})
 	case "list":
-		send(reply{Done: true, Held: k.list(), Policy: policyState(k.broker)})
+		send(Reply{Done: true, Held: k.list(), Policy: desktop.PolicyState(k.broker)})
 	case "deploy":
 		k.mu.Lock()
 		h := k.hosts[req.Host]
 		k.mu.Unlock()
 		if h == nil || req.Bundle == nil {
-			send(reply{Host: req.Host, Done: true, Err: errNoKeeper.Error()})
+			send(Reply{Host: req.Host, Done: true, Err: ErrNotRunning.Error()})
 			return
 		}
 		// The host's name may mean another machine in deploy's ssh
 		// configuration: deploy then connects as that one says.
 		if s := paths.NewSSHConfig(req.Config, req.Known); !s.Equal(k.ssh) {
-			send(reply{Host: req.Host, Done: true, Err: "ollie-remote up holds it with " + k.ssh.String(), OtherSSH: true})
+			send(Reply{Host: req.Host, Done: true, Err: "ollie-remote up holds it with " + k.ssh.String(), OtherSSH: true})
 			return
 		}
-		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, func(msg string) { send(reply{Host: req.Host, Msg: msg}) })
-		send(reply{Host: req.Host, Done: true, Result: &r})
+		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, func(msg string) { send(Reply{Host: req.Host, Msg: msg}) })
+		send(Reply{Host: req.Host, Done: true, Result: &r})
 	default:
-		send(reply{Done: true, Err: fmt.Sprintf("unknown request %q", req.Op)})
+		send(Reply{Done: true, Err: fmt.Sprintf("unknown request %q", req.Op)})
 	}
 }
 
@@ -334,7 +316,7 @@ func startRemote(ctx context.Context, c *tunnel.Client, dl deploy.Deadlines) (st
 	return f[1], nil
 }
 
-func (k *keeper) up(ctx context.Context, req request, progress func(string)) (string, error) {
+func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (string, error) {
 	if err := k.sameSSH(req); err != nil {
 		return "", err
 	}
@@ -506,13 +488,13 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	return err
 }
 
-func (k *keeper) list() []heldInfo {
+func (k *keeper) list() []HeldInfo {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []heldInfo
+	var out []HeldInfo
 	for _, h := range k.hosts {
 		h.mu.Lock()
-		out = append(out, heldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
+		out = append(out, HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
 			Approvals: h.approvals, Broker: h.brokerSock})
 		h.mu.Unlock()
 	}
@@ -533,26 +515,26 @@ func removeStaleSocket(sock string) error {
 	return os.Remove(sock)
 }
 
-// keeperCall sends a request to the keeper and hands each reply to on
+// Call sends a request to the keeper and hands each reply to on
 // until the final one, which it returns.
-func keeperCall(ctx context.Context, req request, on func(reply)) (reply, error) {
+func Call(ctx context.Context, req Request, on func(Reply)) (Reply, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", controlSocket(keeperOf(req)))
+	c, err := d.DialContext(ctx, "unix", ControlSocket(Of(req)))
 	if err != nil {
-		return reply{}, errNoKeeper
+		return Reply{}, ErrNotRunning
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return reply{}, err
+		return Reply{}, err
 	}
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		var r reply
+		var r Reply
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return reply{}, err
+			return Reply{}, err
 		}
 		if r.Done {
 			return r, nil
@@ -562,21 +544,21 @@ func keeperCall(ctx context.Context, req request, on func(reply)) (reply, error)
 		}
 	}
 	if ctx.Err() != nil {
-		return reply{}, ctx.Err()
+		return Reply{}, ctx.Err()
 	}
-	return reply{}, fmt.Errorf("the keeper closed the connection (see %s)", filepath.Join(keeperOf(req), "keeper.log"))
+	return Reply{}, fmt.Errorf("the keeper closed the connection (see %s)", filepath.Join(Of(req), "keeper.log"))
 }
 
-// ensureKeeper starts the keeper of the ssh configuration s in the
+// Ensure starts the keeper of the ssh configuration s in the
 // background unless it runs: one per desktop user and configuration, in
 // its own directory (paths.KeeperDir).
-func ensureKeeper(ctx context.Context, s paths.SSHConfig) error {
+func Ensure(ctx context.Context, s paths.SSHConfig) error {
 	dir := paths.KeeperDir(s)
-	if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
+	if c, err := net.Dial("unix", ControlSocket(dir)); err == nil {
 		c.Close()
 		return nil
 	}
-	if err := prepareRemoteDir(dir); err != nil {
+	if err := paths.PreparePrivateDir(dir); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
@@ -589,7 +571,7 @@ func ensureKeeper(ctx context.Context, s paths.SSHConfig) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, append([]string{keeperCommand, "-dir", dir}, s.Flags()...)...)
+	cmd := exec.Command(exe, append([]string{Command, "-dir", dir}, s.Flags()...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -598,7 +580,7 @@ func ensureKeeper(ctx context.Context, s paths.SSHConfig) error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	for {
-		if c, err := net.Dial("unix", controlSocket(dir)); err == nil {
+		if c, err := net.Dial("unix", ControlSocket(dir)); err == nil {
 			c.Close()
 			return nil
 		}
@@ -612,9 +594,9 @@ func ensureKeeper(ctx context.Context, s paths.SSHConfig) error {
 	}
 }
 
-// otherKeepers says which hosts the keepers of other ssh configurations
+// Others says which hosts the keepers of other ssh configurations
 // than s hold, a line per keeper, with the flags that reach it.
-func otherKeepers(ctx context.Context, s paths.SSHConfig) []string {
+func Others(ctx context.Context, s paths.SSHConfig) []string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var out []string
@@ -623,7 +605,7 @@ func otherKeepers(ctx context.Context, s paths.SSHConfig) []string {
 		if err != nil || o.Equal(s) || dir == paths.KeeperDir(s) || paths.KeeperDir(o) != dir {
 			continue
 		}
-		r, err := keeperCall(ctx, request{Op: "list", Config: o.Config, Known: o.Known}, nil)
+		r, err := Call(ctx, Request{Op: "list", Config: o.Config, Known: o.Known}, nil)
 		if err != nil || len(r.Held) == 0 {
 			continue
 		}
@@ -637,18 +619,18 @@ func otherKeepers(ctx context.Context, s paths.SSHConfig) []string {
 	return out
 }
 
-// deployThroughKeeper deploys over the connection up holds, if the keeper
-// of deploy's ssh configuration holds the host.
-func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string)) (deploy.Result, bool) {
-	req := c.request("deploy", host)
-	req.Bundle = b
-	r, err := keeperCall(ctx, req, func(r reply) { progress(r.Msg) })
-	if err == nil && r.OtherSSH {
-		// Honour deploy's own -F and known_hosts.
-		progress(fmt.Sprintf("%s; deploying with %s over a new connection", r.Err, c.ssh()))
+// ErrNotRunning is that no keeper answers on the control socket.
+var ErrNotRunning = errors.New("ollie-remote up is not running")
+
+// LimitedBuffer is a bytes.Buffer that refuses to grow past limit.
+type LimitedBuffer struct {
+	bytes.Buffer
+	Limit int
+}
+
+func (b *LimitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.Limit {
+		return 0, fmt.Errorf("more than %d bytes", b.Limit)
 	}
-	if err != nil || r.Result == nil {
-		return deploy.Result{}, false
-	}
-	return *r.Result, true
+	return b.Buffer.Write(p)
 }

@@ -1,4 +1,4 @@
-package main
+package keeper
 
 // The keeper's log is in the runtime directory, often a small tmpfs, and
 // much of what it logs is about hosts, which may be hostile: it must not
@@ -173,9 +173,9 @@ func (h *repeatHandler) WithGroup(name string) slog.Handler {
 	return &c
 }
 
-// keeperLog opens the keeper's log at path: size-capped and rotated, with
+// OpenLog opens the keeper's log at path: size-capped and rotated, with
 // repeated records thinned.
-func keeperLog(path string) (*slog.Logger, *rotatingFile, error) {
+func OpenLog(path string) (*slog.Logger, *rotatingFile, error) {
 	f, err := openRotating(path, maxLogSize)
 	if err != nil {
 		return nil, nil, err

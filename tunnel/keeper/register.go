@@ -1,4 +1,4 @@
-package main
+package keeper
 
 // The approval channel: for as long as it holds a host, the keeper keeps
 // the host's registration of this desktop's broker true.
@@ -25,9 +25,9 @@ import (
 // lists this desktop's socket and the keeper watches it; registering
 // while it is being written; missing, with the reason, otherwise.
 const (
-	approvalsOK          = "ok"
-	approvalsRegistering = "registering"
-	approvalsMissing     = "missing"
+	ApprovalsOK          = "ok"
+	ApprovalsRegistering = "registering"
+	ApprovalsMissing     = "missing"
 )
 
 // carryApprovals forwards, for every SSH connection to the host, a fresh
@@ -52,21 +52,21 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 			if ctx.Err() != nil {
 				return
 			}
-			h.setApprovals(approvalsMissing+": no SSH connection: "+err.Error(), "")
+			h.setApprovals(ApprovalsMissing+": no SSH connection: "+err.Error(), "")
 			if tunnel.Permanent(err) {
 				return
 			}
 			sleepCtx(ctx, delay)
 			continue
 		}
-		h.setApprovals(approvalsRegistering, "")
+		h.setApprovals(ApprovalsRegistering, "")
 		h.mu.Lock()
 		path := filepath.Join(filepath.Dir(h.remoteSock), "broker-"+deploy.RandomHex(8))
 		h.mu.Unlock()
 		ln, err := c.ListenUnix(path)
 		if err != nil {
 			log.Warn("ollie-remote: approvals from this host cannot reach the desktop", "err", err)
-			h.setApprovals(approvalsMissing+": "+err.Error(), "")
+			h.setApprovals(ApprovalsMissing+": "+err.Error(), "")
 			select {
 			case <-c.Done():
 			case <-ctx.Done():
@@ -76,7 +76,7 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 			continue
 		}
 		delay = 250 * time.Millisecond
-		go serveApprovals(b, h.name, ln)
+		go desktop.ServeApprovals(b, h.name, ln)
 		h.keepRegistered(ctx, c, path, prev, log)
 		prev = path
 		if ctx.Err() != nil {
@@ -115,7 +115,7 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, p
 				gone = time.Now()
 				log.Info("ollie-remote: olliesrv does not answer on the host; approvals are registered again once it does", "err", err)
 			}
-			h.setApprovals(approvalsMissing+": olliesrv does not answer on the host", path)
+			h.setApprovals(ApprovalsMissing+": olliesrv does not answer on the host", path)
 			// Soon after a restart the new daemon answers within a
 			// second; one stopped for good is asked less often.
 			wait = min(max(2*wait, 50*time.Millisecond), 250*time.Millisecond)
@@ -134,12 +134,12 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, p
 			// The daemon refused the socket (gone from the host, say):
 			// the caller forwards a fresh one.
 			log.Warn("ollie-remote: the host refused this desktop's broker socket", "err", err)
-			h.setApprovals(approvalsMissing+": "+err.Error(), path)
+			h.setApprovals(ApprovalsMissing+": "+err.Error(), path)
 			sleepCtx(ctx, time.Second)
 			return
 		}
 		// The daemon went: a new one answers soon.
-		h.setApprovals(approvalsRegistering, path)
+		h.setApprovals(ApprovalsRegistering, path)
 		log.Info("ollie-remote: registering approvals again", "reason", err)
 	}
 }
@@ -156,7 +156,7 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path 
 		if err := nc.Write(ctx, "bypass/broker", []byte(path)); err != nil {
 			return err
 		}
-		h.setApprovals(approvalsOK, path)
+		h.setApprovals(ApprovalsOK, path)
 		if *prev != "" {
 			// The earlier connection's socket: sshd left it behind.
 			nc.Write(ctx, "bypass/broker", []byte("-"+*prev))
@@ -182,7 +182,7 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path 
 				return fmt.Errorf("the watch on olliesrv ended: %v", err)
 			}
 			// The daemon refused the subscription: it is going (it
-			// interrupts every request), or has no event file (an
+			// interrupts every Request), or has no event file (an
 			// older olliesrv): then read bypass/broker every 2 s.
 			if lerr := h.checkListed(ctx, nc, path, register); lerr != nil {
 				return fmt.Errorf("the watch on olliesrv ended: %v", err)
@@ -226,20 +226,20 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path 
 // listed.
 func (h *heldHost) checkListed(ctx context.Context, nc *client.Conn, path string, register func() error) error {
 	// The host writes the file: read no more than a list of sockets holds.
-	var b limitedBuffer
-	b.limit = 64 << 10
+	var b LimitedBuffer
+	b.Limit = 64 << 10
 	if err := nc.Follow(ctx, "bypass/broker", &b); err != nil {
 		return err
 	}
-	if listed(b.Bytes(), path) {
-		h.setApprovals(approvalsOK, path)
+	if Listed(b.Bytes(), path) {
+		h.setApprovals(ApprovalsOK, path)
 		return nil
 	}
 	return register()
 }
 
-// listed reports whether a read of bypass/broker lists path.
-func listed(b []byte, path string) bool {
+// Listed reports whether a read of bypass/broker lists path.
+func Listed(b []byte, path string) bool {
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.TrimSpace(l) == path {
 			return true
@@ -267,7 +267,7 @@ func (h *heldHost) unregister(c *tunnel.Client, path string, ln net.Listener, lo
 			sc.Remove(path)
 		}
 	}
-	h.setApprovals(approvalsMissing+": the host is down", "")
+	h.setApprovals(ApprovalsMissing+": the host is down", "")
 }
 
 // nsConn opens a 9P connection of its own to the host's namespace over c,

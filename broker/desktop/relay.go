@@ -1,6 +1,6 @@
-package main
+package desktop
 
-// The desktop broker. The keeper answers the hosts' approval requests:
+// The desktop broker as ollie-remote runs it. The keeper answers the hosts' approval requests:
 // its policy first, then the person at the terminal of "ollie-remote
 // broker" when one runs, else askpass, a dialog, or a denial saying how to
 // be asked. What the terminal broker cannot put to a person (it exited,
@@ -24,27 +24,26 @@ import (
 	"golang.org/x/term"
 
 	"ollie/broker"
-	"ollie/broker/desktop"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 )
 
-// terminalSocket is where "ollie-remote broker" listens: one per desktop
+// TerminalSocket is where "ollie-remote broker" listens: one per desktop
 // user, in RemoteDir, asked by the keepers of every ssh configuration.
-func terminalSocket() string { return filepath.Join(paths.RemoteDir(), "broker.sock") }
+func TerminalSocket() string { return filepath.Join(paths.RemoteDir(), "broker.sock") }
 
-// liveRules is the policy file as a broker consults it: read again before
+// LiveRules is the policy file as a broker consults it: read again before
 // each decision when it changed (one stat when it did not), a version
 // that does not parse keeping the last good rules in force. report hears
 // once of each version: nil when it is in force, else why not.
-type liveRules struct {
-	p      *desktop.Policy
+type LiveRules struct {
+	p      *Policy
 	report func(err error)
 }
 
 // refresh reads the file again if it changed, and says why it is not in
 // force, if it is not.
-func (r *liveRules) refresh() error {
+func (r *LiveRules) refresh() error {
 	changed, err := r.p.Refresh()
 	if changed && r.report != nil {
 		r.report(err)
@@ -52,32 +51,32 @@ func (r *liveRules) refresh() error {
 	return err
 }
 
-func (r *liveRules) Match(req *broker.Request) (broker.Decision, bool) {
+func (r *LiveRules) Match(req *broker.Request) (broker.Decision, bool) {
 	r.refresh()
 	d, _, ok := r.p.Match(req)
 	return d, ok
 }
 
-func (r *liveRules) AddAlways(req *broker.Request) error { return r.p.AddAlways(req) }
+func (r *LiveRules) AddAlways(req *broker.Request) error { return r.p.AddAlways(req) }
 
-// watch refreshes every so often, so that a bad edit is reported even
+// Watch refreshes every so often, so that a bad edit is reported even
 // while no request comes.
-func (r *liveRules) watch(every time.Duration) {
+func (r *LiveRules) Watch(every time.Duration) {
 	for range time.Tick(every) {
 		r.refresh()
 	}
 }
 
-// problem says why the file is not in force and what is instead, or "".
-func (r *liveRules) problem() string {
+// Problem says why the file is not in force and what is instead, or "".
+func (r *LiveRules) Problem() string {
 	err := r.refresh()
 	if err == nil {
 		return ""
 	}
-	return policyProblem(r.p, err)
+	return PolicyProblem(r.p, err)
 }
 
-func policyProblem(p *desktop.Policy, err error) string {
+func PolicyProblem(p *Policy, err error) string {
 	switch n := len(p.Rules()); n {
 	case 0:
 		return fmt.Sprintf("%v; until it is fixed, every request is asked (no rule was read without error)", err)
@@ -88,59 +87,59 @@ func policyProblem(p *desktop.Policy, err error) string {
 	}
 }
 
-// policyWatchEvery is how often a broker looks at the policy file while
+// PolicyWatchEvery is how often a broker looks at the policy file while
 // no request comes (before each request it always does).
-const policyWatchEvery = 2 * time.Second
+const PolicyWatchEvery = 2 * time.Second
 
-// openRules opens the broker policy file, live; report hears of each
+// OpenRules opens the broker policy file, live; report hears of each
 // version read, the first one too when it is broken. It is nil when
 // there is no place for the file (no home).
-func openRules(log *slog.Logger, report func(p *desktop.Policy, err error)) *liveRules {
-	path, err := desktop.DefaultPolicyPath()
+func OpenRules(log *slog.Logger, report func(p *Policy, err error)) *LiveRules {
+	path, err := DefaultPolicyPath()
 	if err != nil {
 		log.Warn("ollie-remote: no broker policy", "err", err)
 		return nil
 	}
-	p, err := desktop.OpenPolicy(path)
-	r := &liveRules{p: p, report: func(err error) { report(p, err) }}
+	p, err := OpenPolicy(path)
+	r := &LiveRules{p: p, report: func(err error) { report(p, err) }}
 	if err != nil {
 		r.report(err)
 	}
 	return r
 }
 
-// desktopBroker is the keeper's broker: the policy first, then the
+// KeeperBroker is the keeper's broker: the policy first, then the
 // person at the terminal broker's terminal when one runs, else askpass or
-// a dialog (handoff). A broken policy is logged once per version.
-func desktopBroker(log *slog.Logger) *desktop.Broker {
-	b := &desktop.Broker{Approver: newHandoff(&desktop.Queue{Approver: desktop.Auto(nil, io.Discard)}, log), Log: log}
-	if r := openRules(log, func(p *desktop.Policy, err error) {
+// a dialog (Handoff). A broken policy is logged once per version.
+func KeeperBroker(log *slog.Logger) *Broker {
+	b := &Broker{Approver: NewHandoff(&Queue{Approver: Auto(nil, io.Discard)}, log), Log: log}
+	if r := OpenRules(log, func(p *Policy, err error) {
 		if err != nil {
-			log.Error("ollie-remote: the broker policy is broken", "problem", policyProblem(p, err))
+			log.Error("ollie-remote: the broker policy is broken", "problem", PolicyProblem(p, err))
 		} else {
 			log.Info("ollie-remote: the broker policy was read", "path", p.Path, "rules", len(p.Rules()))
 		}
 	}); r != nil {
 		b.Rules = r
-		go r.watch(policyWatchEvery)
+		go r.Watch(PolicyWatchEvery)
 	}
 	return b
 }
 
-// policyState is what status shows of the policy b uses: "" when its file
+// PolicyState is what status shows of the policy b uses: "" when its file
 // is in force, else why not and what is.
-func policyState(b *desktop.Broker) string {
-	if r, ok := b.Rules.(*liveRules); ok {
-		return r.problem()
+func PolicyState(b *Broker) string {
+	if r, ok := b.Rules.(*LiveRules); ok {
+		return r.Problem()
 	}
 	return ""
 }
 
-// serveApprovals answers the requests arriving from host on l with b,
+// ServeApprovals answers the requests arriving from host on l with b,
 // which holds the host to its limits (connections at once, deadlines,
 // message size, password asks) whoever answers: the keeper's b asks the
 // terminal broker, when one runs, only once a request is whole.
-func serveApprovals(b *desktop.Broker, host string, l net.Listener) {
+func ServeApprovals(b *Broker, host string, l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -150,29 +149,29 @@ func serveApprovals(b *desktop.Broker, host string, l net.Listener) {
 	}
 }
 
-// handoff is the keeper's approver: the person at the terminal of
+// Handoff is the keeper's approver: the person at the terminal of
 // "ollie-remote broker" when one runs, else next (askpass, a dialog, or a
 // denial saying how to be asked). What the terminal broker cannot put to
 // a person goes to next, never to a denial: none runs, its terminal hung
 // up (it then closes the conversation unanswered), or it exited while
 // asking. A password goes where the question went, or to next when that
 // one is gone.
-type handoff struct {
-	next desktop.Approver
+type Handoff struct {
+	next Approver
 	log  *slog.Logger
 
 	mu    sync.Mutex
 	convs map[*broker.Request]*broker.Conversation // asked on the terminal, until Finish
 }
 
-func newHandoff(next desktop.Approver, log *slog.Logger) *handoff {
-	return &handoff{next: next, log: log, convs: map[*broker.Request]*broker.Conversation{}}
+func NewHandoff(next Approver, log *slog.Logger) *Handoff {
+	return &Handoff{next: next, log: log, convs: map[*broker.Request]*broker.Conversation{}}
 }
 
 // errNoTerminalBroker is that none runs: its socket does not answer.
 var errNoTerminalBroker = errors.New("no terminal broker runs")
 
-func (h *handoff) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
+func (h *Handoff) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
 	cv, ans, err := askTerminal(ctx, req)
 	if err == nil {
 		h.mu.Lock()
@@ -189,7 +188,7 @@ func (h *handoff) Approve(ctx context.Context, req *broker.Request) (broker.Answ
 	return h.next.Approve(ctx, req)
 }
 
-func (h *handoff) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
+func (h *Handoff) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	h.mu.Lock()
 	cv := h.convs[req]
 	h.mu.Unlock()
@@ -206,7 +205,7 @@ func (h *handoff) Password(ctx context.Context, req *broker.Request, attempt int
 
 // Finish ends the request's conversation with the terminal broker, if it
 // has one.
-func (h *handoff) Finish(req *broker.Request) {
+func (h *Handoff) Finish(req *broker.Request) {
 	h.mu.Lock()
 	cv := h.convs[req]
 	delete(h.convs, req)
@@ -216,15 +215,15 @@ func (h *handoff) Finish(req *broker.Request) {
 	}
 }
 
-func (h *handoff) String() string {
-	return "the terminal broker when one runs, else " + desktop.Describe(h.next)
+func (h *Handoff) String() string {
+	return "the terminal broker when one runs, else " + Describe(h.next)
 }
 
 // askTerminal puts req to the terminal broker, after a header naming the
 // host it came from.
 func askTerminal(ctx context.Context, req *broker.Request) (*broker.Conversation, broker.Answer, error) {
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", terminalSocket())
+	c, err := d.DialContext(ctx, "unix", TerminalSocket())
 	if err != nil {
 		return nil, broker.Answer{}, fmt.Errorf("%w: %v", errNoTerminalBroker, err)
 	}
@@ -236,14 +235,14 @@ func askTerminal(ctx context.Context, req *broker.Request) (*broker.Conversation
 	return broker.Ask(ctx, c, req)
 }
 
-// brokerMain runs the terminal broker: the person at this terminal answers
+// ServeTerminal runs the terminal broker: the person at this terminal answers
 // every host's requests, one at a time.
-func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
-	if err := prepareRemoteDir(paths.RemoteDir()); err != nil {
+func ServeTerminal(ctx context.Context, stdout, stderr io.Writer) int {
+	if err := paths.PreparePrivateDir(paths.RemoteDir()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote broker: %v\n", err)
 		return 1
 	}
-	sock := terminalSocket()
+	sock := TerminalSocket()
 	if c, err := net.Dial("unix", sock); err == nil {
 		c.Close()
 		fmt.Fprintf(stderr, "ollie-remote broker: another broker already answers on %s\n", sock)
@@ -259,19 +258,19 @@ func brokerMain(ctx context.Context, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// A prompt cut short by the exit may have turned echo off.
 	defer restoreTerminal(os.Stdin)()
-	person := &desktop.TerminalApprover{In: os.Stdin, Out: stdout}
+	person := &TerminalApprover{In: os.Stdin, Out: stdout}
 	// The keeper applies the policy before it asks here.
-	b := &desktop.Broker{Approver: &desktop.Queue{Approver: person}, Log: log}
+	b := &Broker{Approver: &Queue{Approver: person}, Log: log}
 	fmt.Fprintf(stdout, "ollie-remote broker: answering the approval requests of every host ollie-remote up holds; ^C to stop\n")
 	// The person here is told when the policy file they edit is refused.
-	if r := openRules(log, func(p *desktop.Policy, err error) {
+	if r := OpenRules(log, func(p *Policy, err error) {
 		if err != nil {
-			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file is broken: %s\n", termsafe.Line(policyProblem(p, err)))
+			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file is broken: %s\n", termsafe.Line(PolicyProblem(p, err)))
 		} else {
 			fmt.Fprintf(stdout, "\nollie-remote broker: the policy file %s was read again: %d rules in force\n", termsafe.Line(p.Path), len(p.Rules()))
 		}
 	}); r != nil {
-		go r.watch(policyWatchEvery)
+		go r.Watch(PolicyWatchEvery)
 	}
 	// Whatever ends the broker, the keeper asks its other approvers from
 	// then on: its socket stops answering, and what was being asked here
