@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"ollie/internal/demo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,13 +90,13 @@ func runDemo(t *testing.T, cred *syscall.Credential) {
 			t.Errorf("deploy row %q, want %s ... ok", r, want)
 		}
 	}
-	if !strings.Contains(o, "* "+scriptedBanner+" *") {
+	if !strings.Contains(o, "* "+demo.ScriptedBanner+" *") {
 		t.Errorf("no scripted-model banner:\n%s", o)
 	}
-	if !strings.Contains(o, "── agent a on demo1, "+scriptedBanner+" ──") {
+	if !strings.Contains(o, "── agent a on demo1, "+demo.ScriptedBanner+" ──") {
 		t.Errorf("the agent's output is not labelled as scripted:\n%s", o)
 	}
-	if n := strings.Count(o, "demo1/a │ "+scriptedReply+"\n"); n != 1 {
+	if n := strings.Count(o, "demo1/a │ "+demo.ScriptedReply+"\n"); n != 1 {
 		t.Errorf("the agent's reply is in the output %d times, want once:\n%s", n, o)
 	}
 	for _, h := range []string{"demo1", "demo2", "demo3"} {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"ollie/broker/desktop"
+	"ollie/internal/demo"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/tunnel"
@@ -164,7 +165,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "status":
 		return statusMain(ctx, &c, hosts, stdout, stderr)
 	case "demo":
-		return demoMain(ctx, &c, hosts, stdout, stderr)
+		return demo.Main(ctx, demo.Config{BinDir: c.binDir, DataDir: c.dataDir}, hosts, stdout, stderr)
 	case "broker":
 		return desktop.ServeTerminal(ctx, stdout, stderr)
 	case "version":

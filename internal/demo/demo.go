@@ -1,10 +1,10 @@
-package main
-
-// demo: a walk-through of ollie-remote on a machine with no remote host and
-// no root. It starts three SSH hosts inside this process (internal/demohost),
-// deploys to them with this same binary, brings them up, runs an agent on
-// one, and cleans everything up again; each step prints the command a
-// person would type for it.
+// Package demo is "ollie-remote demo": a walk-through of ollie-remote on
+// a machine with no remote host and no root. It starts three SSH hosts
+// inside this process (internal/demohost), deploys to them with the
+// ollie-remote binary that runs it, brings them up, runs an agent on one,
+// and cleans everything up again; each step prints the command a person
+// would type for it.
+package demo
 
 import (
 	"bytes"
@@ -42,11 +42,11 @@ keep, everything stays up until Ctrl-C.
 // demoHosts is how many hosts the demo starts.
 const demoHosts = 3
 
-// scriptedBanner labels everything the scripted model says.
-const scriptedBanner = "SCRIPTED MODEL: no OLLAMA_HOST or OPENAI_API_KEY set; replies are canned"
+// ScriptedBanner labels everything the scripted model says.
+const ScriptedBanner = "SCRIPTED MODEL: no OLLAMA_HOST or OPENAI_API_KEY set; replies are canned"
 
-// scriptedReply is the scripted model's one answer, streamed word by word.
-const scriptedReply = "Hello from demo1! This reply is canned: a scripted model wrote it before you ran the demo, " +
+// ScriptedReply is the scripted model's one answer, streamed word by word.
+const ScriptedReply = "Hello from demo1! This reply is canned: a scripted model wrote it before you ran the demo, " +
 	"so nothing here was generated. The path it took is real, though: olliesrv on demo1 asked its model " +
 	"backend, streamed the answer into session/demo/agent/a/chat, and ollie-remote carried it to you " +
 	"through the SSH tunnel. Set OLLAMA_HOST or OPENAI_API_KEY and run the demo again to talk to a real model."
@@ -57,7 +57,7 @@ var modelEnv = []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OL
 
 type demo struct {
 	ctx    context.Context
-	c      *common
+	c      Config
 	stdout io.Writer
 	stderr io.Writer
 	keep   bool
@@ -76,7 +76,15 @@ type demo struct {
 	cleaning sync.Once
 }
 
-func demoMain(ctx context.Context, c *common, args []string, stdout, stderr io.Writer) int {
+// Config is where the demo finds what it deploys, as ollie-remote's -bin
+// and -data give it.
+type Config struct {
+	BinDir, DataDir string
+}
+
+// Main runs "ollie-remote demo": a local fleet on loopback, deployed, held
+// and talked to end to end, with the commands it runs shown as it goes.
+func Main(ctx context.Context, c Config, args []string, stdout, stderr io.Writer) int {
 	d := &demo{ctx: ctx, c: c, stdout: stdout, stderr: stderr}
 	for _, a := range args {
 		switch a {
@@ -160,7 +168,7 @@ func (d *demo) run() error {
 		return err
 	}
 	d.exePath, d.exe = exe, typed(exe)
-	if _, err := deploy.LoadBundle(d.c.binDir, d.c.dataDir, runtime.GOOS+"/"+runtime.GOARCH); err != nil {
+	if _, err := deploy.LoadBundle(d.c.BinDir, d.c.DataDir, runtime.GOOS+"/"+runtime.GOARCH); err != nil {
 		return err
 	}
 	for i := 1; i <= demoHosts; i++ {
@@ -255,7 +263,7 @@ func (d *demo) pickModel() error {
 		return nil
 	}
 	d.llm = fakellm.Start(nil)
-	words := strings.SplitAfter(scriptedReply, " ")
+	words := strings.SplitAfter(ScriptedReply, " ")
 	d.llm.Push(fakellm.Response{Text: words, Delay: 25 * time.Millisecond})
 	backends := `{"backends": {"scripted": {"type": "openai", "url": "` + d.llm.URL + `/v1", "model": "fake-model"}}}` + "\n"
 	for _, h := range d.fleet.Hosts {
@@ -267,8 +275,8 @@ func (d *demo) pickModel() error {
 			return err
 		}
 	}
-	bar := strings.Repeat("*", len(scriptedBanner)+4)
-	fmt.Fprintf(d.stdout, "%s\n* %s *\n%s\n", bar, scriptedBanner, bar)
+	bar := strings.Repeat("*", len(ScriptedBanner)+4)
+	fmt.Fprintf(d.stdout, "%s\n* %s *\n%s\n", bar, ScriptedBanner, bar)
 	fmt.Fprintf(d.stdout, "A scripted OpenAI-compatible server on %s plays a canned reply; each host's\n", d.llm.URL)
 	fmt.Fprintf(d.stdout, "~/.config/ollie/backends.json names it:\n  %s", backends)
 	return nil
@@ -277,11 +285,11 @@ func (d *demo) pickModel() error {
 // remote runs this binary with args, its output going straight to ours.
 func (d *demo) remote(ctx context.Context, args ...string) error {
 	full := []string{"-F", d.files.Config}
-	if d.c.binDir != filepath.Dir(d.exePath) {
-		full = append(full, "-bin", d.c.binDir)
+	if d.c.BinDir != filepath.Dir(d.exePath) {
+		full = append(full, "-bin", d.c.BinDir)
 	}
-	if d.c.dataDir != paths.DataDir() {
-		full = append(full, "-data", d.c.dataDir)
+	if d.c.DataDir != paths.DataDir() {
+		full = append(full, "-data", d.c.DataDir)
 	}
 	full = append(full, args...)
 	d.show("", append([]string{d.exe}, full...)...)
@@ -354,7 +362,7 @@ func (d *demo) agent() error {
 	defer follow.Close()
 	label := "agent a on " + host + ", model: " + d.real
 	if d.real == "" {
-		label = "agent a on " + host + ", " + scriptedBanner
+		label = "agent a on " + host + ", " + ScriptedBanner
 	}
 	out := &prefixWriter{w: d.stdout, prefix: host + "/a │ "}
 	fctx, stopFollow := context.WithCancel(ctx)
@@ -450,10 +458,10 @@ func (d *demo) runTurn(ctx context.Context, dial func() (*client.Conn, error), c
 
 // ollieCmd is the ollie command that reaches host's forwarded namespace.
 func (d *demo) ollieCmd(host string) []string {
-	if link := filepath.Join(d.c.binDir, "ollie"); fileExists(link) {
+	if link := filepath.Join(d.c.BinDir, "ollie"); fileExists(link) {
 		return []string{typed(link), "-H", host}
 	}
-	return []string{typed(filepath.Join(d.c.binDir, "olliesrv")), "ollie", "-H", host}
+	return []string{typed(filepath.Join(d.c.BinDir, "olliesrv")), "ollie", "-H", host}
 }
 
 func fileExists(p string) bool {
@@ -465,7 +473,7 @@ func fileExists(p string) bool {
 func (d *demo) ollie(host string, args ...string) error {
 	cmdline := append(d.ollieCmd(host), args...)
 	d.show("", cmdline...)
-	cmd := exec.CommandContext(d.ctx, filepath.Join(d.c.binDir, "olliesrv"), append([]string{"ollie", "-H", host}, args...)...)
+	cmd := exec.CommandContext(d.ctx, filepath.Join(d.c.BinDir, "olliesrv"), append([]string{"ollie", "-H", host}, args...)...)
 	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+d.rdir)
 	cmd.Stdout, cmd.Stderr = d.stdout, d.stderr
 	cmd.WaitDelay = 5 * time.Second
