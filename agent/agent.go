@@ -445,6 +445,23 @@ func (a *Agent) Inject(text string) error {
 	return nil
 }
 
+// Name is the agent's display name.
+func (a *Agent) Name() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Name
+}
+
+// SetName renames the agent.
+func (a *Agent) SetName(name string) {
+	a.mu.Lock()
+	a.cfg.Name = name
+	a.mu.Unlock()
+}
+
+// Cwd is the directory the agent works in; it never changes.
+func (a *Agent) Cwd() string { return a.cfg.Cwd }
+
 // Model returns the model requests use ("" for the backend's default).
 func (a *Agent) Model() string {
 	a.mu.Lock()

@@ -41,11 +41,10 @@ type agentEntry struct {
 	*agent.Agent
 	session string
 	created time.Time
+	// Its name, model and directory are the agent's own (agent.Agent);
+	// these are what only the namespace knows of it.
 	mu      sync.Mutex
-	name    string
-	model   string
 	backend string
-	cwd     string
 	profile string
 	peers   map[string]bool           // agent IDs this agent may message
 	outs    map[string]*stream.Stream // background process output, copied from toolsrv
@@ -58,8 +57,6 @@ type agentEntry struct {
 	depth  int      // how many such creations lie above it
 	limit  []string // the tools it may ever have (nil: no limit)
 }
-
-func (e *agentEntry) Name() string { e.mu.Lock(); defer e.mu.Unlock(); return e.name }
 
 // of returns a session's agents, oldest first.
 func (as *agents) of(session string) []*agentEntry {
@@ -332,8 +329,8 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		if creator != nil {
 			// The narrower of the two: the creator's directory, or the
 			// session's where the creator made it inside its own.
-			if _, err := paths.Within(creator.cwd, s.Cwd()); err == nil {
-				cwd = creator.cwd
+			if _, err := paths.Within(creator.Cwd(), s.Cwd()); err == nil {
+				cwd = creator.Cwd()
 			}
 		}
 	}
@@ -411,7 +408,7 @@ func agentCwd(s *agent.Session, creator *agentEntry, cwd string) (string, error)
 		return "", fmt.Errorf("agent/new: cwd: %w: an agent works inside its session's directory", err)
 	}
 	if creator != nil {
-		if real, err = paths.Within(real, creator.cwd); err != nil {
+		if real, err = paths.Within(real, creator.Cwd()); err != nil {
 			return "", fmt.Errorf("agent/new: cwd: %w: an agent made by %s works inside its directory", err, creator.Name())
 		}
 	}
@@ -485,7 +482,7 @@ func contains(list []string, s string) bool {
 func (e *agentEntry) meta() agent.AgentMeta {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return agent.AgentMeta{ID: e.ID(), Name: e.name, Cwd: e.cwd, Backend: e.backend, Model: e.model, Profile: e.profile,
+	return agent.AgentMeta{ID: e.ID(), Name: e.Name(), Cwd: e.Cwd(), Backend: e.backend, Model: e.Model(), Profile: e.profile,
 		Parent: e.parent, Depth: e.depth, Limit: e.limit}
 }
 
@@ -552,8 +549,8 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	if l := n.logs.get(s.ID); l != nil {
 		cfg.Journal = l.Journal(m.ID)
 	}
-	e := &agentEntry{session: s.ID, created: time.Now(), name: m.Name, model: m.Model, backend: be.Name(),
-		cwd: m.Cwd, profile: m.Profile, token: token, parent: m.Parent, depth: m.Depth, limit: m.Limit}
+	e := &agentEntry{session: s.ID, created: time.Now(), backend: be.Name(),
+		profile: m.Profile, token: token, parent: m.Parent, depth: m.Depth, limit: m.Limit}
 	if restored != nil {
 		cfg.History = restored.History
 		e.peers = restored.Peers
@@ -632,9 +629,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	if err := n.logs.record(e.session, agent.AgentRenamed{Agent: e.ID(), Name: name}); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
-	e.mu.Lock()
-	e.name = name
-	e.mu.Unlock()
+	e.SetName(name)
 	n.bus.Publish("session."+e.session+".agent."+e.ID()+".name", name)
 	return nil
 }
@@ -808,9 +803,6 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 				return nil, err
 			}
 			e.SetModel(arg)
-			e.mu.Lock()
-			e.model = arg
-			e.mu.Unlock()
 		}
 		if m := e.Model(); m != "" {
 			return []byte(m + "\n"), nil
@@ -836,7 +828,7 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		return []byte(strings.Join(models, "\n") + "\n"), nil
 	case "cwd":
-		return []byte(e.cwd + "\n"), nil
+		return []byte(e.Cwd() + "\n"), nil
 	case "tools":
 		tools := e.Tools()
 		if tools == nil {
@@ -972,7 +964,7 @@ func (n *namespace) peerMessage(ctx context.Context, c *ns.Call, data []byte) er
 
 func agentCfg(e *agentEntry) string {
 	e.mu.Lock()
-	cfg := map[string]string{"profile": e.profile, "backend": e.backend, "cwd": e.cwd}
+	cfg := map[string]string{"profile": e.profile, "backend": e.backend, "cwd": e.Cwd()}
 	e.mu.Unlock()
 	cfg["model"] = e.Model()
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -1068,7 +1060,7 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	env := agent.PromptEnv{Cwd: e.cwd, Session: s.ID, Agent: e.ID()}
+	env := agent.PromptEnv{Cwd: e.Cwd(), Session: s.ID, Agent: e.ID()}
 	system, err := agent.ResolvePrompt(ctx, prof, env)
 	if err != nil {
 		return err
@@ -1077,7 +1069,7 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	if err != nil {
 		return err
 	}
-	tools := n.tools.ForAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd}, n.callerNames(s.ID, e.ID()))
+	tools := n.tools.ForAgent(ctx, s.ID, child, within(prof.Tools, e.limit), toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.Cwd()}, n.callerNames(s.ID, e.ID()))
 	// Recorded before it takes effect; a switch the agent refuses (it is
 	// busy) is recorded back, so that a restart brings back what ran.
 	e.mu.Lock()

@@ -187,7 +187,7 @@ func (n *namespace) restore(ctx context.Context) {
 		// prompts wait for their results.
 		who := map[string]toolsrv.Caller{}
 		for _, e := range started {
-			who[e.ID()] = toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.cwd, SessionName: s.Name(), AgentName: e.Name()}
+			who[e.ID()] = toolsrv.Caller{Agent: e.ID(), Token: e.token, Cwd: e.Cwd(), SessionName: s.Name(), AgentName: e.Name()}
 		}
 		go func() {
 			results := n.rerun(ctx, s, rs, who)

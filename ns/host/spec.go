@@ -249,9 +249,9 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 	case creator != nil:
 		// Work an agent's tool asks for is never wider than the agent.
 		if opt.Cwd == "" {
-			opt.Cwd = creator.cwd
+			opt.Cwd = creator.Cwd()
 		}
-		real, err := paths.Within(opt.Cwd, creator.cwd)
+		real, err := paths.Within(opt.Cwd, creator.Cwd())
 		if err != nil {
 			return nil, fmt.Errorf("session/new: cwd: %w: a session made by agent %s lies inside its directory", err, creator.Name())
 		}
