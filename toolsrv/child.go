@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -74,7 +75,26 @@ type Child struct {
 	dir    string
 	spill  string // the session's directory for cut tool output
 	done   chan error
+
+	// idle holds connections an operation finished with, for the next:
+	// a tool call then costs no dial and no attach. One in use belongs to
+	// one operation, so ending that operation's context can close it
+	// (interrupting the call, which kills the tool) without touching
+	// another's.
+	mu     sync.Mutex
+	idle   []*childConn
+	closed bool
 }
+
+// childConn is one attached connection to the child.
+type childConn struct {
+	conn *client.Conn
+	fsys *client.Fsys
+}
+
+// maxIdle bounds the connections kept for reuse: as many as calls
+// commonly run at once in one session.
+const maxIdle = 8
 
 // IsChild reports whether this process was spawned to be a toolsrv. The
 // binary's main calls it early, as it does sandbox.IsHelper.
@@ -193,63 +213,102 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 	return c, nil
 }
 
-// attach opens a connection to the child for one operation; the
+// attach gives one operation a connection to the child, idle or new. The
 // connection closes when ctx ends, which interrupts the request and kills
-// a running call.
-func (c *Child) attach(ctx context.Context) (*client.Fsys, func(), error) {
+// a running call; release hands it back for reuse when the operation went
+// well, and closes it otherwise.
+func (c *Child) attach(ctx context.Context) (*client.Fsys, func(ok bool), error) {
+	cc, err := c.take(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { cc.conn.Close() })
+	return cc.fsys, func(ok bool) {
+		if !stop() || !ok || ctx.Err() != nil {
+			cc.conn.Close()
+			return
+		}
+		c.put(cc)
+	}, nil
+}
+
+func (c *Child) take(ctx context.Context) (*childConn, error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		cc := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return cc, nil
+	}
+	c.mu.Unlock()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.Socket)
 	if err != nil {
-		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
 	conn, err := client.NewConn(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
 	fsys, err := conn.Attach(nil, "agent", c.secret)
 	if err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("toolsrv: %w", err)
+		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	return fsys, func() { stop(); conn.Close() }, nil
+	return &childConn{conn: conn, fsys: fsys}, nil
+}
+
+func (c *Child) put(cc *childConn) {
+	c.mu.Lock()
+	if c.closed || len(c.idle) >= maxIdle {
+		c.mu.Unlock()
+		cc.conn.Close()
+		return
+	}
+	c.idle = append(c.idle, cc)
+	c.mu.Unlock()
 }
 
 // ReadFile reads a file of the child's namespace.
 func (c *Child) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	fsys, done, err := c.attach(ctx)
+	fsys, release, err := c.attach(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	f, err := fsys.Open(path, plan9.OREAD)
 	if err != nil {
+		release(false)
 		return nil, ctxErr(ctx, err)
 	}
-	defer f.Close()
 	b, err := io.ReadAll(f)
+	f.Close()
+	release(err == nil)
 	return b, ctxErr(ctx, err)
 }
 
 // RdWr writes a request to a file of the child's namespace and reads the
 // reply.
 func (c *Child) RdWr(ctx context.Context, path string, req []byte) ([]byte, error) {
-	fsys, done, err := c.attach(ctx)
+	fsys, release, err := c.attach(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	f, err := fsys.Open(path, plan9.ORDWR)
+	if err != nil {
+		release(false)
+		return nil, ctxErr(ctx, err)
+	}
+	var b []byte
+	if _, err = f.Write(req); err == nil {
+		b, err = io.ReadAll(f)
+	}
+	f.Close()
+	release(err == nil)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	defer f.Close()
-	if _, err := f.Write(req); err != nil {
-		return nil, ctxErr(ctx, err)
-	}
-	b, err := io.ReadAll(f)
-	return b, ctxErr(ctx, err)
+	return b, nil
 }
 
 func ctxErr(ctx context.Context, err error) error {
@@ -316,33 +375,35 @@ func (c *Child) Poll(ctx context.Context, id string, off int64) (*tool.ProcPoll,
 // Follow copies a streaming file of the child's namespace to w until it
 // ends or ctx does.
 func (c *Child) Follow(ctx context.Context, path string, w io.Writer) error {
-	fsys, done, err := c.attach(ctx)
+	fsys, release, err := c.attach(ctx)
 	if err != nil {
 		return err
 	}
-	defer done()
 	f, err := fsys.Open(path, plan9.OREAD)
 	if err != nil {
+		release(false)
 		return ctxErr(ctx, err)
 	}
-	defer f.Close()
 	_, err = io.Copy(w, f)
+	f.Close()
+	release(err == nil)
 	return ctxErr(ctx, err)
 }
 
 // Procs lists the background processes: id<TAB>tool<TAB>status.
 func (c *Child) Procs(ctx context.Context) ([]byte, error) {
-	fsys, done, err := c.attach(ctx)
+	fsys, release, err := c.attach(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
 	dir, err := fsys.Open("proc", plan9.OREAD)
 	if err != nil {
+		release(false)
 		return nil, ctxErr(ctx, err)
 	}
 	ents, err := dir.Dirreadall()
 	dir.Close()
+	release(err == nil)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
@@ -373,6 +434,14 @@ func (c *Child) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
 
 // Close stops the child, which kills its processes, and waits for it.
 func (c *Child) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, cc := range idle {
+		cc.conn.Close()
+	}
 	c.stdin.Close()
 	var err error
 	select {

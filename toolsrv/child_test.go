@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -126,7 +127,7 @@ func TestChild(t *testing.T) {
 	if n, err := f.Read(first); err != nil || !strings.HasPrefix(string(first[:n]), "tick\n") {
 		t.Fatalf("first read of out: %q %v", first[:n], err)
 	}
-	done()
+	done(false)
 	if _, err := c.RdWr(ctx, "proc/"+pid+"/ctl", []byte("kill")); err != nil {
 		t.Fatal(err)
 	}
@@ -222,5 +223,66 @@ func TestChildDiesWithParent(t *testing.T) {
 			t.Fatalf("toolsrv %d outlived its parent", childPid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Calls reuse the connections earlier ones finished with, and a call whose
+// context ends takes only its own connection down: the tool is killed,
+// and the call beside it finishes on its own.
+func TestChildConnections(t *testing.T) {
+	c, r := spawnChild(t, map[string][2]string{
+		"echo": {echoMeta, "#!/bin/sh\ncat\n"},
+		"hang": {`{"description": "Hang until killed."}`, "#!/bin/sh\n: > started\nexec sleep 300\n"},
+		"slow": {`{"description": "Answer after a moment."}`, "#!/bin/sh\nsleep 0.3\necho slow done\n"},
+	})
+	ctx := context.Background()
+	for range 5 {
+		if res, err := c.Call(ctx, "echo", json.RawMessage(`{"text": "again"}`)); err != nil || res.Failed {
+			t.Fatalf("call: %+v %v", res, err)
+		}
+	}
+	c.mu.Lock()
+	idle := len(c.idle)
+	c.mu.Unlock()
+	if idle != 1 {
+		t.Fatalf("after five calls one after another, %d idle connections; want the one they all used", idle)
+	}
+
+	hctx, cancel := context.WithCancel(ctx)
+	hung := make(chan error, 1)
+	go func() {
+		_, err := c.Call(hctx, "hang", nil)
+		hung <- err
+	}()
+	slow := make(chan *tool.Result, 1)
+	go func() {
+		res, err := c.Call(ctx, "slow", nil)
+		if err != nil {
+			t.Errorf("the call beside the cancelled one: %v", err)
+		}
+		slow <- res
+	}()
+	// The hanging call is running once its tool has left its mark.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(r.Cwd, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hanging tool never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-hung; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call returned %v", err)
+	}
+	if res := <-slow; res == nil || res.Failed || !strings.Contains(res.Output, "slow done") {
+		t.Fatalf("the call beside the cancelled one: %+v", res)
+	}
+	c.mu.Lock()
+	idle = len(c.idle)
+	c.mu.Unlock()
+	if idle < 1 || idle > 2 {
+		t.Fatalf("%d idle connections after a cancelled and a finished call", idle)
 	}
 }
