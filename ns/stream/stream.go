@@ -33,7 +33,7 @@ type Stream struct {
 	base    int64 // stream offset of buf[0]
 	closed  bool
 	retain  int
-	changed chan struct{} // closed and replaced on every append and on close
+	changed chan struct{} // closed at the next append or close; nil while nobody waits
 }
 
 // DefaultRetain is the number of bytes a Stream keeps when NewStream is given 0.
@@ -44,7 +44,7 @@ func NewStream(retain int) *Stream {
 	if retain <= 0 {
 		retain = DefaultRetain
 	}
-	return &Stream{retain: retain, changed: make(chan struct{})}
+	return &Stream{retain: retain}
 }
 
 // Write appends p. It fails only after Close.
@@ -62,8 +62,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 		s.buf = append([]byte(nil), s.buf[over:]...)
 		s.base += int64(over)
 	}
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.wake()
 	return len(p), nil
 }
 
@@ -73,9 +72,19 @@ func (s *Stream) Close() error {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		close(s.changed)
+		s.wake()
 	}
 	return nil
+}
+
+// wake releases the readers waiting at the end. The channel is made only
+// when a reader waits, so a stream nobody follows appends without
+// allocating. The caller holds s.mu.
+func (s *Stream) wake() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 }
 
 // Size returns the stream offset one past the last byte written.
@@ -106,6 +115,9 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		case s.closed:
 			s.mu.Unlock()
 			return 0, io.EOF
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
 		}
 		wait := s.changed
 		s.mu.Unlock()
