@@ -7,6 +7,8 @@ package nstest
 import (
 	"bytes"
 	"io"
+	"ollie/toolsrv"
+	"ollie/toolsrv/sandbox"
 	"os"
 	"sync"
 	"testing"
@@ -108,4 +110,30 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Main is TestMain for a package whose tests start a daemon: the test
+// binary is then what olliesrv re-executes itself as (the sandbox helper,
+// a session's toolsrv), and no test touches the state directory of the
+// person running it.
+func Main(m *testing.M) {
+	if sandbox.IsHelper() {
+		sandbox.HelperMain()
+	}
+	if toolsrv.IsChild() {
+		toolsrv.ChildMain()
+	}
+	// Helper processes inherit the test's choice rather than make their own.
+	if os.Getenv("OLLIE_TEST_STATE") != "" {
+		os.Exit(m.Run())
+	}
+	state, err := os.MkdirTemp("", "ollie-test-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
+	os.Setenv("OLLIE_TEST_STATE", state)
+	code := m.Run()
+	os.RemoveAll(state)
+	os.Exit(code)
 }
