@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -207,42 +206,27 @@ type member struct {
 	val json.RawMessage
 }
 
-// members splits a JSON object into its members in order, rejecting a
-// duplicate key (encoding/json would silently keep the last).
+// members splits a JSON object into its members in order (jsonx.Members),
+// rejecting a duplicate key (encoding/json would silently keep the last), in
+// the words .meta and argument errors have always used.
 func members(data []byte) ([]member, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if tok != json.Delim('{') {
+	ms, err := jsonx.Members(data)
+	var dup *jsonx.DuplicateKeyError
+	switch {
+	case errors.As(err, &dup):
+		return nil, fmt.Errorf("duplicate key %q", dup.Key)
+	case errors.Is(err, jsonx.ErrNotObject):
 		return nil, errors.New("not an object")
-	}
-	var ms []member
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		key := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		if seen[key] {
-			return nil, fmt.Errorf("duplicate key %q", key)
-		}
-		seen[key] = true
-		ms = append(ms, member{key, raw})
-	}
-	if _, err := dec.Token(); err != nil {
+	case errors.Is(err, jsonx.ErrTrailing):
+		return nil, errors.New("data after the object")
+	case err != nil:
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the object")
+	out := make([]member, len(ms))
+	for i, m := range ms {
+		out[i] = member{m.Key, m.Value}
 	}
-	return ms, nil
+	return out, nil
 }
 
 // object decodes an object at path, reporting a wrong type or a duplicate key.

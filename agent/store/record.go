@@ -70,7 +70,9 @@ type member struct {
 
 // members splits a JSON object into its members, in order, with their
 // values compacted. It fails on anything but exactly one object, and on a
-// key given twice.
+// key given twice. It is not jsonx.Members: every record is written and
+// read through it, so it scans compact JSON in place rather than decode
+// token by token.
 func members(data []byte) ([]member, error) {
 	var c bytes.Buffer
 	c.Grow(len(data))
