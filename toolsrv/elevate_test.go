@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"ollie/broker"
-	"ollie/internal/nstest"
 )
 
 // TestApprovalNamesAgentAtGate: a call's approval request, as the host's
@@ -29,7 +29,12 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 			parked <- id
 		}
 	}
-	sock := filepath.Join(nstest.ShortTempDir(t), "elevate")
+	dir, err := os.MkdirTemp("", "gate") // short: a socket's path is
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "elevate")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
