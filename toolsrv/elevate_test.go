@@ -29,7 +29,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 			parked <- id
 		}
 	}
-	dir, err := os.MkdirTemp("", "gate") // short: a socket's path is
+	dir, err := os.MkdirTemp("", "gate") // short: a socket's path has 108 bytes at most
 	if err != nil {
 		t.Fatal(err)
 	}
