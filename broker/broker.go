@@ -15,12 +15,13 @@
 // parked request's file); the wire protocol, one conversation per stream
 // connection (Ask on the asking side, Receive on the answering side); and
 // the host's Gate, with the host's own list of tools approved always
-// (LoadAlways). Each session's toolsrv asks the Gate (served by
-// olliesrv on OLLIE_ELEVATE_SOCKET), which relays the request to a desktop
-// broker connected over SSH (ollie-remote up forwards a fresh socket per
-// connection), parks it in the namespace (bypass/pending/{id}) for
-// someone to answer by writing a file, or denies it, as the host's policy
-// says. The desktop's side, which answers by its policy file or asks the
+// (LoadAlways). Each session's toolsrv asks the Gate (served by olliesrv
+// on OLLIE_ELEVATE_SOCKET) with a Request it fills in from the call,
+// naming the agent that asked (toolsrv.GateApprover). The Gate relays the
+// request to a desktop broker connected over SSH (ollie-remote up
+// forwards a fresh socket per connection), parks it in the namespace
+// (bypass/pending/{id}) for someone to answer by writing a file, or
+// denies it, as the host's policy says. The desktop's side, which answers by its policy file or asks the
 // person, is package [ollie/broker/desktop].
 //
 // What the Gate trusts: an asker only as the kernel describes it (this
@@ -43,8 +44,10 @@ import (
 	"ollie/internal/termsafe"
 )
 
-// Request is one call's ask: who wants to run what, where. ID is made by
-// the host's gate, single use, and every answer must carry it. Host is
+// Request is one call's ask: who wants to run what, where. It is the one
+// request type from a session's toolsrv to the person: toolsrv fills it
+// in, the gate relays it, the desktop shows it. ID is made by the
+// asker (Ask), single use, and every answer must carry it. Host is
 // never taken from the wire: the desktop sets it from the SSH connection
 // the request came over.
 type Request struct {

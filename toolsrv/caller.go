@@ -29,9 +29,6 @@ type Caller struct {
 // caller checks c against the session and fills in what it leaves out.
 // Its error is for the model.
 func (r *Runner) caller(c Caller) (Caller, error) {
-	if c.Agent == "" {
-		c.Agent = r.AgentID
-	}
 	if c.Cwd == "" || c.Cwd == r.Cwd {
 		c.Cwd = r.Cwd
 		return c, nil

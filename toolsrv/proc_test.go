@@ -1,10 +1,15 @@
 package toolsrv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,9 +101,17 @@ func TestProcs(t *testing.T) {
 	}
 }
 
+// TestProcsCloseKillsAll: Close, even the moment after Start, before the
+// call's sandbox helper listens for signals, ends the call and every
+// process it started, setsid or not, before it returns. Nothing is left,
+// not even a zombie: the helper is their subreaper and reaps each before
+// it exits. (A zombie in the call's group is a process orphaned to init,
+// which some containers' init never reaps: the helper had dropped the
+// kill, and the caller's SIGKILL after WaitDelay ended it outright.)
 func TestProcsCloseKillsAll(t *testing.T) {
+	marker := fmt.Sprintf("300.%06d", time.Now().UnixNano()%1e6)
 	r, _ := runner(t, map[string][2]string{
-		"hang": {`{"description": "Hang."}`, "#!/bin/sh\nsleep 300 &\nsleep 300\n"},
+		"hang": {`{"description": "Hang."}`, "#!/bin/sh\nsleep " + marker + " &\nsetsid sleep " + marker + " &\nsleep " + marker + "\n"},
 	})
 	ps := &Procs{Runner: r}
 	p, err := ps.Start(context.Background(), "hang", nil)
@@ -115,7 +128,42 @@ func TestProcsCloseKillsAll(t *testing.T) {
 	if p.Running() {
 		t.Fatal("still running after Close")
 	}
-	if err := syscall.Kill(-p.pid, 0); err == nil {
-		t.Fatalf("process group %d survived Close", p.pid)
+	if st := p.Status(); st == "signal: killed" {
+		t.Errorf("the call's helper was killed outright (%s), not ended by Close's kill", st)
 	}
+	if left := leftOf(p.pid, marker); len(left) > 0 {
+		t.Errorf("left after Close:\n%s", strings.Join(left, "\n"))
+		for _, l := range left {
+			var pid int
+			fmt.Sscan(l, &pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// leftOf lists the processes in process group pgid or whose command line
+// holds marker, zombies included: "PID (COMM) STATE ppid PPID".
+func leftOf(pgid int, marker string) []string {
+	var left []string
+	names, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range names {
+		stat, err := os.ReadFile(dir + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		// PID (COMM) STATE PPID PGRP ...: COMM may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		if f[2] == strconv.Itoa(pgid) || bytes.Contains(cmdline, []byte(marker)) {
+			left = append(left, fmt.Sprintf("%s %s ppid %s", stat[:i+1], f[0], f[1]))
+		}
+	}
+	return left
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/broker"
 	"ollie/ns/client"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
@@ -24,35 +25,23 @@ import (
 const DefaultOutputCap = 64 << 10
 
 // An Approver decides whether a call may leave its sandbox (a tool declared
-// elevated, or a call with bypass) or run as root (sudo). Approve returns a
-// Grant to approve; its error is shown to the model.
+// elevated, or a call with bypass) or run as root (sudo): GateApprover asks
+// the host's gate. The request is the broker's, whom it goes to; the
+// Runner fills it in, the agent that asked included, from the call's
+// Caller. Approve returns a Grant to approve; its error, which wraps
+// ErrNotApproved, is shown to the model.
 type Approver interface {
-	Approve(ctx context.Context, req *ApprovalRequest) (Grant, error)
+	Approve(ctx context.Context, req *broker.Request) (Grant, error)
 }
 
 // A Grant is an approval in progress: for sudo it supplies the password
-// (the credential gate), and Close says how the call ended.
+// (the credential gate), and Close says how the call ended. The gate's
+// *broker.Conversation is one.
 type Grant interface {
 	// Password asks for the sudo password, the attempt-th time; problem
 	// says why it is asked again. The caller zeroes it once sudo has it.
 	Password(ctx context.Context, attempt int, problem string) ([]byte, error)
-	Close(result string)
-}
-
-// An ApprovalRequest says who asks to run what, outside the sandbox.
-type ApprovalRequest struct {
-	Session string
-	Agent   string
-	// SessionName and AgentName are for people to read (Caller's).
-	SessionName string
-	AgentName   string
-	Tool        string
-	Variant     int
-	Executable  string
-	Args        json.RawMessage
-	Cwd         string
-	Bypass      bool // the call asked for it; otherwise the .meta declares elevated
-	Sudo        bool
+	Close(result string) error
 }
 
 // ErrNotApproved is wrapped by the error of a call that was not approved.
@@ -61,7 +50,7 @@ var ErrNotApproved = errors.New("not approved")
 // noApprover denies everything: without a broker nobody can approve.
 type noApprover struct{}
 
-func (noApprover) Approve(ctx context.Context, req *ApprovalRequest) (Grant, error) {
+func (noApprover) Approve(ctx context.Context, req *broker.Request) (Grant, error) {
 	what := "to run outside its sandbox"
 	if req.Sudo {
 		what = "to run as root (sudo)"
@@ -89,7 +78,6 @@ type Runner struct {
 	ElevateSocket string   // OLLIE_ELEVATE_SOCKET for tools
 	Namespace     string   // OLLIE_NAMESPACE for tools: the directory of the namespace socket
 	SessionID     string
-	AgentID       string // the caller when a call names none
 
 	// Yolo runs every call outside the sandbox and without asking the
 	// Approver, as a yolo session's are: the sandbox profile a call names
@@ -149,8 +137,11 @@ func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, 
 	if approver == nil {
 		approver = noApprover{}
 	}
-	req := &ApprovalRequest{Session: r.SessionID, Agent: c.Agent, SessionName: c.SessionName, AgentName: c.AgentName, Tool: t.Name, Variant: t.Variant,
-		Executable: t.Path, Args: own, Cwd: c.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
+	// Who asks is the call's Caller, here and nowhere else: the session by
+	// its ID (and its name, for people), the agent likewise, or none for
+	// a call that names no agent.
+	req := &broker.Request{Session: r.SessionID, SessionName: c.SessionName, Agent: c.Agent, AgentName: c.AgentName,
+		Tool: t.Name, Variant: t.Variant, Executable: t.Path, Args: own, Cwd: c.Cwd, Bypass: flags.Bypass, Sudo: t.Sudo}
 	return approver.Approve(ctx, req)
 }
 

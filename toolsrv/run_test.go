@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/broker"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -207,17 +208,17 @@ func TestRunSandboxAndApproval(t *testing.T) {
 // recordApprover approves every request and keeps them.
 type recordApprover struct {
 	mu   sync.Mutex
-	reqs []ApprovalRequest
+	reqs []broker.Request
 }
 
-func (a *recordApprover) Approve(_ context.Context, req *ApprovalRequest) (Grant, error) {
+func (a *recordApprover) Approve(_ context.Context, req *broker.Request) (Grant, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.reqs = append(a.reqs, *req)
 	return approveAll{}, nil
 }
 
-func (a *recordApprover) last() ApprovalRequest {
+func (a *recordApprover) last() broker.Request {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.reqs[len(a.reqs)-1]

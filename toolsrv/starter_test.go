@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"ollie/broker"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
 )
@@ -504,13 +505,13 @@ func TestStarterShell(t *testing.T) {
 // approveAll approves every elevation: a broker whose user says yes.
 type approveAll struct{}
 
-func (approveAll) Approve(context.Context, *ApprovalRequest) (Grant, error) { return approveAll{}, nil }
+func (approveAll) Approve(context.Context, *broker.Request) (Grant, error) { return approveAll{}, nil }
 
 func (approveAll) Password(context.Context, int, string) ([]byte, error) {
 	return nil, errors.New("approveAll has no password")
 }
 
-func (approveAll) Close(string) {}
+func (approveAll) Close(string) error { return nil }
 
 // TestStarterSystemLogs checks system_logs' variants: what this host
 // resolves to and what it does under the sandbox, and on made-up hosts the

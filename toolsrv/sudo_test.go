@@ -53,7 +53,7 @@ func (g *typist) Password(ctx context.Context, attempt int, problem string) ([]b
 	return []byte(pw), nil
 }
 
-func (g *typist) Close(string) {}
+func (g *typist) Close(string) error { return nil }
 
 func sudoHelper() {
 	var spec sudoSpec

@@ -36,6 +36,7 @@ func TestBypassPending(t *testing.T) {
 	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=a profile=default"); err != nil {
 		t.Fatal(err)
 	}
+	sid, aid := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/a/id"))
 	chat, err := fs.Open("session/s/agent/a/chat", plan9.OREAD)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestBypassPending(t *testing.T) {
 				}
 			}
 		}
-		t.Fatalf("no request in bypass/pending; state %q, log:\n%s", nstest.ReadFile(t, fs, "session/s/agent/a/state"), nstest.ReadFile(t, fs, "session/s/agent/a/log"))
+		t.Fatalf("no request in bypass/pending; state %q, log:\n%s", nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/state"), nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/log"))
 		return ""
 	}
 
@@ -67,7 +68,6 @@ func TestBypassPending(t *testing.T) {
 	}
 	// Who asks: the agent's session and the agent, by name and ID, as the
 	// toolsrv got them with the call.
-	sid, aid := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/a/id"))
 	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  s ("+sid+"), agent a ("+aid+")\n") || strings.Contains(req, "variant") {
 		t.Errorf("bypass/pending/%s does not name session %s and agent %s (or names a variant of a tool without):\n%s", id, sid, aid, req)
 	}
@@ -82,11 +82,18 @@ func TestBypassPending(t *testing.T) {
 		t.Errorf("after approve the chat is %q", lines)
 	}
 
-	// Denied by writing the file: the model reads the reason.
-	if err := nstest.WriteFile(fs, "session/s/agent/a/prompt", "again"); err != nil {
+	// Denied by writing the file: the model reads the reason. The agent,
+	// renamed, is named as it is called when it calls.
+	if err := nstest.WriteFile(fs, "session/s/agent/a/name", "fixer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nstest.WriteFile(fs, "session/s/agent/fixer/prompt", "again"); err != nil {
 		t.Fatal(err)
 	}
 	id = pending()
+	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  s ("+sid+"), agent fixer ("+aid+")\n") {
+		t.Errorf("bypass/pending/%s does not name the agent renamed fixer (%s):\n%s", id, aid, req)
+	}
 	if err := nstest.WriteFile(fs, "bypass/pending/"+id, "deny not on a Friday"); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,7 @@ func TestBypassPending(t *testing.T) {
 	if err := nstest.WriteFile(fs, "bypass/policy", "nobroker=sometimes"); err == nil {
 		t.Error("a bad policy was accepted")
 	}
-	if err := nstest.WriteFile(fs, "session/s/agent/a/prompt", "third"); err != nil {
+	if err := nstest.WriteFile(fs, "session/s/agent/fixer/prompt", "third"); err != nil {
 		t.Fatal(err)
 	}
 	lines = readLines(t, chat, 5)

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 const (
@@ -123,7 +124,38 @@ func Command(ctx context.Context, p *Policy, path string, args []string) (*exec.
 // tool and every process it started, reaps them, and exits with status 137
 // (128+SIGKILL). Unlike SIGKILL to the helper or its process group, it
 // leaves nothing behind.
-func Kill(p *os.Process) error { return p.Signal(killSignal) }
+//
+// A helper that has only just started may not listen yet: from its
+// runtime's start until it calls signal.Notify, Go catches the signal and
+// drops it (before that, the signal ends the helper, which has started
+// nothing). So Kill sends it again every killResend until p has been
+// waited for, for killPersist at most: a Kill that came at the start was
+// lost, and the tool ran until the caller's SIGKILL after WaitDelay,
+// which orphaned it and whatever it had started.
+func Kill(p *os.Process) error {
+	if err := p.Signal(killSignal); err != nil {
+		return err
+	}
+	go func() {
+		tick := time.NewTicker(killResend)
+		defer tick.Stop()
+		for end := time.Now().Add(killPersist); time.Now().Before(end); {
+			<-tick.C
+			// After Wait this fails (os.ErrProcessDone); until then p is
+			// the helper or its zombie, never another process.
+			if p.Signal(killSignal) != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// How often and how long Kill sends its signal again.
+const (
+	killResend  = 10 * time.Millisecond
+	killPersist = 10 * time.Second
+)
 
 // Unsandboxed returns a command that runs the tool at path with args
 // without Landlock, for a bypass or elevation that has been approved. It

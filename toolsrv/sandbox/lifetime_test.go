@@ -307,6 +307,64 @@ func TestSignals(t *testing.T) {
 	}
 }
 
+// Kill as a call starts, before its helper listens for signals (the
+// Procs.Close right after a Start that TestProcsCloseKillsAll does): the
+// helper still ends the tool and what it started, and exits 137 itself.
+// It used to drop that kill, leaving the call to run until the caller's
+// SIGKILL after WaitDelay, which orphaned the tool and its setsid'd child.
+func TestKillAtStart(t *testing.T) {
+	requireLandlock(t, 3)
+	e := newEnv(t)
+	marker := fmt.Sprintf("%d.%d", 31, time.Now().UnixNano()%1e6)
+	cmd, err := Command(context.Background(), e.policy(t), "/bin/sh", []string{"-c", "setsid sleep " + marker + " & sleep " + marker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Env, lateListenEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = e.cwd
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range cmd.ExtraFiles {
+		f.Close()
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "starting\n" {
+		t.Fatalf("the helper said %q (%v)", line, err)
+	}
+	if err := Kill(cmd.Process); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte{'\n'}) // go on, to listen
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second): // a watchdog: a Kill kept ends it at once
+		cmd.Process.Kill()
+		<-exited
+		t.Error("the helper dropped a Kill sent before it listened")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 128+9 {
+		t.Errorf("after Kill: %v, want exit status 137", cmd.ProcessState)
+	}
+	if ps := processesWith(marker); len(ps) > 0 {
+		t.Errorf("processes outlived Kill: %q", ps)
+		for _, p := range ps {
+			var pid int
+			fmt.Sscan(p, &pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // A fork bomb meets limits.processes: its forks fail, the call ends, and
 // none of its processes is left.
 func TestForkBombStopped(t *testing.T) {

@@ -25,6 +25,9 @@ import (
 // does, and a tiny tool (testTool) for what a shell cannot do.
 func TestMain(m *testing.M) {
 	if IsHelper() {
+		if os.Getenv(lateListenEnv) != "" {
+			lateListen()
+		}
 		HelperMain()
 	}
 	if len(os.Args) > 1 && os.Args[1] == testToolArg {
@@ -34,6 +37,19 @@ func TestMain(m *testing.M) {
 }
 
 const testToolArg = "__sandbox_test_tool"
+
+// lateListenEnv set makes a helper wait in its start, after the Go
+// runtime catches signals and before the helper listens for them, until
+// a line comes on its stdin: the while a binary with much to initialise
+// (olliesrv) spends there, made as long as a test needs.
+const lateListenEnv = "SANDBOX_TEST_LATE_LISTEN"
+
+func lateListen() {
+	os.Unsetenv(lateListenEnv) // the confining stage goes on at once
+	os.Stdout.WriteString("starting\n")
+	var b [1]byte
+	os.Stdin.Read(b[:])
+}
 
 // testTool: "listen PORT" listens on 127.0.0.1:PORT as Go does by
 // default (Multipath TCP if it can, else TCP); "mptcp PORT" insists on
