@@ -24,14 +24,15 @@ const (
 	StateClosed   = "closed"
 )
 
-// Tools is how an agent reaches its session's tools: toolsrv.Child is one.
+// Tools is how an agent reaches its session's tools: toolsrv.View, an
+// agent's view of its session's toolsrv child, is one.
 type Tools interface {
 	Decls(ctx context.Context) ([]tool.FunctionDecl, error)
 	Call(ctx context.Context, tool string, args json.RawMessage) (*tool.Result, error)
 }
 
 // BackgroundTools also runs calls in the background (background: true):
-// toolsrv.Child is one. Their output reaches the model as it comes.
+// toolsrv.View is one. Their output reaches the model as it comes.
 type BackgroundTools interface {
 	Tools
 	Start(ctx context.Context, tool string, args json.RawMessage) (string, error)

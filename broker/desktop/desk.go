@@ -195,14 +195,7 @@ func (b *Broker) Serve(host string, l net.Listener) error {
 // ServeConn answers one request that came over host's connection, and
 // closes c. The request's own Host is overwritten: a host cannot speak
 // for another.
-func (b *Broker) ServeConn(host string, c net.Conn) { b.ServeConnVia(host, c, nil) }
-
-// ServeConnVia is ServeConn that first offers the connection, once
-// admitted under host's cap, to forward, which carries the conversation
-// elsewhere (ollie-remote's keeper hands it to the terminal broker) and
-// reports whether it did; if it did not, or forward is nil, the broker
-// answers it.
-func (b *Broker) ServeConnVia(host string, c net.Conn, forward func(host string, c net.Conn) bool) {
+func (b *Broker) ServeConn(host string, c net.Conn) {
 	defer c.Close()
 	release, ok := b.admit(host)
 	if !ok {
@@ -211,9 +204,6 @@ func (b *Broker) ServeConnVia(host string, c net.Conn, forward func(host string,
 		return
 	}
 	defer release()
-	if forward != nil && forward(host, c) {
-		return
-	}
 	b.answer(host, c)
 }
 

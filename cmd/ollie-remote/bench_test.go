@@ -32,8 +32,8 @@ import (
 	"ollie/tunnel"
 )
 
-// deployBench is a lab of ten hosts and what deploys to them: ollie-remote,
-// ten parallel rsyncs and parallel-scp, all copying the same files.
+// deployBench is a lab of nine hosts (sshlab.MaxHosts) and what deploys to
+// them: ollie-remote, nine parallel rsyncs and parallel-scp, all copying the same files.
 type deployBench struct {
 	lab       *sshlab.Lab
 	hosts     []string
@@ -52,7 +52,7 @@ func BenchmarkDeploy(b *testing.B) {
 			b.Fatalf("%s not found: apt-get install rsync pssh", tool)
 		}
 	}
-	lab := sshlab.Start(b, sshlab.Config{Hosts: 10, UserPrefix: "orbench"})
+	lab := sshlab.Start(b, sshlab.Config{Hosts: sshlab.MaxHosts, UserPrefix: "orbench"})
 	e := &deployBench{lab: lab}
 	for _, h := range lab.Hosts {
 		e.hosts = append(e.hosts, h.Name)
@@ -118,7 +118,7 @@ func BenchmarkDeploy(b *testing.B) {
 		e.report(b, "deploy", td, tr, tp)
 	})
 
-	// Held: ollie-remote up holds the ten hosts, so deploy goes to the
+	// Held: ollie-remote up holds the nine hosts, so deploy goes to the
 	// keeper and runs over its connections, without an SSH handshake. up
 	// needs a deploy before it, and rsync a copy to be warm, which -bench
 	// Deploy/held alone would skip.
@@ -159,7 +159,7 @@ func timed(f func()) time.Duration {
 	return time.Since(t0)
 }
 
-// report gives each tool's time per operation (ten hosts) and the ratios
+// report gives each tool's time per operation (nine hosts) and the ratios
 // of deploy's to its peers'; the default ns/op, the sum of all three, is
 // dropped.
 func (e *deployBench) report(b *testing.B, name string, td, tr, tp time.Duration) {
@@ -180,7 +180,7 @@ func (e *deployBench) remote(args ...string) (string, error) {
 	return string(out), err
 }
 
-// deploy runs ollie-remote deploy on the ten hosts and checks that each
+// deploy runs ollie-remote deploy on the nine hosts and checks that each
 // did what the case expects: everything sent, or nothing; through the
 // keeper, or over a connection of its own.
 func (e *deployBench) deploy(b *testing.B, upToDate, held bool) {
@@ -200,7 +200,7 @@ func (e *deployBench) deploy(b *testing.B, upToDate, held bool) {
 	}
 }
 
-// rsync runs ten rsync -a over ssh at once, one per host, as a shell loop
+// rsync runs nine rsync -a over ssh at once, one per host, as a shell loop
 // with & would.
 func (e *deployBench) rsync(b *testing.B) {
 	var wg sync.WaitGroup

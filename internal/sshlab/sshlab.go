@@ -4,8 +4,9 @@
 //
 // Tests use it to talk to the same sshd users have, not to an in-process
 // imitation. It needs root (it creates users and runs sshd) and the
-// openssh-server package; without them Start fails the test rather than
-// skipping it, since a skipped SSH test in CI would hide a broken setup.
+// openssh-server package; without them Start skips the test in plain go
+// test and fails it in the lab tier (internal/lab), since a skipped SSH
+// test in CI would hide a broken setup.
 //
 // Several labs may run at once, in one test process or in parallel test
 // processes: each sshd listens on a port of its own, so the addresses are
@@ -46,6 +47,7 @@ const Root = "/var/lib/ollie-sshlab"
 // Config says what hosts a lab has.
 type Config struct {
 	// Hosts is how many hosts to start, on 127.0.0.11, 127.0.0.12, …
+	// (at most MaxHosts)
 	// 0 means 1.
 	Hosts int
 	// UserPrefix names the hosts' users: prefix + last address byte
@@ -101,6 +103,9 @@ type Host struct {
 	exited chan struct{}
 }
 
+// MaxHosts is how many hosts a lab can have.
+const MaxHosts = 9
+
 // Start starts cfg.Hosts hosts and stops them, and removes the lab
 // directory, when the test ends.
 func Start(t testing.TB, cfg Config) *Lab {
@@ -111,8 +116,10 @@ func Start(t testing.TB, cfg Config) *Lab {
 	if cfg.Hosts <= 0 {
 		cfg.Hosts = 1
 	}
-	if cfg.Hosts > 200 {
-		t.Fatalf("sshlab: %d hosts: at most 200 (127.0.0.11..)", cfg.Hosts)
+	// The lab's hosts are 127.0.0.11–19: the rest of 127/8 stays free
+	// for whatever else the machine runs.
+	if cfg.Hosts > MaxHosts {
+		t.Fatalf("sshlab: %d hosts: at most %d (127.0.0.11–19)", cfg.Hosts, MaxHosts)
 	}
 	if cfg.UserPrefix == "" {
 		cfg.UserPrefix = "olab"

@@ -8,8 +8,8 @@ import (
 
 func TestLab(t *testing.T) {
 	t0 := time.Now()
-	l := Start(t, Config{Hosts: 10})
-	t.Logf("10 hosts up in %v", time.Since(t0))
+	l := Start(t, Config{Hosts: MaxHosts})
+	t.Logf("%d hosts up in %v", MaxHosts, time.Since(t0))
 	for _, h := range []*Host{l.Host(0), l.Host(9)} {
 		out, err := l.SSH(h.Name, "id -un; echo $HOME").CombinedOutput()
 		if err != nil {

@@ -3,7 +3,6 @@
 // namespace on a local socket through a 9P proxy that resumes reads across
 // reconnects. up, down, status and deploy talk to it over a control socket
 // in the same private directory.
-
 package keeper
 
 import (
