@@ -328,7 +328,6 @@ func TestInterruptBlockedRead(t *testing.T) {
 	default:
 	}
 
-	start := time.Now()
 	var wg sync.WaitGroup
 	for range 3 { // idempotent and safe concurrently
 		wg.Add(1)
@@ -338,9 +337,6 @@ func TestInterruptBlockedRead(t *testing.T) {
 	err := wait(t, "the interrupted Follow", errc)
 	if !IsInterrupted(err) || !IsServerError(err) {
 		t.Fatalf("Follow after Interrupt: %v, want interrupted", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Interrupt took %v", d)
 	}
 	c.Interrupt() // nothing in flight
 
