@@ -94,6 +94,18 @@ func (l *lab) askTool(t *testing.T, tool string) Answer {
 	return ans
 }
 
+// parkedWaiters is how many requests wait on parked ones, identical ones
+// included.
+func parkedWaiters(g *Gate) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, p := range g.pending {
+		n += p.waiters
+	}
+	return n
+}
+
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
@@ -199,7 +211,7 @@ func TestGateHandsOverParked(t *testing.T) {
 		go func() { results <- l.askTool(t, "fix") }()
 	}
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
-	time.Sleep(50 * time.Millisecond) // the identical one joins it
+	waitFor(t, "the identical one to join it", func() bool { return parkedWaiters(l.gate) == 2 })
 	hold := make(chan struct{})
 	d := startHolding(t, filepath.Join(l.gate.Dir, "broker-1"), hold)
 	if err := l.gate.Register(d.path); err != nil {
@@ -256,14 +268,12 @@ func TestGateShutdown(t *testing.T) {
 	go func() { parked <- l.askTool(t, "parked2") }()
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
 
+	// The desktop holds its request until the test ends: ctx's error says
+	// Shutdown stopped waiting for it when ctx ended.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	if err := l.gate.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown: %v, want it to say it stopped waiting", err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Shutdown took %v", took)
 	}
 	for name, ch := range map[string]chan Answer{"parked": parked, "asking": asking} {
 		select {
@@ -291,13 +301,11 @@ func TestGateShutdownSkipsRunningTools(t *testing.T) {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	defer cv.Close("ran") // the tool runs until the test ends
+	// The tool runs until the test ends: a Shutdown that waited for it
+	// would return ctx's error.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := l.gate.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Shutdown waited %v for a running tool", took)
+		t.Errorf("Shutdown: %v; it waited for a running tool", err)
 	}
 }
