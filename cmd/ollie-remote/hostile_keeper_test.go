@@ -87,7 +87,8 @@ func TestHostileMsize(t *testing.T) {
 		defer c.Close()
 		t.Logf("connection %d: the keeper answered Tversion with msize %d", i, msize)
 	}
-	time.Sleep(3 * time.Second)
+	// Not for a while, but until the keeper has dropped three floods.
+	hl.waitEvent(t, `(?s)(msize flood stopped.*){3}`, 30*time.Second)
 	t.Logf("the fake's log:\n%s", grepLines(hl.fakeEvents(), "msize flood"))
 	d.finish("msize 4 GiB on 3 connections")
 }
