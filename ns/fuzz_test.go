@@ -39,7 +39,7 @@ import (
 //
 // make fuzz runs it briefly with
 //
-//	go test ./ns -run '^$' -fuzz '^FuzzServe$' -fuzztime 10s -fuzzminimizetime 200x
+//	go test ./ns -run '^$' -fuzz '^FuzzServe$' -fuzztime 12000x -fuzzminimizetime 200x
 func FuzzServe(f *testing.F) {
 	prefix := frames(
 		&plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"},
@@ -409,7 +409,7 @@ func parkedRequests() int {
 //
 // make fuzz runs it briefly with
 //
-//	go test ./ns -run '^$' -fuzz '^FuzzPrincipals$' -fuzztime 10s -fuzzminimizetime 200x
+//	go test ./ns -run '^$' -fuzz '^FuzzPrincipals$' -fuzztime 12000x -fuzzminimizetime 200x
 func FuzzPrincipals(f *testing.F) {
 	// The first connection's peer kind, then ops: each a byte, then its
 	// arguments (see principalProgram.run).
