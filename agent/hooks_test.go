@@ -57,11 +57,10 @@ func TestHookPreTool(t *testing.T) {
 			if tc.timeout > 0 {
 				h.Timeout = tc.timeout
 			}
-			begin := time.Now()
+			// No clock here: the timeout and the overflow are told by
+			// their errors, and what a hook leaves behind, by
+			// TestHookProcessGroup.
 			d, err := h.PreTool(context.Background(), lsCall)
-			if took := time.Since(begin); took > 3*time.Second {
-				t.Errorf("took %v", took)
-			}
 			if d.Allow != tc.allow || !regexp.MustCompile(tc.reason).MatchString(d.Reason) || d.Inject != "" {
 				t.Errorf("decision %+v, want allow %v, reason matching %q", d, tc.allow, tc.reason)
 			}
@@ -123,29 +122,33 @@ func TestHookProcessGroup(t *testing.T) {
 	waitDead(t, readPid(t, filepath.Join(h.Dir, "pid")))
 
 	// When the hook exits, what it left running dies too, and does not
-	// hold up the hook by keeping its stdout open.
+	// hold up the hook by keeping its stdout open. Here the bound is the
+	// point, and generous: held up, the hook would last the sleep's 30 s;
+	// it ends at once, or after its one-second grace should the kill be
+	// missing (then waitDead fails).
 	h = hooksFor(t, HookPostTurn, `sleep 30 & echo $! > pid; exit 0`)
 	begin := time.Now()
 	if err := h.PostTurn(context.Background(), TurnInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(begin); took > 2*time.Second {
-		t.Errorf("took %v", took)
+	if took := time.Since(begin); took > 15*time.Second {
+		t.Errorf("took %v: the process left running held the hook up", took)
 	}
 	waitDead(t, readPid(t, filepath.Join(h.Dir, "pid")))
 
-	// A process that left the group on purpose is not waited for past a
-	// second, even while it holds the hook's stdout.
+	// A process that left the group on purpose is not waited for, even
+	// while it holds the hook's stdout: it is still running when Run
+	// returns (it sleeps for 30 s; a Run that waited for it would find it
+	// gone).
 	h = hooksFor(t, HookPostTurn, `setsid sh -c 'echo $$ > pid.new; mv pid.new pid; exec sleep 30' & until [ -s pid ]; do sleep 0.01; done; echo done`)
-	begin = time.Now()
 	out, err := h.Run(context.Background(), HookPostTurn, nil)
-	if took := time.Since(begin); err != nil || out.ExitCode != 0 || out.Stdout != "done\n" || took > 2500*time.Millisecond {
-		t.Errorf("%+v, %v after %v", out, err, took)
+	if err != nil || out.ExitCode != 0 || out.Stdout != "done\n" {
+		t.Errorf("%+v, %v", out, err)
 	}
 	if pid := readPid(t, filepath.Join(h.Dir, "pid")); procAlive(pid) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	} else {
-		t.Errorf("setsid did not keep %d alive", pid)
+		t.Errorf("process %d, which left the group, was gone when Run returned: Run waited for it or killed it", pid)
 	}
 }
 

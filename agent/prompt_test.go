@@ -138,13 +138,9 @@ func TestPromptTimeout(t *testing.T) {
 	env := promptEnv(t)
 	env.Timeout = 200 * time.Millisecond
 	pidFile := filepath.Join(env.Cwd, "pid")
-	begin := time.Now()
 	// The sleep in the background is in the command's process group: it
-	// dies with the shell.
+	// dies with the shell. The error says the timeout ended the command.
 	_, err := resolveIn(t, env, "echo ok", `sleep 30 & echo $! > pid; wait`)
-	if took := time.Since(begin); took > 3*time.Second {
-		t.Errorf("took %v", took)
-	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "prompt[1] `sleep 30 & echo $! > pid; wait`: timed out after 200ms") {
 		t.Errorf("err = %v", err)
 	}

@@ -203,7 +203,7 @@ func TestGateHandsOverParked(t *testing.T) {
 		go func() { results <- l.askTool(t, "fix") }()
 	}
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
-	time.Sleep(50 * time.Millisecond) // the identical one joins it
+	waitFor(t, "the identical one to join it", func() bool { return broker.ParkedWaiters(l.gate) == 2 })
 	hold := make(chan struct{})
 	d := startHolding(t, filepath.Join(l.gate.Dir, "broker-1"), hold)
 	if err := l.gate.Register(d.path); err != nil {
@@ -260,14 +260,12 @@ func TestGateShutdown(t *testing.T) {
 	go func() { parked <- l.askTool(t, "parked2") }()
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
 
+	// The desktop holds its request until the test ends: ctx's error says
+	// Shutdown stopped waiting for it when ctx ended.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	if err := l.gate.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown: %v, want it to say it stopped waiting", err)
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("Shutdown took %v", took)
 	}
 	for name, ch := range map[string]chan broker.Answer{"parked": parked, "asking": asking} {
 		select {
@@ -295,13 +293,11 @@ func TestGateShutdownSkipsRunningTools(t *testing.T) {
 		t.Fatalf("%+v %v", ans, err)
 	}
 	defer cv.Close("ran") // the tool runs until the test ends
+	// The tool runs until the test ends: a Shutdown that waited for it
+	// would return ctx's error.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	start := time.Now()
 	if err := l.gate.Shutdown(ctx); err != nil {
-		t.Errorf("Shutdown: %v", err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Shutdown waited %v for a running tool", took)
+		t.Errorf("Shutdown: %v; it waited for a running tool", err)
 	}
 }

@@ -258,7 +258,7 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); len(l.gate.Pending()) < 1 && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // let the identical ones join
+	waitFor(t, "the identical ones to join", func() bool { return broker.ParkedWaiters(l.gate) == 10 })
 	if n := len(l.gate.Pending()); n != 1 {
 		t.Fatalf("%d pending for 10 identical requests", n)
 	}

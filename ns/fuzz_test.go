@@ -24,8 +24,12 @@ import (
 // goroutine of its own, so a panic there ends the process; one in a
 // handler is logged), nor hang: ServeConn returns once the input ends,
 // every goroutine and fid of the connection is gone after it, and a fresh
-// connection to the same server still works. Seeds are in
-// testdata/fuzz/FuzzServe.
+// connection to the same server still works. And it must keep 9P's
+// promise to the client (checkReplies): every reply well formed, for a
+// request outstanding under its tag, of its type plus one or Rerror; no
+// request answered twice; every request answered, but those still
+// blocked when the input ended; a flushed request answered before its
+// Rflush or not at all. Seeds are in testdata/fuzz/FuzzServe.
 //
 // The frames go to the server one at a time, each once the ones before
 // are answered or blocked (see fuzzConn), so that one input always takes
@@ -35,7 +39,7 @@ import (
 //
 // make fuzz runs it briefly with
 //
-//	go test ./ns -run '^$' -fuzz '^FuzzServe$' -fuzztime 10s -fuzzminimizetime 200x
+//	go test ./ns -run '^$' -fuzz '^FuzzServe$' -fuzztime 12000x -fuzzminimizetime 200x
 func FuzzServe(f *testing.F) {
 	prefix := frames(
 		&plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"},
@@ -49,7 +53,7 @@ func FuzzServe(f *testing.F) {
 		if withPrefix {
 			in = append(bytes.Clone(prefix), data...)
 		}
-		conn := &fuzzConn{t: t, srv: srv, frames: splitFrames(in)}
+		conn := &fuzzConn{t: t, srv: srv, frames: splitFrames(in), replied: make(chan struct{}, 1)}
 		done := make(chan error, 1)
 		go func() { done <- srv.ServeConn(conn, ns.Peer{Kind: ns.Owner, UID: -1}) }()
 		select {
@@ -66,6 +70,7 @@ func FuzzServe(f *testing.F) {
 		}
 		end()
 		checkDrained(t, srv, lb, before)
+		checkReplies(t, conn)
 	})
 }
 
@@ -154,12 +159,28 @@ func splitFrames(b []byte) [][]byte {
 // answered every request so far or is blocked on it, the way a client
 // waits for replies; so the same input always reaches the same handlers
 // in the same order, and blocked reads are still blocked when the next
-// request (a flush, a write to the same fid) or the hang-up comes.
+// request (a flush, a write to the same fid) or the hang-up comes. It
+// logs each frame handed over and each reply, in the order they happen,
+// for checkReplies.
 type fuzzConn struct {
 	t      *testing.T
 	srv    *ns.Server
 	frames [][]byte
 	cur    []byte
+
+	replied chan struct{} // a reply was written since the last receive
+	parked  int           // requests blocked at the last settle
+	sent    int           // frames handed over
+	settled int           // frames handed over at the last settle
+
+	mu     sync.Mutex
+	events []fuzzEvent
+}
+
+// A fuzzEvent is a frame handed to the server or a reply written by it.
+type fuzzEvent struct {
+	reply bool
+	msg   []byte
 }
 
 func (c *fuzzConn) Read(p []byte) (int, error) {
@@ -169,6 +190,8 @@ func (c *fuzzConn) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		c.cur, c.frames = c.frames[0], c.frames[1:]
+		c.sent++
+		c.log(fuzzEvent{msg: c.cur})
 	}
 	n := copy(p, c.cur)
 	c.cur = c.cur[n:]
@@ -179,13 +202,32 @@ func (c *fuzzConn) Read(p []byte) (int, error) {
 // handler. It waits on the server rather than polling it: the fuzzer
 // counts how often each branch runs, and a poll loop's count would differ
 // from one run of an input to the next, making inputs look new that are
-// not.
+// not. Each reply wakes it, so it is done as soon as the replies are in,
+// also while a request stays parked from before; only a request that
+// parks now costs a wait, after which the goroutines' states tell.
 func (c *fuzzConn) settle() {
+	c.settled = c.sent
 	deadline := time.Now().Add(timeout)
 	for {
-		n := ns.WaitAnswered(c.srv, time.Millisecond)
-		if n == 0 || n <= parkedRequests() {
+		n := ns.Pending(c.srv)
+		if n == 0 {
+			c.parked = 0
 			return
+		}
+		// As many outstanding as were parked: the same ones, unless one
+		// has woken to answer (then its reply is due).
+		if n <= c.parked && n <= parkedRequests() {
+			c.parked = n
+			return
+		}
+		select {
+		case <-c.replied:
+		case <-time.After(time.Millisecond):
+			// No reply: the new request may have parked.
+			if p := parkedRequests(); n <= p {
+				c.parked = n
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("%d requests neither answered nor blocked after %v", n, timeout)
@@ -193,8 +235,126 @@ func (c *fuzzConn) settle() {
 	}
 }
 
-func (c *fuzzConn) Write(p []byte) (int, error) { return len(p), nil }
-func (c *fuzzConn) Close() error                { return nil }
+// Write takes one reply of the server's.
+func (c *fuzzConn) Write(p []byte) (int, error) {
+	c.log(fuzzEvent{reply: true, msg: bytes.Clone(p)})
+	select {
+	case c.replied <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (c *fuzzConn) Close() error { return nil }
+
+func (c *fuzzConn) log(e fuzzEvent) {
+	c.mu.Lock()
+	c.events = append(c.events, e)
+	c.mu.Unlock()
+}
+
+// A fuzzReq is a frame handed to the server, read as a request from its
+// header alone: decoding it is the server's business.
+type fuzzReq struct {
+	typ       uint8
+	tag       uint16
+	whole     bool     // its size is its length: the server reads it all
+	duplicate bool     // sent while another request held its tag
+	old       *fuzzReq // a Tflush's: the request it flushes
+	answered  bool
+}
+
+func (r *fuzzReq) String() string { return fmt.Sprintf("type %d tag %d", r.typ, r.tag) }
+
+// isT reports whether typ is a T-message's type.
+func isT(typ uint8) bool {
+	return typ%2 == 0 && typ >= plan9.Tversion && typ <= plan9.Twstat && typ != plan9.Terror
+}
+
+// checkReplies replays c's log, once the server is done with the
+// connection, against what 9P promises the client.
+func checkReplies(t *testing.T, c *fuzzConn) {
+	t.Helper()
+	c.mu.Lock()
+	events := slices.Clone(c.events)
+	c.mu.Unlock()
+	outstanding := map[uint16][]*fuzzReq{}
+	drop := func(r *fuzzReq) {
+		q := outstanding[r.tag]
+		if i := slices.Index(q, r); i >= 0 {
+			outstanding[r.tag] = slices.Delete(q, i, i+1)
+		}
+	}
+	var last *fuzzReq // the last frame handed over
+	frames := 0
+	for i, e := range events {
+		if !e.reply {
+			frames++
+			last = nil
+			if len(e.msg) < 7 {
+				continue // no tag to answer: the connection ends there
+			}
+			r := &fuzzReq{typ: e.msg[4], tag: binary.LittleEndian.Uint16(e.msg[5:7]),
+				whole: int(binary.LittleEndian.Uint32(e.msg)) == len(e.msg)}
+			r.duplicate = len(outstanding[r.tag]) > 0
+			if r.typ == plan9.Tflush && r.whole && len(e.msg) == 9 {
+				if q := outstanding[binary.LittleEndian.Uint16(e.msg[7:9])]; len(q) > 0 {
+					r.old = q[0]
+				}
+			}
+			outstanding[r.tag] = append(outstanding[r.tag], r)
+			last = r
+			continue
+		}
+		f, err := plan9.UnmarshalFcall(e.msg)
+		if err != nil {
+			t.Fatalf("event %d: a malformed reply %x: %v", i, e.msg, err)
+		}
+		if f.Type != plan9.Rerror && (f.Type%2 != 1 || f.Type < plan9.Rversion || f.Type > plan9.Rwstat) {
+			t.Fatalf("event %d: the server sent %v, not a reply", i, f)
+		}
+		q := outstanding[f.Tag]
+		if len(q) == 0 {
+			t.Fatalf("event %d: reply %v to tag %d, which no request has outstanding (answered, or flushed)", i, f, f.Tag)
+		}
+		// A duplicate tag is refused at once; the request that held the
+		// tag gets its own reply, before or after.
+		r := q[0]
+		if f.Type == plan9.Rerror {
+			if j := slices.IndexFunc(q, func(r *fuzzReq) bool { return r.duplicate }); j >= 0 {
+				r = q[j]
+			}
+		}
+		drop(r)
+		r.answered = true
+		switch {
+		case f.Type == plan9.Rerror:
+		case !r.whole || !isT(r.typ):
+			t.Fatalf("event %d: %v answers a frame (%v) that is no T-message, want Rerror", i, f, r)
+		case f.Type != r.typ+1:
+			t.Fatalf("event %d: %v answers a request of %v", i, f, r)
+		}
+		// Once Rflush is sent, the flushed request is answered or never.
+		if f.Type == plan9.Rflush && r.old != nil && !r.old.answered {
+			drop(r.old)
+		}
+	}
+	// Every request is answered, but those blocked when the input ended,
+	// and a last one the server did not settle: srv9p cannot decode it,
+	// and ends the connection.
+	var unanswered []string
+	for _, q := range outstanding {
+		for _, r := range q {
+			if r.whole && !(r == last && c.settled < frames) {
+				unanswered = append(unanswered, r.String())
+			}
+		}
+	}
+	if len(unanswered) > c.parked {
+		slices.Sort(unanswered)
+		t.Fatalf("%d requests never answered, %d blocked when the input ended: %s", len(unanswered), c.parked, strings.Join(unanswered, "; "))
+	}
+}
 
 var stackBuf struct {
 	sync.Mutex
@@ -249,7 +409,7 @@ func parkedRequests() int {
 //
 // make fuzz runs it briefly with
 //
-//	go test ./ns -run '^$' -fuzz '^FuzzPrincipals$' -fuzztime 10s -fuzzminimizetime 200x
+//	go test ./ns -run '^$' -fuzz '^FuzzPrincipals$' -fuzztime 12000x -fuzzminimizetime 200x
 func FuzzPrincipals(f *testing.F) {
 	// The first connection's peer kind, then ops: each a byte, then its
 	// arguments (see principalProgram.run).

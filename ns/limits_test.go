@@ -537,9 +537,11 @@ func TestFrameTimeout(t *testing.T) {
 	wantLoggedOnce(t, lb, "ns: refused", "not finished within 200ms", "peer=owner",
 		fmt.Sprintf("pid=%d", os.Getpid()), fmt.Sprintf("uid=%d", os.Getuid()))
 
-	// Well past the timeout, the idle connection and the blocked read
-	// are still there; a message sent in pieces, each in time, is whole.
-	time.Sleep(2 * frameTimeout)
+	// Past the timeout, the idle connection and the blocked read are
+	// still there: their last messages came before the stalled one's
+	// half, so a timeout that also covered them would have run out
+	// before the one that closed it. A message sent in pieces, each in
+	// time, is whole.
 	idle.ok(&plan9.Fcall{Type: plan9.Tstat, Tag: 1, Fid: 0})
 	msg := frames(&plan9.Fcall{Type: plan9.Tstat, Tag: 2, Fid: 0})
 	idle.sendBytes(msg[:3])

@@ -142,16 +142,13 @@ func TestChild(t *testing.T) {
 		t.Error("dismissed process still there")
 	}
 
-	// A cancelled call kills the tool.
+	// A cancelled call kills the tool. It ends with its context's error,
+	// not with a result at the tool's own timeout (DefaultTimeout).
 	_ = r
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	if _, err := c.Call(cctx, "ticker", nil); err == nil {
-		t.Error("a cancelled call returned no error")
-	}
-	if time.Since(start) > 5*time.Second {
-		t.Error("cancel did not end the call promptly")
+	if _, err := c.Call(cctx, "ticker", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a cancelled call returned %v, want its context's deadline", err)
 	}
 }
 

@@ -129,8 +129,10 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	if !res.Failed || !strings.Contains(res.Output, "timed out after 1s") {
 		t.Fatalf("hang: %+v", res)
 	}
-	if el := time.Since(start); el > 10*time.Second {
-		t.Errorf("timeout took %s", el)
+	// The bound is the point, and generous: a call its grandchild held
+	// open (it keeps stdout) would end with the grandchild, after 300 s.
+	if el := time.Since(start); el > 60*time.Second {
+		t.Errorf("timeout took %s: the grandchild held the call open", el)
 	}
 	b, err := os.ReadFile(filepath.Join(cwd, "child.pid"))
 	if err != nil {

@@ -219,15 +219,13 @@ func TestRun(t *testing.T) {
 		t.Errorf("stdin: %q, %v", out, err)
 	}
 
+	// Only the context's end gives this error: a Run that waited for the
+	// command would return its exit status.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	t0 := time.Now()
 	_, err = c.Run(ctx, "sleep 30", nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("cancelled Run: %v", err)
-	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("cancelled Run returned after %v", d)
 	}
 	run(t, c, "true") // the connection outlives a cancelled command
 }
@@ -243,18 +241,15 @@ func TestRunOutputLimit(t *testing.T) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	t0 := time.Now()
+	// cat /dev/zero never ends by itself: the OutputError says Run
+	// stopped it at the limit.
 	out, err := c.Run(context.Background(), "exec cat /dev/zero", nil)
-	took := time.Since(t0)
 	var oe *tunnel.OutputError
 	if !errors.As(err, &oe) || oe.Limit != tunnel.DefaultMaxOutput || oe.Alias != l.Host(0).Name || out != nil {
 		t.Fatalf("endless output: %d bytes, %v; want an OutputError naming the host", len(out), err)
 	}
 	if !strings.Contains(err.Error(), l.Host(0).Name) || !strings.Contains(err.Error(), "cat /dev/zero") {
 		t.Errorf("message %q does not name the host and the command", err)
-	}
-	if took > 10*time.Second {
-		t.Errorf("stopped after %v", took)
 	}
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -515,14 +510,12 @@ func TestAuthFailure(t *testing.T) {
 
 	hst := tunnel.NewHost(h.Name, o)
 	defer hst.Close()
+	// A Host that retried the permanent error would give up only when ctx
+	// ends, with the context's error around the last one.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	t0 := time.Now()
-	if _, err := hst.Client(ctx); !errors.As(err, &ae) {
-		t.Errorf("Host.Client: %v, want the AuthError", err)
-	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("Host.Client retried a permanent error for %v", d)
+	if _, err := hst.Client(ctx); !errors.As(err, &ae) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Host.Client: %v, want the AuthError, at once", err)
 	}
 	if s := hst.State(); !strings.HasPrefix(s, "failed: ") {
 		t.Errorf("State after auth failure: %q", s)
@@ -558,14 +551,11 @@ func TestConnectTimeout(t *testing.T) {
 	}()
 	cfg := filepath.Join(t.TempDir(), "config")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("Host mute\n  HostName 127.0.0.1\n  Port %d\n  ConnectTimeout 1\n", ln.Addr().(*net.TCPAddr).Port)), 0o644)
-	t0 := time.Now()
+	// The error names the time-out that ended the dial: the config's 1 s,
+	// not the default.
 	_, err = tunnel.Dial(context.Background(), "mute", tunnel.Options{ConfigFile: cfg, KnownHosts: []string{filepath.Join(t.TempDir(), "kh")}})
-	d := time.Since(t0)
-	if err == nil || !strings.Contains(err.Error(), "ConnectTimeout") || !errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || !strings.Contains(err.Error(), "within 1s (ConnectTimeout)") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("mute peer: %v", err)
-	}
-	if d > 5*time.Second {
-		t.Errorf("ConnectTimeout 1 took %v", d)
 	}
 }
 
@@ -596,23 +586,39 @@ func TestMaxSessions(t *testing.T) {
 		}
 	}
 
-	// sshd itself refuses the 11th session: the test above is not passing
-	// by luck.
+	// sshd itself refuses the session past its MaxSessions of 10, SFTP's
+	// included: the test above is not passing by luck. Both outcomes are
+	// checked: the first 9 are accepted (sshd may still be freeing the
+	// Runs' channels, so a refusal there is asked again), the 10th is
+	// refused.
 	var sessions []*ssh.Session
 	defer func() {
 		for _, s := range sessions {
 			s.Close()
 		}
 	}()
-	for i := 0; i < 11; i++ {
-		s, err := c.SSH().NewSession()
-		if err != nil {
-			t.Logf("sshd refused session %d (SFTP holds another): %v", i+1, err)
-			return
+	for i := 1; i <= 9; i++ {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			s, err := c.SSH().NewSession()
+			if err == nil {
+				sessions = append(sessions, s)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sshd refused session %d besides SFTP: %v; the lab's MaxSessions is not 10", i, err)
+			}
 		}
-		sessions = append(sessions, s)
 	}
-	t.Error("sshd accepted 11 sessions at once besides SFTP: the lab's MaxSessions is not 10")
+	s, err := c.SSH().NewSession()
+	var oce *ssh.OpenChannelError
+	if err == nil {
+		sessions = append(sessions, s)
+		t.Error("sshd accepted 10 sessions at once besides SFTP: the lab's MaxSessions is not 10")
+	} else if !errors.As(err, &oce) {
+		t.Errorf("the session past MaxSessions: %v, want sshd's refusal", err)
+	} else {
+		t.Logf("sshd refused session 10 (SFTP holds another): %v", err)
+	}
 }
 
 func TestKeepaliveDetectsDeadPath(t *testing.T) {

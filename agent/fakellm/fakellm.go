@@ -14,7 +14,8 @@
 // benchmarks.
 //
 // The package uses only the standard library. It trusts its clients
-// completely and is meant for tests and benchmarks, never for production.
+// completely and is meant for tests, benchmarks and the scripted model of
+// ollie-remote demo, never for production.
 package fakellm
 
 import (
@@ -22,10 +23,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"testing"
 )
 
 // A Server is a scripted model server on a loopback port.
@@ -57,9 +58,35 @@ type Request struct {
 	Chat   *ChatRequest // the decoded body of a chat request; nil otherwise
 }
 
+// TB is the part of testing.TB that Start uses; *testing.T and *testing.B
+// satisfy it. The package declares it rather than import testing so that a
+// program (ollie-remote demo) can link fakellm without the testing package.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
 // Start starts a server on 127.0.0.1 with one model, "fake-model", and an
-// empty script; tb's cleanup closes it. With a nil tb the caller closes it.
-func Start(tb testing.TB) *Server {
+// empty script; tb's cleanup closes it. A server that cannot start fails tb.
+func Start(tb TB) *Server {
+	tb.Helper()
+	s, err := New()
+	if err != nil {
+		tb.Fatalf("fakellm: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// New starts a server as Start does, for a program rather than a test: it
+// returns the error of a server that cannot start, and the caller closes
+// the server.
+func New() (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		done:   make(chan struct{}),
 		models: []Model{{ID: "fake-model"}},
@@ -73,12 +100,12 @@ func Start(tb testing.TB) *Server {
 		s.record(r, nil, nil)
 		writeError(w, http.StatusNotFound, "fakellm: no route for "+r.Method+" "+r.URL.Path)
 	})
-	s.ts = httptest.NewServer(mux)
+	// What httptest.NewServer does, on a listener whose error is ours to
+	// return (NewServer panics).
+	s.ts = &httptest.Server{Listener: l, Config: &http.Server{Handler: mux}}
+	s.ts.Start()
 	s.URL = s.ts.URL
-	if tb != nil {
-		tb.Cleanup(s.Close)
-	}
-	return s
+	return s, nil
 }
 
 // Close releases hanging responses and shuts the server down, waiting for

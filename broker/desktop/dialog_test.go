@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"ollie/broker"
+	tier "ollie/internal/lab"
 )
 
 // fakeDialog puts a zenity or kdialog on a fresh PATH that records its
@@ -252,9 +254,7 @@ func (s *notifyServer) CloseNotification(id uint32) *dbus.Error {
 func startSessionBus(t *testing.T) string {
 	t.Helper()
 	exe, err := exec.LookPath("dbus-daemon")
-	if err != nil {
-		t.Fatalf("dbus-daemon is needed for the notification test: %v", err)
-	}
+	tier.Need(t, err == nil, fmt.Sprintf("the notification test needs dbus-daemon (Debian package dbus-daemon, or dbus before Debian 12): %v", err))
 	dir := t.TempDir()
 	addr := "unix:path=" + filepath.Join(dir, "bus")
 	cmd := exec.Command(exe, "--session", "--nofork", "--nopidfile", "--address="+addr, "--print-address=1")

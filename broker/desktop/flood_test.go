@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,24 +100,33 @@ func TestFloodDelay(t *testing.T) {
 		return ans, err
 	}
 
+	const floodSize = 300
 	var flood sync.WaitGroup
-	for i := range 300 {
+	var refused atomic.Int32 // answered without being shown: over a cap
+	for i := range floodSize {
 		flood.Go(func() {
-			ask(sockA, &broker.Request{Session: fmt.Sprintf("flood-%d", i), Tool: "t", Executable: "/bin/t", Cwd: "/"})
+			ans, err := ask(sockA, &broker.Request{Session: fmt.Sprintf("flood-%d", i), Tool: "t", Executable: "/bin/t", Cwd: "/"})
+			if err != nil || ans.Reason != "paced" {
+				refused.Add(1)
+			}
 		})
 	}
 	waitUntil(t, "A's prompts showing", func() bool { return person.count() >= 3 })
-	// The flood has arrived when the prompts shown and waiting stop
-	// adding up to more.
+	// The flood has arrived when every request of it is shown, waiting or
+	// refused, rather than when their count has stopped growing a while.
 	q := b.Approver.(*Queue)
-	for last, same := -1, 0; same < 5; time.Sleep(5 * time.Millisecond) {
-		n := person.count() + len(q.Pending())
-		if n == last {
-			same++
-		} else {
-			last, same = n, 0
+	waiting := func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		n := 0
+		for _, h := range q.hosts {
+			n += len(h.waiting)
 		}
+		return n
 	}
+	waitUntil(t, "the whole flood to arrive", func() bool {
+		return person.count()+waiting()+int(refused.Load()) >= floodSize
+	})
 	t.Logf("%d of A's prompts waiting when B asks", len(q.Pending()))
 	sent := time.Now()
 	if _, err := ask(sockB, &broker.Request{Session: "honest", Tool: "t", Executable: "/bin/t", Cwd: "/"}); err != nil {

@@ -106,8 +106,13 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 			}
 		})
 	}
-	for len(person.shown()) < 3 {
-		time.Sleep(5 * time.Millisecond)
+	// h5 asks once the flood has arrived: each request of it shown,
+	// waiting (Pending lists the one showing too: one may count twice),
+	// or refused at a cap.
+	for deadline := time.Now().Add(20 * time.Second); len(person.shown())+len(q.Pending())+b.Refused("h4").Conns+q.Refused("h4") < 300; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood never arrived: %d shown, %d waiting, %+v refused", len(person.shown()), len(q.Pending()), b.Refused("h4"))
+		}
 	}
 	before := len(person.shown())
 	if err := ask("h5", "honest"); err != nil {

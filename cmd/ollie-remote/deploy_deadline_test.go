@@ -54,17 +54,18 @@ func TestDeployDeadline(t *testing.T) {
 	if !strings.Contains(out, h4.Name+": FAILED: probing the host: timed out after 3s") {
 		t.Errorf("no time-out named for %s:\n%s", h4.Name, out)
 	}
+	// The bound is the point, and generous: the message above shows the
+	// deadline fired; this catches a deploy that then waited on for the
+	// hung probe, which sleeps for an hour.
 	if took > 40*time.Second {
 		t.Errorf("deploy took %v with a 3s step deadline", took)
 	}
 
+	// cat /dev/zero never ends: the message says deploy stopped it at the
+	// cap.
 	plantOlliesrv(t, h4, "exec cat /dev/zero")
-	t0 = time.Now()
 	out, err = r.run("deploy", h4.Name)
 	if err == nil || !strings.Contains(out, h4.Name+": FAILED: probing the host: the host sent more than 1.0 MiB of output; stopped") {
 		t.Errorf("flooding probe: %v\n%s", err, out)
-	}
-	if d := time.Since(t0); d > 20*time.Second {
-		t.Errorf("flooding probe stopped after %v", d)
 	}
 }

@@ -79,12 +79,15 @@ func TestHostileApprovalFlood(t *testing.T) {
 	t.Logf("the fake wrote %s requests (%s failed)", m[1], m[2])
 	d.finish("300 requests in distinct sessions")
 	// The flood must still have been on when the honest request came, or
-	// the test proved nothing.
-	time.Sleep(200 * time.Millisecond)
-	ps := d.screen.seen()
+	// the test proved nothing: wait for a prompt of it after the honest
+	// one.
+	var ps []prompt
 	after := 0
-	for i := len(ps) - 1; i >= 0 && !strings.Contains(ps[i].seg, honestTool); i-- {
-		after++
+	for deadline := time.Now().Add(10 * time.Second); after == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ps, after = d.screen.seen(), 0
+		for i := len(ps) - 1; i >= 0 && !strings.Contains(ps[i].seg, honestTool); i-- {
+			after++
+		}
 	}
 	t.Logf("%d prompts of %s shown in all, %d after the honest one", len(ps)-1, bad, after)
 	if after == 0 {

@@ -101,7 +101,23 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		}
 	}
 	a.cv.Close("ran")
-	time.Sleep(100 * time.Millisecond)
+	// Whatever the request put on the screen is there before the prompt
+	// of one asked after it, as is any echo of the password.
+	c2, err := net.Dial("unix", filepath.Join(dir, "fwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, ans, err := broker.Ask(ctx, c2, &broker.Request{Session: "s", Tool: "after_password", Executable: "/x", Cwd: "/"})
+		done <- asked{nil, ans, err}
+	}()
+	scr.waitFor(t, "(after_password on h4) / [d]eny? ")
+	defer func() {
+		tty.Write([]byte("d\r"))
+		if a := <-done; a.err != nil || a.ans.Decision != broker.Deny {
+			t.Errorf("the request after the password: %+v %v", a.ans, a.err)
+		}
+	}()
 
 	screen := scr.String()[banner:]
 	if p := escapeOnScreen(screen); p != "" {

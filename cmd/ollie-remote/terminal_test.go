@@ -91,9 +91,24 @@ func TestTerminalBroker(t *testing.T) {
 		t.Errorf("password %q", pw)
 	}
 	a.cv.Close("ran")
-	time.Sleep(100 * time.Millisecond)
+	// The terminal echoes a line before the program reading it gets it, so
+	// any echo of the password is on the screen before the prompt of a
+	// request asked after the password was read.
+	c2, err := net.Dial("unix", filepath.Join(dir, "fwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, ans, err := broker.Ask(ctx, c2, &broker.Request{Session: "s", Tool: "after_password", Executable: "/x", Cwd: "/"})
+		done <- asked{nil, ans, err}
+	}()
+	waitFor("(after_password on web1) / [d]eny? ")
 	if strings.Contains(scr.String(), "Hunter2") {
 		t.Errorf("the terminal echoed the password:\n%s", scr)
+	}
+	tty.Write([]byte("d\r"))
+	if a := <-done; a.err != nil || a.ans.Decision != broker.Deny {
+		t.Errorf("the request after the password: %+v %v", a.ans, a.err)
 	}
 }
 

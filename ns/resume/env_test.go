@@ -195,6 +195,32 @@ type env struct {
 	states []string
 }
 
+// stateCount is how many states the proxy has reported.
+func (e *env) stateCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.states)
+}
+
+// waitReconnecting waits until a state after the first n says the proxy
+// is reconnecting: it has seen its connection go.
+func (e *env) waitReconnecting(t testing.TB, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Millisecond) {
+		e.mu.Lock()
+		states := e.states
+		e.mu.Unlock()
+		for _, s := range states[min(n, len(states)):] {
+			if strings.HasPrefix(s, "reconnecting: ") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy never said it was reconnecting: states %q", states)
+		}
+	}
+}
+
 func newEnv(t testing.TB, retain int) *env {
 	dir, err := os.MkdirTemp("", "resume")
 	if err != nil {

@@ -343,8 +343,9 @@ func TestFlush(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	done := follower(t, c, ctx)
 	e.cut.failFor(timeout)
+	n := e.stateCount()
 	e.cut.cut()
-	time.Sleep(20 * time.Millisecond) // let the proxy see the cut first
+	e.waitReconnecting(t, n) // the proxy sees the cut first
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		e.cut.failFor(0)
@@ -374,8 +375,9 @@ func TestCloseLeaksNothing(t *testing.T) {
 	}
 	// One client whose server is away: its session sits in the dial loop.
 	e.cut.failFor(timeout)
+	n := e.stateCount()
 	e.cut.cut()
-	time.Sleep(20 * time.Millisecond)
+	e.waitReconnecting(t, n)
 
 	if err := e.proxy.Close(); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"9fans.net/go/plan9"
 
@@ -75,11 +74,9 @@ func TestOllieTimeouts(t *testing.T) {
 			t.Setenv("OLLIE_HANDSHAKE_TIMEOUT", "300ms")
 			t.Setenv("OLLIE_TIMEOUT", "300ms")
 			var stdout, stderr bytes.Buffer
-			t0 := time.Now()
+			// The message names the time-out that ended it: the
+			// variable's 300 ms, not the default.
 			code := Run(append([]string{"-H", "h4"}, tc.args...), strings.NewReader("kill"), &stdout, &stderr)
-			if took := time.Since(t0); took > 5*time.Second {
-				t.Errorf("ollie returned after %v", took)
-			}
 			if code != ollieExitNoServer || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), ollieExitNoServer, tc.want)
 			}
