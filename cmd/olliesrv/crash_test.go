@@ -588,6 +588,14 @@ func TestCrashResume(t *testing.T) {
 		r.start()
 		r.checkRestored()
 		r.chatSays("[interrupted: olliesrv stopped during this turn")
+		// The re-run runs in the background once the daemon serves, so
+		// the turn's end can be in the file before the settlement is.
+		r.waitFor("the re-run to settle", func() bool {
+			for _, c := range r.calls() {
+				return c.settles > 0
+			}
+			return false
+		})
 		c := r.onlyCall()
 		if c.reruns != 1 || !strings.Contains(string(c.result), "real result of run 2") {
 			t.Errorf("the call was settled with %s after %d re-runs, want the second run's result after one", c.result, c.reruns)

@@ -11,7 +11,7 @@ func TestLab(t *testing.T) {
 	t0 := time.Now()
 	l := Start(t, Config{Hosts: MaxHosts})
 	t.Logf("%d hosts up in %v", MaxHosts, time.Since(t0))
-	for _, h := range []*Host{l.Host(0), l.Host(9)} {
+	for _, h := range []*Host{l.Host(0), l.Host(MaxHosts - 1)} {
 		out, err := l.SSH(h.Name, "id -un; echo $HOME").CombinedOutput()
 		if err != nil {
 			t.Fatalf("ssh %s: %v: %s", h.Name, err, out)
