@@ -286,7 +286,7 @@ func BenchmarkForward(b *testing.B) {
 	streamsrvOnce.Do(func() {
 		// Beside the binaries TestMain builds, and removed with them.
 		streamsrvBin = filepath.Join(binDir, "streamsrv")
-		cmd := exec.Command("go", "build", "-o", streamsrvBin, "./testdata/streamsrv")
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", streamsrvBin, "./testdata/streamsrv")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			streamsrvErr = fmt.Errorf("go build ./testdata/streamsrv: %v\n%s", err, out)

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	remoteBin = filepath.Join(binDir, "ollie-remote")
 	for _, b := range [][]string{{"olliesrv", "../olliesrv"}, {"ollie-remote", "."}} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, b[0]), b[1])
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(binDir, b[0]), b[1])
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildFailed = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)

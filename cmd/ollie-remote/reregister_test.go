@@ -333,7 +333,7 @@ func TestApprovalsSurviveDaemonRestart(t *testing.T) {
 	})
 	restart("upgrade deploy", func(int) {
 		second := filepath.Join(t.TempDir(), "bin")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=issue12-second", "-o", filepath.Join(second, "olliesrv"), "../olliesrv")
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-trimpath", "-ldflags", "-s -w -X main.version=issue12-second", "-o", filepath.Join(second, "olliesrv"), "../olliesrv")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("second build: %v\n%s", err, out)

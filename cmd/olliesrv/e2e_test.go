@@ -32,7 +32,7 @@ func binaries(t *testing.T) (olliesrv, ollie string) {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(builtDir, "olliesrv"), ".")
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(builtDir, "olliesrv"), ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = err
