@@ -40,11 +40,7 @@ func TestHostileProbeHang(t *testing.T) {
 	out, err, took := d.run(15*time.Second, "-timeout", "2s", "deploy", bad, good)
 	t.Logf("figure: deploy %s %s with a probe that never returns: %v after %v\n%s", bad, good, err, took.Round(time.Millisecond), out)
 	checkDeployRows(t, out, bad, good)
-	// The message names the deadline that ended the probe: -timeout's, not
-	// the default (which run's 15 s would cut short).
-	if !strings.Contains(out, bad+": FAILED: probing the host: timed out after 2s") {
-		t.Errorf("no time-out of 2 s named for %s:\n%s", bad, out)
-	}
+	checkProbeTimedOut(t, out, bad)
 	checkClean(t, "deploy", out)
 	d.finish("a probe that never returns")
 }
@@ -61,11 +57,7 @@ func TestHostileProbeHangKept(t *testing.T) {
 	out, err, took := d.run(15*time.Second, "-timeout", "2s", "deploy", bad, good)
 	t.Logf("figure: deploy %s %s through the keeper with a probe that never returns: %v after %v\n%s", bad, good, err, took.Round(time.Millisecond), out)
 	checkDeployRows(t, out, bad, good)
-	// The message names the deadline that ended the probe: -timeout's, not
-	// the default (which run's 15 s would cut short).
-	if !strings.Contains(out, bad+": FAILED: probing the host: timed out after 2s") {
-		t.Errorf("no time-out of 2 s named for %s:\n%s", bad, out)
-	}
+	checkProbeTimedOut(t, out, bad)
 	checkClean(t, "deploy", out)
 	d.finish("a probe that never returns, through the keeper")
 }
@@ -175,3 +167,12 @@ func grepLines(s, what string) string {
 var acceptRE = regexp.MustCompile(`(?m)^\d+ accept \d+$`)
 
 func countAccepts(log string) int { return len(acceptRE.FindAllString(log, -1)) }
+
+// checkProbeTimedOut: the message names the deadline that ended bad's
+// probe, -timeout's 2 s, not the default (which run's 15 s would cut short).
+func checkProbeTimedOut(t *testing.T, out, bad string) {
+	t.Helper()
+	if !strings.Contains(out, bad+": FAILED: probing the host: timed out after 2s") {
+		t.Errorf("no time-out of 2 s named for %s:\n%s", bad, out)
+	}
+}
