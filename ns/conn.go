@@ -659,6 +659,11 @@ func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err err
 	if e.node.Read != nil && st.opened.Load() {
 		d.Length = uint64(len(st.data))
 	}
+	// An open stream's length is what has been written to it so far: a
+	// client that wants only what comes next reads from there.
+	if e.node.Stream != nil && st.opened.Load() && st.stream != nil {
+		d.Length = uint64(st.stream.Size())
+	}
 	return &d, nil
 }
 

@@ -615,3 +615,46 @@ func traceW() io.Writer {
 	}
 	return nil
 }
+
+// FollowFrom reads a stream from an offset, or from what has been
+// written when it opens (an open stream's length), and says how far it
+// got, so that a caller can go on from there.
+func TestFollowFrom(t *testing.T) {
+	f := newFixture(t)
+	c := f.dial(t)
+	if d, err := c.Stat(context.Background(), "ended"); err != nil || d.Length != 0 {
+		t.Errorf("a stream's length before any open: %v %v, want 0 (stat by name opens nothing)", d, err)
+	}
+	var from3 bytes.Buffer
+	off, err := c.FollowFrom(context.Background(), "ended", 3, &from3)
+	if err != nil || from3.String() != " of it\n" || off != int64(len("all of it\n")) {
+		t.Errorf("from 3: %q, offset %d, %v", from3.String(), off, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	errc := make(chan error, 1)
+	var reached int64
+	go func() {
+		var err error
+		reached, err = c.FollowFrom(ctx, "stream", -1, out)
+		errc <- err
+	}()
+	// What was written before is not read; what comes after is. Writes
+	// go on until the follower has the marker: it may open after some.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), "marker\n"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower never got the marker: %q", out.String())
+		}
+		f.stream.Write([]byte("marker\n"))
+	}
+	cancel()
+	wait(t, "FollowFrom to end", errc)
+	if strings.Contains(out.String(), "start") {
+		t.Errorf("read what was written before it opened: %q", out.String())
+	}
+	// It began at the stream's length when it opened, at least "start\n".
+	if got := int64(len(out.String())); reached < int64(len("start\n"))+got || reached > f.stream.Size() {
+		t.Errorf("reached offset %d after reading %d bytes of a stream of %d", reached, got, f.stream.Size())
+	}
+}

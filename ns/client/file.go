@@ -112,6 +112,43 @@ func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
 	})
 }
 
+// FollowFrom is Follow from offset off of a stream, or from what has been
+// written so far when off is negative: what follows then is only what
+// comes next. It returns the offset it reached, so that a caller whose
+// connection failed can go on from there.
+func (c *Conn) FollowFrom(ctx context.Context, name string, off int64, w io.Writer) (int64, error) {
+	name = Clean(name)
+	err := c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
+		if off < 0 {
+			d, err := fid.Stat()
+			if err != nil {
+				return c.pathError("read", name, err)
+			}
+			off = int64(d.Length)
+		}
+		if _, err := fid.Seek(off, io.SeekStart); err != nil {
+			return c.pathError("read", name, err)
+		}
+		buf := make([]byte, readSize)
+		for {
+			n, err := fid.Read(buf)
+			if n > 0 {
+				off += int64(n)
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return werr
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return c.pathError("read", name, err)
+			}
+		}
+	})
+	return off, err
+}
+
 // Write sends data to the file at name as one request: one Twrite when it
 // fits the connection's iounit, else (above about 128 KiB) consecutive
 // Twrites that the server sees as separate requests.

@@ -181,7 +181,7 @@ func (as *agents) closeAll() {
 func (n *namespace) agentSpec() *ns.Node {
 	each := ns.Listing(n.sessionAgents, agentEntryOf)
 	return ns.Dir("agent", 0555, "Agents in the session.",
-		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]'; read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
+		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]' (quote a value with spaces as a shell does); read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
 			ns.WriteFile("prompt", 0220, "Queue a user turn: each write is one prompt.", n.agentPrompt),
@@ -295,7 +295,11 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 	}
 	opt := map[string]string{}
-	for _, f := range strings.Fields(line) {
+	words, err := fields(line)
+	if err != nil {
+		return nil, fmt.Errorf("agent/new: %w", err)
+	}
+	for _, f := range words {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || !contains(agentKeys, k) {
 			return nil, fmt.Errorf("agent/new: %q is not one of %s as key=value", f, strings.Join(agentKeys, ", "))

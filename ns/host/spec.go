@@ -78,7 +78,7 @@ func (n *namespace) spec() *ns.Node {
 			),
 		),
 		ns.Dir("session", 0555, "Session collection.",
-			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR] [yolo=true]'; read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it). yolo=true (the admin only, as bypass/policy and a connected desktop allow): every tool runs unsandboxed and without approval.", n.newSession),
+			ns.RdWrFile("new", 0666, "Create a session: write 'name=X [cwd=DIR] [yolo=true]' (quote a value with spaces as a shell does: cwd='/home/me/my project'); read the name. cwd defaults to the home directory of olliesrv's user for that user, and to the agent's own directory for an agent (whose session must lie inside it). yolo=true (the admin only, as bypass/policy and a connected desktop allow): every tool runs unsandboxed and without approval.", n.newSession),
 			ns.ReadFile("idx", 0444, "Session index: id<TAB>name<TAB>paused<TAB>connected<TAB>remote<TAB>cwd<TAB>state (ok; unwritable while its file takes no writes; damaged, newer or locked for a file found at start and not served)<TAB>yolo (yolo: tools unsandboxed and without approval; else -).", n.sessionIdx),
 			ns.Dynamic("sname", 0555, "A session, by name or by ID (an invisible alias).", sessions,
 				ns.ReadFile("id", 0444, "Immutable session UUID.", n.sessionRead(sessionID)),
@@ -216,7 +216,11 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return nil, err
 	}
 	opt := agent.SessionOptions{Owner: c.User}
-	for _, f := range strings.Fields(string(req)) {
+	words, err := fields(string(req))
+	if err != nil {
+		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	for _, f := range words {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
 			return nil, fmt.Errorf("session/new: %q is not key=value (keys: %s)", f, strings.Join(sessionKeys, ", "))
