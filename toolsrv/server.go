@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"ollie/ns"
@@ -22,6 +23,12 @@ type Server struct {
 	Procs  *Procs
 	// Registry renders `olliesrv tools` for this host (optional).
 	Registry func() string
+
+	// The schema as last rendered, and the revision it is of: every
+	// turn of every agent reads it, and it changes only with the tools.
+	schemaMu  sync.Mutex
+	schemaRev uint64
+	schemaOut []byte
 }
 
 // CheckSecret returns an ns.Server.CheckAttach that admits only an attach
@@ -89,12 +96,23 @@ func (s *Server) tools(ctx context.Context, c *ns.Call) ([]byte, error) {
 }
 
 func (s *Server) schema(ctx context.Context, c *ns.Call) ([]byte, error) {
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	rev := s.Runner.Tools.Revision()
+	if s.schemaOut != nil && rev == s.schemaRev {
+		return s.schemaOut, nil // never written to: the server keeps what a handler returns
+	}
 	decls := []tool.FunctionDecl{}
 	for _, t := range s.Runner.Tools.Tools() {
 		decls = append(decls, tool.FunctionDecl{Name: t.Name, Description: t.Description, Parameters: t.Schema(),
 			Scope: t.ScopeKind.String(), ScopeArg: t.ScopeArg, Tier: t.Tier, ReplaySafe: t.ReplaySafe})
 	}
-	return json.MarshalIndent(decls, "", "  ")
+	out, err := json.MarshalIndent(decls, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	s.schemaRev, s.schemaOut = rev, out
+	return out, nil
 }
 
 func (s *Server) revision(ctx context.Context, c *ns.Call) ([]byte, error) {
