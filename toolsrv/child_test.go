@@ -283,3 +283,39 @@ func TestChildConnections(t *testing.T) {
 		t.Fatalf("%d idle connections after a cancelled and a finished call", idle)
 	}
 }
+
+// The schema, rendered once per revision, follows the tool set: unloading
+// a tool takes it out of what the model is shown, loading it puts it back.
+func TestChildSchemaFollowsTools(t *testing.T) {
+	c, _ := spawnChild(t, map[string][2]string{
+		"echo": {echoMeta, "#!/bin/sh\ncat\n"},
+		"two":  {`{"description": "Two."}`, "#!/bin/sh\necho two\n"},
+	})
+	ctx := context.Background()
+	names := func() string {
+		decls, err := c.Decls(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []string
+		for _, d := range decls {
+			n = append(n, d.Name)
+		}
+		return strings.Join(n, " ")
+	}
+	if got := names(); got != "echo two" {
+		t.Fatalf("at first: %q", got)
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("unload two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "echo" {
+		t.Errorf("after unload two: %q", got)
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("load two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "echo two" {
+		t.Errorf("after load two: %q", got)
+	}
+}
