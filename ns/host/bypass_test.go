@@ -1,7 +1,10 @@
 package host
 
 import (
-	"ollie/internal/nstest"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +12,12 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+	"9fans.net/go/plan9/client"
+
+	"ollie/agent/backend"
+	"ollie/broker"
+	"ollie/internal/nstest"
+	"ollie/ns"
 )
 
 // TestBypassPending: with no desktop broker connected, an elevated tool's
@@ -115,5 +124,193 @@ func TestBypassPending(t *testing.T) {
 	lines = readLines(t, chat, 5)
 	if got := strings.Join(lines, "\n"); !strings.Contains(got, "no desktop broker is connected") {
 		t.Errorf("with nobroker=deny the chat is %q", lines)
+	}
+}
+
+// TestBypassPasswordNowhere gives a sudo request its password through
+// bypass/pending/{id}, as the person at the host does with no desktop
+// connected: a wrong one, then the right one, each reaching the asker
+// (the test binary asks the gate itself, as toolsrv does). Only the owner
+// may write the file: an agent's tool and none are refused, and nothing
+// they write reaches sudo. Then the passwords are looked for where they
+// must never be: the event stream, every text the file read, every error
+// a writer got, the daemon's log at debug level and its 9P trace.
+func TestBypassPasswordNowhere(t *testing.T) {
+	wrong, right := "pw-wrong-"+broker.NewID(), "pw-right-"+broker.NewID()
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_DATA", data)
+	var log, trace nstest.SyncBuffer
+	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Trace: &trace,
+		Log:      slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Backends: func(string) (backend.Backend, error) { return &twoStep{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			d.Shutdown(ctx)
+		}
+	}
+	defer stop()
+	fs := nstest.Attach(t, d.Socket, "")
+	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=a profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	sid, aid := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/a/id"))
+
+	// Every event, as a subscriber reads them.
+	var events nstest.SyncBuffer
+	ev, err := fs.Open("event", plan9.ORDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ev.Write([]byte("*")); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 8192)
+		for {
+			n, err := ev.Read(buf)
+			if err != nil {
+				return
+			}
+			events.Write(buf[:n])
+		}
+	}()
+	awaitEvent := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(events.String(), want+"\n"); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no event %q in:\n%s", want, events.String())
+			}
+		}
+	}
+
+	conn, err := net.Dial("unix", filepath.Join(filepath.Dir(d.Socket), "elevate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &broker.Request{ID: broker.NewID(), Session: sid, SessionName: "s", Agent: aid, AgentName: "a", Tool: "fix_nginx", Variant: -1, Executable: "/usr/local/bin/fix_nginx", Cwd: "/tmp", Sudo: true}
+	type answer struct {
+		cv  *broker.Conversation
+		ans broker.Answer
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		cv, ans, err := broker.Ask(context.Background(), conn, req)
+		answered <- answer{cv, ans, err}
+	}()
+	awaitEvent("bypass.pending " + req.ID + " fix_nginx")
+	file := "bypass/pending/" + req.ID
+	var shown []string // every text and error a person or a tool got
+	read := func() string {
+		t.Helper()
+		text := nstest.ReadFile(t, fs, file)
+		shown = append(shown, text)
+		return text
+	}
+	write := func(fs *client.Fsys, data string) error {
+		err := nstest.WriteFile(fs, file, data)
+		shown = append(shown, fmt.Sprint(err))
+		return err
+	}
+	read()
+	if err := write(fs, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil || a.ans.Decision != broker.Once {
+		t.Fatalf("the asker got %+v %v", a.ans, a.err)
+	}
+	cv := a.cv
+	defer cv.Close("ran")
+	if text := read(); !strings.Contains(text, "approved: waiting for sudo to ask for the password") || !strings.Contains(text, "password: write 'password SECRET' to this file") {
+		t.Errorf("once approved, %s reads:\n%s", file, text)
+	}
+
+	type pwResult struct {
+		pw  []byte
+		err error
+	}
+	ask := func(attempt int, problem string) chan pwResult {
+		ch := make(chan pwResult, 1)
+		go func() {
+			pw, err := cv.Password(context.Background(), attempt, problem)
+			ch <- pwResult{pw, err}
+		}()
+		return ch
+	}
+	got := func(ch chan pwResult, want string) {
+		t.Helper()
+		select {
+		case r := <-ch:
+			if r.err != nil || string(r.pw) != want {
+				t.Fatalf("sudo got %q %v, want %q", r.pw, r.err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("sudo got no password")
+		}
+	}
+
+	first := ask(1, "")
+	awaitEvent("bypass.password " + req.ID + " 1")
+	if text := read(); !strings.Contains(text, "approved: sudo asks for the password (attempt 1 of 3)\n") {
+		t.Errorf("while sudo asks, %s reads:\n%s", file, text)
+	}
+	// Only the owner writes it: not an agent's tool, not none.
+	for who, other := range map[string]*client.Fsys{
+		"the agent's tool":                      attachAgent(t, d, aid),
+		"none":                                  attachPeer(t, d, ns.Remote, "none", ""),
+		"a sandboxed tool without a capability": attachPeer(t, d, ns.Sandboxed, aid, ""),
+	} {
+		for _, data := range []string{"password " + right, "deny"} {
+			if err := write(other, data); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				t.Errorf("%s wrote %q to %s: %v", who, strings.Fields(data)[0], file, err)
+			}
+		}
+	}
+	// A password typed without its word is refused, and not repeated.
+	if err := write(fs, right); err == nil {
+		t.Error("a bare password was taken as a decision")
+	}
+	if err := write(fs, "password "+wrong+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	got(first, wrong)
+
+	second := ask(2, "wrong password")
+	awaitEvent("bypass.password " + req.ID + " 2")
+	if text := read(); !strings.Contains(text, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n") {
+		t.Errorf("after a wrong password, %s reads:\n%s", file, text)
+	}
+	if err := write(fs, "password "+right); err != nil {
+		t.Fatal(err)
+	}
+	got(second, right)
+	cv.Close("ran")
+	stop()
+
+	for what, s := range map[string]string{
+		"the event stream":                         events.String(),
+		"the daemon's log":                         log.String(),
+		"the daemon's 9P trace":                    trace.String(),
+		"what the file read and writers were told": strings.Join(shown, "\n"),
+	} {
+		for _, pw := range []string{wrong, right} {
+			if strings.Contains(s, pw) {
+				t.Errorf("a password is in %s:\n%s", what, s)
+			}
+		}
+	}
+	if !strings.Contains(trace.String(), "Twrite") {
+		t.Error("the trace saw no write: it was not on")
 	}
 }
