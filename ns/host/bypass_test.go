@@ -15,8 +15,10 @@ import (
 	"9fans.net/go/plan9/client"
 
 	"ollie/agent/backend"
+	"ollie/agent/fakellm"
 	"ollie/broker"
 	"ollie/internal/nstest"
+	"ollie/internal/sudolab"
 	"ollie/ns"
 )
 
@@ -312,5 +314,154 @@ func TestBypassPasswordNowhere(t *testing.T) {
 	}
 	if !strings.Contains(trace.String(), "Twrite") {
 		t.Error("the trace saw no write: it was not on")
+	}
+}
+
+// TestBypassSudoAtHost runs a sudo tool approved through bypass/pending
+// with no desktop connected, against the real gate, toolsrv and sudo:
+// olliesrv runs as a user whose password sudo asks for, and the person at
+// the host (the test, root, the daemon's admin) approves it and gives the
+// password by writing the file. The right password runs the tool as
+// root; a wrong one is asked for again, the entry saying so, and the
+// right one then runs it; a deny at the password ends it without running
+// it. Then the passwords are looked for in the daemon's log and files,
+// and in every process's argv and environment.
+func TestBypassSudoAtHost(t *testing.T) {
+	pw, wrong := "Pw-"+broker.NewID(), "Wrong-"+broker.NewID()
+	h := sudolab.Start(t, sudolab.Config{User: "olpend", Password: pw, Tools: map[string]string{
+		"root_id.meta": `{"description": "Print the user id the tool runs as.", "sudo": true, "readOnly": true}`,
+		"root_id":      "#!/bin/sh\nid -u\n",
+	}})
+	fs := nstest.Attach(t, h.Socket, "")
+	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd="+h.Work); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	asked := 0 // chat requests the model has had
+	// turn has the agent call root_id, and returns the id of its request
+	// once parked.
+	turn := func(prompt string) string {
+		t.Helper()
+		for state := ""; state != "idle\n"; time.Sleep(20 * time.Millisecond) {
+			if state = nstest.ReadFile(t, fs, "session/s/agent/a/state"); ctx.Err() != nil {
+				t.Fatalf("the agent stays %q", state)
+			}
+		}
+		h.LLM.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("done"))
+		asked += 2
+		if err := nstest.WriteFile(fs, "session/s/agent/a/prompt", prompt); err != nil {
+			t.Fatal(err)
+		}
+		for ; ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+			f, err := fs.Open("bypass/pending", plan9.OREAD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dirs, _ := f.Dirreadall()
+			f.Close()
+			if len(dirs) == 1 {
+				return dirs[0].Name
+			}
+		}
+		t.Fatalf("no request in bypass/pending:\n%s", h.Log.String())
+		return ""
+	}
+	// says waits until the request's entry reads want.
+	says := func(id, want string) {
+		t.Helper()
+		text := ""
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if text, _ = nstest.TryRead(fs, "bypass/pending/"+id); strings.Contains(text, want) {
+				return
+			}
+		}
+		t.Fatalf("bypass/pending/%s never said %q; it reads:\n%s\nlog:\n%s", id, want, text, h.Log.String())
+	}
+	write := func(id, data string) {
+		t.Helper()
+		if err := nstest.WriteFile(fs, "bypass/pending/"+id, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	output := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		out, err := h.ToolOutput(ctx, asked)
+		if err != nil {
+			t.Fatalf("%v\nlog:\n%s", err, h.Log.String())
+		}
+		return strings.TrimSpace(out)
+	}
+
+	t.Run("right", func(t *testing.T) {
+		id := turn("who am I as root?")
+		says(id, "tool:     root_id\n")
+		write(id, "approve")
+		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		write(id, "password "+pw+"\n")
+		if out := output(); out != "0" {
+			t.Errorf("root_id gave the model %q, want 0 (run as root)", out)
+		}
+	})
+	t.Run("wrong then right", func(t *testing.T) {
+		id := turn("and again?")
+		write(id, "approve")
+		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		write(id, "password "+wrong)
+		says(id, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n")
+		write(id, "password "+pw)
+		if out := output(); out != "0" {
+			t.Errorf("root_id gave the model %q, want 0 (run as root)", out)
+		}
+	})
+	t.Run("deny", func(t *testing.T) {
+		id := turn("once more?")
+		write(id, "approve")
+		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		write(id, "deny not as root today")
+		if out := output(); out == "0" || !strings.Contains(out, "not as root today") {
+			t.Errorf("root_id gave the model %q: want not run, saying why", out)
+		}
+	})
+
+	for what, s := range map[string]string{"the daemon's log": h.Log.String()} {
+		for _, p := range []string{pw, wrong} {
+			if strings.Contains(s, p) {
+				t.Errorf("a password is in %s:\n%s", what, s)
+			}
+		}
+	}
+	secrets := []string{pw, wrong}
+	filepath.WalkDir(h.Dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(p, filepath.Join(h.Dir, "bin")) {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		for _, s := range secrets {
+			if strings.Contains(string(b), s) {
+				t.Errorf("a password is in %s", p)
+			}
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			b, _ := os.ReadFile(filepath.Join(p, f))
+			for _, s := range secrets {
+				if strings.Contains(string(b), s) {
+					t.Errorf("a password is in %s/%s", p, f)
+				}
+			}
+		}
+	}
+	if sessions, _ := filepath.Glob(filepath.Join(h.Dir, "state", "ollie", "sessions", "*")); len(sessions) == 0 {
+		t.Error("no session file was searched")
 	}
 }
