@@ -354,7 +354,7 @@ func TestAnswersStayInPending(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
 	policy := d.read(t, "bypass/policy")
-	for _, id := range []string{"../policy", "..", "", "a/b", "x y"} {
+	for _, id := range []string{"../../session/s/agent/a/prompt", "../policy", "..", "", "a/b", "x y"} {
 		if err := chat.Decide(ctx, d.c, id, "deny"); err == nil {
 			t.Errorf("Decide(%q) was written", id)
 		}
