@@ -496,8 +496,9 @@ func (g *Gate) endPassword(p *pendingReq) {
 func (g *Gate) dropPassword(id string) {
 	g.mu.Lock()
 	p := g.pending[id]
+	waits := p != nil && p.pw != nil
 	g.mu.Unlock()
-	if p != nil && p.pw != nil {
+	if waits {
 		g.endPassword(p)
 	}
 }
@@ -797,12 +798,16 @@ func CutPassword(data []byte) (pw []byte, ok bool) {
 func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
 	g.mu.Lock()
 	p, ok := g.pending[id]
+	var ask *passwordAsk
+	if ok {
+		ask = p.pw
+	}
 	g.mu.Unlock()
 	switch {
 	case !ok:
 		Zero(pw)
 		return fmt.Errorf("request %s is not pending (answered, timed out, or never asked)", id)
-	case p.pw == nil:
+	case ask == nil:
 		Zero(pw)
 		return fmt.Errorf("request %s waits for approve, always or deny [REASON]; a password is taken once it is approved", id)
 	case len(pw) == 0:
@@ -813,15 +818,15 @@ func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
 	}
 	h := handoff{pw: pw, done: make(chan error, 1)}
 	select {
-	case p.pw.give <- h:
+	case ask.give <- h:
 		if err := <-h.done; err != nil {
 			return fmt.Errorf("request %s: the password could not be handed to sudo: its tool is gone", id)
 		}
 		return nil
-	case <-p.pw.denied:
+	case <-ask.denied:
 		Zero(pw)
 		return fmt.Errorf("request %s was denied", id)
-	case <-p.pw.done:
+	case <-ask.done:
 		Zero(pw)
 		return fmt.Errorf("request %s no longer waits for a password (it ran, was denied or ended)", id)
 	case <-ctx.Done():
@@ -835,8 +840,9 @@ func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
 func (g *Gate) PendingText(id string) (string, bool) {
 	g.mu.Lock()
 	p, ok := g.pending[id]
+	approved := ok && p.pw != nil
 	var pw passwordAsk
-	if ok && p.pw != nil {
+	if approved {
 		pw = passwordAsk{attempt: p.pw.attempt, problem: p.pw.problem}
 	}
 	g.mu.Unlock()
@@ -844,7 +850,7 @@ func (g *Gate) PendingText(id string) (string, bool) {
 		return "", false
 	}
 	text := p.req.Prompt()
-	if p.pw == nil {
+	if !approved {
 		return text + "write approve, always or deny [REASON] to this file to answer\n", true
 	}
 	switch {
