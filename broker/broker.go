@@ -28,8 +28,10 @@
 // user, not sandboxed, running ollie's own binary), and each request id
 // once; an answer only from the desktop it relayed the request to, or
 // from a writer of bypass/pending, whom the namespace's permissions
-// admit; a password only from the desktop. A request's Host is never the
-// host's word: the desktop sets it from the connection.
+// admit (the owner); a password only from that desktop, or, for a
+// request approved through bypass/pending, from a writer there. A
+// request's Host is never the host's word: the desktop sets it from the
+// connection.
 package broker
 
 import (

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	"ollie/internal/changes"
 	"ollie/internal/peer"
+	"ollie/internal/termsafe"
 )
 
 // NoBroker says what a host does with a request while no desktop broker
@@ -127,7 +129,36 @@ type pendingReq struct {
 	created time.Time
 	decided chan struct{} // closed with ans set, once
 	ans     Answer
-	waiters int // requests waiting on this one: it and identical ones
+	waiters int  // requests waiting on this one: it and identical ones
+	asking  bool // req itself still waits on it (identical ones may outlast it)
+	// pw is set once a sudo request is approved through bypass/pending:
+	// it then waits there for its password too. Its entry is the
+	// request's own and ends with its conversation (endPassword).
+	pw *passwordAsk
+}
+
+// passwordAsk is the credential gate at the host: a sudo request approved
+// through bypass/pending, where no desktop is there to give the password,
+// takes it from a writer of its file ("password SECRET"), as the desktop
+// would give it, up to MaxPasswordAttempts times.
+type passwordAsk struct {
+	give   chan handoff  // a writer's password, taken when sudo asks
+	denied chan struct{} // closed when "deny" is written, with reason set
+	done   chan struct{} // closed when the request no longer waits for a password
+	reason string
+	ended  bool // done is closed
+	// attempt is the ask sudo waits on, 0 before it asks and while it
+	// checks a password; problem is why it asks again.
+	attempt int
+	problem string
+}
+
+// handoff carries a password from the writer of bypass/pending/{id} to
+// the request's conversation, which hands it on and zeroes it (Secret)
+// before it answers done: the writer's buffer is free once done answers.
+type handoff struct {
+	pw   []byte
+	done chan error
 }
 
 // MaxParkedPerSession caps the distinct requests one session may have
@@ -334,6 +365,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 	policy := g.policy
 	always := g.always[req.Tool] && !req.Bypass
 	g.mu.Unlock()
+	defer g.dropPassword(req.ID)
 	if req.Yolo && !policy.YoloAllowed() {
 		in.Answer(Answer{Decision: Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"})
 		return
@@ -342,6 +374,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 	ctx, cancel = context.WithTimeoutCause(g.base, policy.Timeout, fmt.Errorf("nobody answered within %v", policy.Timeout))
 	defer cancel()
 	var ans Answer
+	var own *pendingReq // the entry that stays for the password, if approved in it
 	for {
 		asked, gen := g.ask(ctx, in, policy)
 		if asked {
@@ -359,24 +392,114 @@ func (g *Gate) ServeConn(c net.Conn) {
 		case policy.NoBroker == DenyNow:
 			ans = Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}
 		default:
-			ans, handed = g.park(ctx, req, policy.Timeout, gen)
+			ans, own, handed = g.park(ctx, req, policy.Timeout, gen)
 		}
 		if !handed {
 			break
 		}
 	}
-	in.Answer(ans)
-	if ans.Decision == Deny || !req.Sudo {
+	if err := in.Answer(ans); err != nil || ans.Decision == Deny || !req.Sudo {
 		return
 	}
-	// Approved through the namespace: there is nobody to give a password.
+	// Approved here, with no desktop to give the password: it is given
+	// here too, if sudo asks for one.
+	g.askPassword(ctx, in, own)
+}
+
+// askPassword serves the credential gate of a sudo request approved
+// through bypass/pending: each time sudo asks, the request waits in
+// bypass/pending/{id} for a writer's password (Password) or a deny. The
+// entry of the request that was parked, p, stays listed from its approval
+// (Decide); one approved without waiting there (p nil: identical to it,
+// or approved always) is listed when sudo first asks, so that a user whom
+// sudo asks nothing (NOPASSWD) is never shown one.
+func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq) {
+	req := in.Req
+	defer func() {
+		if p != nil {
+			g.endPassword(p)
+		}
+	}()
 	for {
-		attempt, _, _, err := in.Next(ctx)
+		attempt, problem, _, err := in.Next(ctx)
 		if err != nil || attempt == 0 {
 			return
 		}
-		in.Answer(Answer{Decision: Deny, Reason: "no desktop broker is connected to give the sudo password: connect one with ollie-remote up, or let this user run the tool with NOPASSWD"})
-		return
+		g.mu.Lock()
+		if p == nil {
+			p = &pendingReq{req: req, created: time.Now(), pw: newPasswordAsk()}
+			g.pending[req.ID] = p
+			g.publish("bypass.pending", req.ID+" "+req.Tool)
+		}
+		pw := p.pw
+		select {
+		case <-pw.denied: // written before sudo asked
+			g.mu.Unlock()
+			in.Answer(Answer{Decision: Deny, Reason: pw.reason})
+			return
+		default:
+		}
+		g.pending[req.ID] = p // again, if a password was given: sudo asks again
+		pw.attempt, pw.problem = attempt, problem
+		g.mu.Unlock()
+		g.publish("bypass.password", req.ID+" "+strconv.Itoa(attempt))
+		select {
+		case h := <-pw.give:
+			// Nothing waits for a person while sudo checks it: the entry
+			// leaves the directory, and is back if sudo asks again.
+			g.mu.Lock()
+			if g.pending[req.ID] == p {
+				delete(g.pending, req.ID)
+			}
+			pw.attempt, pw.problem = 0, ""
+			g.mu.Unlock()
+			err := in.Secret(h.pw) // zeroes it
+			h.done <- err
+			if err != nil {
+				return
+			}
+		case <-pw.denied:
+			in.Answer(Answer{Decision: Deny, Reason: pw.reason})
+			return
+		case <-g.closing:
+			in.Answer(Answer{Decision: Deny, Reason: ErrShutdown.Error()})
+			return
+		case <-ctx.Done():
+			g.publish("bypass.decided", req.ID+" timeout")
+			in.Answer(Answer{Decision: Deny, Reason: "no password: " + context.Cause(ctx).Error()})
+			return
+		}
+	}
+}
+
+func newPasswordAsk() *passwordAsk {
+	return &passwordAsk{give: make(chan handoff), denied: make(chan struct{}), done: make(chan struct{})}
+}
+
+// endPassword ends p's wait for a password: its entry leaves
+// bypass/pending, and writers waiting to give it one are told it no
+// longer waits.
+func (g *Gate) endPassword(p *pendingReq) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[p.req.ID] == p {
+		delete(g.pending, p.req.ID)
+	}
+	if !p.pw.ended {
+		p.pw.ended = true
+		close(p.pw.done)
+	}
+}
+
+// dropPassword ends the password wait of request id, if it has one, when
+// its conversation ends: one approved (Decide) as it stopped waiting.
+func (g *Gate) dropPassword(id string) {
+	g.mu.Lock()
+	p := g.pending[id]
+	waits := p != nil && p.pw != nil
+	g.mu.Unlock()
+	if waits {
+		g.endPassword(p)
 	}
 }
 
@@ -483,16 +606,19 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 // registered since ask saw gen, park returns handed: the request goes to
 // it instead, so nothing waits here behind a parked request while a
 // desktop could be asked.
-func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen uint64) (ans Answer, handed bool) {
+func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen uint64) (ans Answer, own *pendingReq, handed bool) {
 	g.mu.Lock()
 	if g.joined.Load() != gen {
 		g.mu.Unlock()
-		return Answer{}, true
+		return Answer{}, nil, true
 	}
 	joined := g.joined.Changed(gen)
 	var p *pendingReq
 	parked := 0
 	for _, q := range g.pending {
+		if q.pw != nil {
+			continue // approved: it waits for its password, not a decision
+		}
 		if q.req.Same(req) {
 			p = q
 		}
@@ -502,10 +628,10 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 	}
 	if p == nil && parked >= MaxParkedPerSession {
 		g.mu.Unlock()
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}, false
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}, nil, false
 	}
 	if p == nil {
-		p = &pendingReq{req: req, created: time.Now(), decided: make(chan struct{})}
+		p = &pendingReq{req: req, created: time.Now(), decided: make(chan struct{}), asking: true}
 		g.pending[req.ID] = p
 		g.publish("bypass.pending", req.ID+" "+req.Tool)
 	}
@@ -513,32 +639,46 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
-		if p.waiters--; p.waiters == 0 && g.pending[p.req.ID] == p {
+		if p.req == req {
+			p.asking = false
+		}
+		if p.waiters--; p.waiters == 0 && g.pending[p.req.ID] == p && p.pw == nil {
 			delete(g.pending, p.req.ID)
 		}
 		g.mu.Unlock()
 	}()
 	select {
 	case <-p.decided:
-		return p.ans, false
+		return p.ans, g.passwordOf(p, req), false
 	case <-joined:
 		select {
 		case <-p.decided: // decided at the same moment: the decision stands
-			return p.ans, false
+			return p.ans, g.passwordOf(p, req), false
 		default:
 		}
-		return Answer{}, true
+		return Answer{}, nil, true
 	case <-g.closing:
-		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, false
+		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 	case <-ctx.Done():
 		if p.req == req {
 			g.publish("bypass.decided", req.ID+" timeout")
 		}
 		if errors.Is(context.Cause(ctx), ErrShutdown) {
-			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, false
+			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 		}
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, false
+		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, nil, false
 	}
+}
+
+// passwordOf returns p if it is req's own entry and now waits for req's
+// password (Decide approved a sudo request), for askPassword.
+func (g *Gate) passwordOf(p *pendingReq, req *Request) *pendingReq {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p.req == req && p.pw != nil {
+		return p
+	}
+	return nil
 }
 
 // Pending lists the parked requests, oldest first.
@@ -569,7 +709,13 @@ func (g *Gate) PendingRequest(id string) (*Request, bool) {
 }
 
 // Decide answers a parked request: "approve" or "once", "always", "deny"
-// (optionally followed by a reason for the model).
+// (optionally followed by a reason for the model). A sudo request so
+// approved stays parked, waiting for its password (Password), and takes
+// only "deny" from then on; approving it "always" approves the tool, not
+// its password, which is asked each time.
+//
+// An error never quotes what was written: a person may have typed a
+// password into the wrong file.
 func (g *Gate) Decide(id, text string) error {
 	word, reason, _ := strings.Cut(strings.TrimSpace(text), " ")
 	var d Decision
@@ -580,14 +726,33 @@ func (g *Gate) Decide(id, text string) error {
 		d = Always
 	case "deny", "no":
 		d = Deny
-	default:
-		return fmt.Errorf("write approve, always or deny [REASON], not %q", word)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.pending[id]
 	if !ok {
 		return fmt.Errorf("request %s is not pending (answered, timed out, or never asked)", id)
+	}
+	if reason == "" && d == Deny {
+		reason = "denied through bypass/pending on the host"
+	}
+	if p.pw != nil {
+		if d != Deny {
+			return fmt.Errorf("request %s is approved and waits for its sudo password: write password SECRET, or deny [REASON]", id)
+		}
+		p.pw.reason = reason
+		close(p.pw.denied)
+		delete(g.pending, id)
+		g.publish("bypass.decided", id+" "+string(d))
+		return nil
+	}
+	if d == "" {
+		return fmt.Errorf("request %s: write approve, always or deny [REASON]", id)
+	}
+	select {
+	case <-p.decided:
+		return fmt.Errorf("request %s was already answered", id)
+	default:
 	}
 	if d == Always {
 		if p.req.Bypass {
@@ -596,19 +761,107 @@ func (g *Gate) Decide(id, text string) error {
 			g.always[p.req.Tool] = true
 		}
 	}
-	if reason == "" && d == Deny {
-		reason = "denied through bypass/pending on the host"
-	}
-	select {
-	case <-p.decided:
-		return fmt.Errorf("request %s was already answered", id)
-	default:
-	}
 	p.ans = Answer{Decision: d, Reason: reason}
 	close(p.decided)
-	delete(g.pending, id)
 	g.publish("bypass.decided", id+" "+string(d))
+	if d != Deny && p.req.Sudo && p.asking {
+		// The person who approved it is there to give the password: the
+		// entry stays, now for that (askPassword).
+		p.pw = newPasswordAsk()
+		return nil
+	}
+	delete(g.pending, id)
 	return nil
+}
+
+// CutPassword reports whether data, written to bypass/pending/{id}, gives
+// a password ("password SECRET"), and returns the password: the rest of
+// the line after the first space, as written, less one trailing newline.
+// It is a slice of data, not a copy.
+func CutPassword(data []byte) (pw []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte("password"))
+	if !ok || len(rest) > 0 && rest[0] != ' ' && rest[0] != '\n' {
+		return nil, false
+	}
+	if len(rest) > 0 && rest[0] == ' ' {
+		rest = rest[1:]
+	}
+	return bytes.TrimSuffix(rest, []byte("\n")), true
+}
+
+// Password gives a sudo request approved through bypass/pending its
+// password, as a desktop gives one: it waits until sudo asks (at once if
+// it is asking), and returns once the request's conversation has handed
+// it on. Password takes pw: it is zeroed when handed on, and on error.
+// A wrong one is asked for again, up to MaxPasswordAttempts times; its
+// entry says so (PendingText).
+func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
+	g.mu.Lock()
+	p, ok := g.pending[id]
+	var ask *passwordAsk
+	if ok {
+		ask = p.pw
+	}
+	g.mu.Unlock()
+	switch {
+	case !ok:
+		Zero(pw)
+		return fmt.Errorf("request %s is not pending (answered, timed out, or never asked)", id)
+	case ask == nil:
+		Zero(pw)
+		return fmt.Errorf("request %s waits for approve, always or deny [REASON]; a password is taken once it is approved", id)
+	case len(pw) == 0:
+		return fmt.Errorf("request %s: the password is empty; write password SECRET, or deny [REASON]", id)
+	case bytes.ContainsAny(pw, "\n\x00"):
+		Zero(pw)
+		return fmt.Errorf("request %s: a password is one line: write password SECRET", id)
+	}
+	h := handoff{pw: pw, done: make(chan error, 1)}
+	select {
+	case ask.give <- h:
+		if err := <-h.done; err != nil {
+			return fmt.Errorf("request %s: the password could not be handed to sudo: its tool is gone", id)
+		}
+		return nil
+	case <-ask.denied:
+		Zero(pw)
+		return fmt.Errorf("request %s was denied", id)
+	case <-ask.done:
+		Zero(pw)
+		return fmt.Errorf("request %s no longer waits for a password (it ran, was denied or ended)", id)
+	case <-ctx.Done():
+		Zero(pw)
+		return context.Cause(ctx)
+	}
+}
+
+// PendingText is what bypass/pending/{id} reads: the request as a person
+// is shown it (Request.Prompt), then what it waits for and how to answer.
+func (g *Gate) PendingText(id string) (string, bool) {
+	g.mu.Lock()
+	p, ok := g.pending[id]
+	approved := ok && p.pw != nil
+	var pw passwordAsk
+	if approved {
+		pw = passwordAsk{attempt: p.pw.attempt, problem: p.pw.problem}
+	}
+	g.mu.Unlock()
+	if !ok {
+		return "", false
+	}
+	text := p.req.Prompt()
+	if !approved {
+		return text + "write approve, always or deny [REASON] to this file to answer\n", true
+	}
+	switch {
+	case pw.attempt > 0 && pw.problem != "":
+		text += fmt.Sprintf("approved: sudo asks for the password again (attempt %d of %d): %s\n", pw.attempt, MaxPasswordAttempts, termsafe.Field(pw.problem, maxProblemField))
+	case pw.attempt > 0:
+		text += fmt.Sprintf("approved: sudo asks for the password (attempt %d of %d)\n", pw.attempt, MaxPasswordAttempts)
+	default:
+		text += "approved: waiting for sudo to ask for the password (it asks none if this user may run the tool without one)\n"
+	}
+	return text + "password: write 'password SECRET' to this file (it is handed to sudo when sudo asks), or deny [REASON]\n", true
 }
 
 // checkPeer admits only this user's processes that are not sandboxed (a

@@ -1,10 +1,14 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -208,7 +212,9 @@ func TestGateParksWithoutBroker(t *testing.T) {
 	if r := <-done; r.err != nil || r.ans.Decision != broker.Once {
 		t.Errorf("after approve: %+v %v", r.ans, r.err)
 	}
-	if err := l.gate.Decide(id, "deny"); err == nil {
+	// Approved, a sudo request waits for its password, and takes no
+	// second approval (TestGatePasswordAtHost has the rest).
+	if err := l.gate.Decide(id, "approve"); err == nil {
 		t.Error("a second decision was accepted")
 	}
 
@@ -307,5 +313,401 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 	}
 	if approved != 10 || denied != 7 {
 		t.Errorf("approved %d, denied %d", approved, denied)
+	}
+}
+
+// passwordLab is a gate with no desktop broker, whose events and log are
+// kept (at debug level) to be searched for a password.
+type passwordLab struct {
+	*lab
+	mu     sync.Mutex
+	events []string
+	notify chan string // each event, as it is published
+	log    bytes.Buffer
+}
+
+func newPasswordLab(t *testing.T) *passwordLab {
+	l := &passwordLab{notify: make(chan string, 100)}
+	logw := writerFunc(func(b []byte) (int, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.log.Write(b)
+	})
+	g := broker.NewGate(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	g.Publish = func(topic, data string) {
+		ev := topic + " " + data
+		l.mu.Lock()
+		l.events = append(l.events, ev)
+		l.mu.Unlock()
+		l.notify <- ev
+	}
+	l.lab = &lab{gate: g, gateSock: filepath.Join(t.TempDir(), "elevate")}
+	gl, err := net.Listen("unix", l.gateSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gl.Close() })
+	go g.Serve(gl)
+	return l
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// await waits for the event ev, passing over others.
+func (l *passwordLab) await(t *testing.T, ev string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-l.notify:
+			if got == ev {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no event %q; events %q", ev, l.seen())
+		}
+	}
+}
+
+func (l *passwordLab) seen() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
+}
+
+// text reads the request's entry, which must be listed.
+func (l *passwordLab) text(t *testing.T, id string) string {
+	t.Helper()
+	text, ok := l.gate.PendingText(id)
+	if !ok || !slices.ContainsFunc(l.gate.Pending(), func(r *broker.Request) bool { return r.ID == id }) {
+		t.Fatalf("request %s is not listed", id)
+	}
+	return text
+}
+
+// askAsync asks for req, as a session's toolsrv does, and delivers the
+// conversation once the gate answers.
+func (l *passwordLab) askAsync(t *testing.T, req *broker.Request) <-chan *broker.Conversation {
+	ch := make(chan *broker.Conversation, 1)
+	go func() {
+		c, err := net.Dial("unix", l.gateSock)
+		if err != nil {
+			t.Error(err)
+			ch <- nil
+			return
+		}
+		cv, ans, err := broker.Ask(context.Background(), c, req)
+		if err != nil || ans.Decision != broker.Once {
+			t.Errorf("asking for %s: %+v %v", req.Tool, ans, err)
+			ch <- nil
+			return
+		}
+		ch <- cv
+	}()
+	return ch
+}
+
+func answered(t *testing.T, ch <-chan *broker.Conversation) *broker.Conversation {
+	t.Helper()
+	select {
+	case cv := <-ch:
+		if cv == nil {
+			t.FailNow()
+		}
+		return cv
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request was not answered")
+		return nil
+	}
+}
+
+type pwResult struct {
+	pw  []byte
+	err error
+}
+
+// sudoAsks asks for the password, the attempt-th time, as toolsrv does
+// when sudo wants one.
+func sudoAsks(cv *broker.Conversation, attempt int, problem string) <-chan pwResult {
+	ch := make(chan pwResult, 1)
+	go func() {
+		pw, err := cv.Password(context.Background(), attempt, problem)
+		ch <- pwResult{pw, err}
+	}()
+	return ch
+}
+
+func got(t *testing.T, ch <-chan pwResult) pwResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the asker got no password and no denial")
+		return pwResult{}
+	}
+}
+
+func isZero(b []byte) bool { return !slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) }
+
+// TestGatePasswordAtHost: a sudo request approved through bypass/pending,
+// with no desktop to give the password, is given it there: the entry
+// stays, saying it waits for sudo to ask; a password written before sudo
+// asks is handed over when it does; a wrong one is asked for again and
+// the entry says so; the right one reaches the asker. The passwords are
+// in no event, log line, entry text or error, and the buffers the gate
+// was given are zeroed.
+func TestGatePasswordAtHost(t *testing.T) {
+	l := newPasswordLab(t)
+	wrong, right := "wrong-"+broker.NewID(), "right-"+broker.NewID()
+	var shown []string // every text and error a person could see
+	req := &broker.Request{ID: broker.NewID(), Session: "s", Agent: "a1", Tool: "fix_nginx", Executable: "/x", Cwd: "/", Sudo: true}
+	asked := l.askAsync(t, req)
+	l.await(t, "bypass.pending "+req.ID+" fix_nginx")
+	text := l.text(t, req.ID)
+	if !strings.Contains(text, "write approve, always or deny") || strings.Contains(text, "password:") {
+		t.Errorf("before approval the entry reads:\n%s", text)
+	}
+	early := []byte(wrong)
+	err := l.gate.Password(context.Background(), req.ID, early)
+	if err == nil || !isZero(early) {
+		t.Errorf("a password before the approval: %v, buffer %q: want refused and zeroed", err, early)
+	}
+	shown = append(shown, text, fmt.Sprint(err))
+
+	if err := l.gate.Decide(req.ID, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	cv := answered(t, asked)
+	defer cv.Close("ran")
+	text = l.text(t, req.ID)
+	if !strings.Contains(text, "approved: waiting for sudo to ask for the password") || !strings.Contains(text, "password: write 'password SECRET' to this file") {
+		t.Errorf("approved, before sudo asks, the entry reads:\n%s", text)
+	}
+	shown = append(shown, text)
+
+	// Written before sudo asks: handed over when it does.
+	first := []byte(wrong)
+	given := make(chan error, 1)
+	go func() { given <- l.gate.Password(context.Background(), req.ID, first) }()
+	r := got(t, sudoAsks(cv, 1, ""))
+	if r.err != nil || string(r.pw) != wrong {
+		t.Fatalf("sudo's first ask got %q %v", r.pw, r.err)
+	}
+	if err := <-given; err != nil {
+		t.Fatal(err)
+	}
+	if !isZero(first) {
+		t.Errorf("the password written is still in the buffer the gate was given: %q", first)
+	}
+	// While sudo checks it, nothing waits for a person.
+	if _, ok := l.gate.PendingText(req.ID); ok {
+		t.Error("the entry is listed while sudo checks the password")
+	}
+
+	// Wrong: sudo asks again, and the entry says so.
+	second := sudoAsks(cv, 2, "wrong password")
+	l.await(t, "bypass.password "+req.ID+" 2")
+	text = l.text(t, req.ID)
+	if !strings.Contains(text, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n") {
+		t.Errorf("after a wrong password the entry reads:\n%s", text)
+	}
+	shown = append(shown, text)
+	if err := l.gate.Decide(req.ID, "approve"); err == nil {
+		t.Error("an approval was taken while the request waits for its password")
+	} else {
+		shown = append(shown, err.Error())
+	}
+	pw := []byte("password " + right + "\n")
+	secret, ok := broker.CutPassword(pw)
+	if !ok {
+		t.Fatal("CutPassword refused a password line")
+	}
+	if err := l.gate.Password(context.Background(), req.ID, secret); err != nil {
+		t.Fatal(err)
+	}
+	if r := got(t, second); r.err != nil || string(r.pw) != right {
+		t.Fatalf("sudo's second ask got %q %v", r.pw, r.err)
+	}
+	if !isZero(secret) {
+		t.Errorf("the second password is still in its buffer: %q", pw)
+	}
+	cv.Close("ran")
+	err = l.gate.Password(context.Background(), req.ID, []byte(right))
+	if err == nil {
+		t.Error("a password was taken after the request ran")
+	}
+	shown = append(shown, fmt.Sprint(err))
+
+	// Where a password must never be.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l.gate.Shutdown(ctx) // its conversations have ended: the log is whole
+	l.mu.Lock()
+	log := l.log.String()
+	l.mu.Unlock()
+	for what, s := range map[string]string{"the events": strings.Join(l.seen(), "\n"), "the log": log, "what a person was shown": strings.Join(shown, "\n")} {
+		for _, pw := range []string{wrong, right} {
+			if strings.Contains(s, pw) {
+				t.Errorf("a password is in %s:\n%s", what, s)
+			}
+		}
+	}
+	want := []string{"bypass.pending " + req.ID + " fix_nginx", "bypass.decided " + req.ID + " once", "bypass.password " + req.ID + " 1", "bypass.password " + req.ID + " 2"}
+	if got := l.seen(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// A deny ends a sudo request waiting for its password, whether sudo asks
+// already or not yet; the tool is told why.
+func TestGatePasswordDenied(t *testing.T) {
+	for _, when := range []string{"asking", "before sudo asks"} {
+		t.Run(when, func(t *testing.T) {
+			l := newPasswordLab(t)
+			req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix", Sudo: true}
+			asked := l.askAsync(t, req)
+			l.await(t, "bypass.pending "+req.ID+" fix")
+			if err := l.gate.Decide(req.ID, "approve"); err != nil {
+				t.Fatal(err)
+			}
+			cv := answered(t, asked)
+			defer cv.Close("denied")
+			var ask <-chan pwResult
+			if when == "asking" {
+				ask = sudoAsks(cv, 1, "")
+				l.await(t, "bypass.password "+req.ID+" 1")
+			}
+			if err := l.gate.Decide(req.ID, "deny not as root"); err != nil {
+				t.Fatal(err)
+			}
+			if ask == nil {
+				ask = sudoAsks(cv, 1, "")
+			}
+			if r := got(t, ask); !errors.Is(r.err, broker.ErrDenied) || !strings.Contains(r.err.Error(), "not as root") || r.pw != nil {
+				t.Errorf("after deny sudo got %q %v", r.pw, r.err)
+			}
+			if _, ok := l.gate.PendingText(req.ID); ok {
+				t.Error("a denied request is still listed")
+			}
+		})
+	}
+}
+
+// A sudo request approved without waiting in bypass/pending (its tool
+// approved always, or identical to one approved there) is listed only
+// when sudo asks for a password, and gets its own: one whom sudo asks
+// nothing (NOPASSWD) is never listed.
+func TestGatePasswordListedWhenAsked(t *testing.T) {
+	l := newPasswordLab(t)
+	l.gate.AllowAlways("fix")
+	quiet := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix", Sudo: true}
+	cv := answered(t, l.askAsync(t, quiet))
+	cv.Close("ran") // sudo needed no password
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// Two identical requests wait on one entry; each gets its own password.
+	a := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "other", Sudo: true}
+	b := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "other", Sudo: true}
+	askedA := l.askAsync(t, a)
+	l.await(t, "bypass.pending "+a.ID+" other")
+	askedB := l.askAsync(t, b)
+	waitFor(t, "the identical request to join", func() bool { return broker.ParkedWaiters(l.gate) == 2 })
+	if err := l.gate.Decide(a.ID, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	cvA, cvB := answered(t, askedA), answered(t, askedB)
+	defer cvA.Close("ran")
+	defer cvB.Close("ran")
+	if _, ok := l.gate.PendingText(b.ID); ok {
+		t.Error("the identical request is listed before sudo asks for its password")
+	}
+	askB := sudoAsks(cvB, 1, "")
+	l.await(t, "bypass.password "+b.ID+" 1")
+	if text := l.text(t, b.ID); !strings.Contains(text, "approved: sudo asks for the password (attempt 1 of 3)\n") {
+		t.Errorf("the identical request's entry reads:\n%s", text)
+	}
+	askA := sudoAsks(cvA, 1, "")
+	l.await(t, "bypass.password "+a.ID+" 1")
+	if err := l.gate.Password(ctx, b.ID, []byte("pw-b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.gate.Password(ctx, a.ID, []byte("pw-a")); err != nil {
+		t.Fatal(err)
+	}
+	if r := got(t, askA); string(r.pw) != "pw-a" {
+		t.Errorf("a got %q %v", r.pw, r.err)
+	}
+	if r := got(t, askB); string(r.pw) != "pw-b" {
+		t.Errorf("b got %q %v", r.pw, r.err)
+	}
+	cvA.Close("ran")
+	cvB.Close("ran")
+	l.gate.Shutdown(ctx)
+	for _, ev := range l.seen() {
+		if strings.Contains(ev, quiet.ID) {
+			t.Errorf("the request sudo asked nothing of was published: %q", ev)
+		}
+	}
+	if !slices.Contains(l.seen(), "bypass.pending "+b.ID+" other") {
+		t.Errorf("the identical request was not published when sudo asked: %q", l.seen())
+	}
+}
+
+// A daemon that stops denies a request waiting for its password, and
+// tells a writer waiting to give one.
+func TestGatePasswordShutdown(t *testing.T) {
+	l := newPasswordLab(t)
+	req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix", Sudo: true}
+	asked := l.askAsync(t, req)
+	l.await(t, "bypass.pending "+req.ID+" fix")
+	if err := l.gate.Decide(req.ID, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	cv := answered(t, asked)
+	defer cv.Close("denied")
+	ask := sudoAsks(cv, 1, "")
+	l.await(t, "bypass.password "+req.ID+" 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.gate.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// At once, as a parked request is: not when the daemon's context
+	// ends, which waits for conversations with a desktop.
+	if r := got(t, ask); !errors.Is(r.err, broker.ErrDenied) || r.err.Error() != "denied: "+broker.ErrShutdown.Error() {
+		t.Errorf("after shutdown sudo got %q %v", r.pw, r.err)
+	}
+	if slices.Contains(l.seen(), "bypass.decided "+req.ID+" timeout") {
+		t.Error("a shutdown was published as a timeout")
+	}
+	if err := l.gate.Password(ctx, req.ID, []byte("late")); err == nil {
+		t.Error("a password was taken after shutdown")
+	}
+}
+
+func TestCutPassword(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		pw   string
+		isPw bool
+	}{
+		{"password hunter2", "hunter2", true},
+		{"password hunter2\n", "hunter2", true},
+		{"password  two spaces \n", " two spaces ", true}, // the rest of the line, as written
+		{"password a\n\n", "a\n", true},                   // one newline only: Password refuses the rest
+		{"password", "", true},
+		{"password\n", "", true},
+		{"passwordx", "", false},
+		{"approve", "", false},
+		{" password x", "", false},
+	} {
+		pw, ok := broker.CutPassword([]byte(c.in))
+		if ok != c.isPw || string(pw) != c.pw {
+			t.Errorf("CutPassword(%q) = %q, %v; want %q, %v", c.in, pw, ok, c.pw, c.isPw)
+		}
 	}
 }

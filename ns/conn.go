@@ -80,9 +80,13 @@ func (st *fidState) acquire(ctx context.Context) error {
 func (st *fidState) release() { <-st.lock }
 
 func (c *conn) srv9p() *srv9p.Server {
+	var trace io.Writer
+	if c.srv.Trace != nil {
+		trace = untracedWrites{c.srv.Trace}
+	}
 	return &srv9p.Server{
 		Msize:  c.srv.MaxMsize,
-		Trace:  c.srv.Trace,
+		Trace:  trace,
 		Attach: c.attach,
 		Walk:   c.walk,
 		Open:   c.open,

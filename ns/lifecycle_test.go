@@ -5,11 +5,13 @@ package ns_test
 // connection started runs after ServeConn returns.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,4 +197,55 @@ func TestShutdownWhileConnecting(t *testing.T) {
 		shutdown(t, srv, done)
 		wg.Wait()
 	}
+}
+
+// TestTraceLeavesOutWrites: the trace shows each write's count, never its
+// data, which may be a secret (a sudo password written to bypass/pending).
+func TestTraceLeavesOutWrites(t *testing.T) {
+	w := newWorld(t)
+	srv := newServer(w)
+	var trace syncBuffer
+	srv.Trace = &trace
+	fs := mount(t, "unix", serveUnix(t, srv), "glenda")
+	const secret = "password correct-horse-battery"
+	f, err := fs.Open("notes", plan9.OWRITE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte(secret)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	w.mu.Lock()
+	notes := string(w.notes)
+	w.mu.Unlock()
+	if notes != secret {
+		t.Fatalf("notes = %q: the write did not arrive", notes)
+	}
+	got := trace.String()
+	if strings.Contains(got, "correct-horse") {
+		t.Errorf("the trace holds what was written:\n%s", got)
+	}
+	if !strings.Contains(got, fmt.Sprintf("count %d (data not traced)\n", len(secret))) || !strings.Contains(got, "Rwrite tag") {
+		t.Errorf("the trace does not show the write's count, or not the rest:\n%s", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the server's goroutines may write
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -1,6 +1,7 @@
 package ns
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -110,8 +111,12 @@ type Server struct {
 	// attach name (srv9p offers no writable auth fids).
 	CheckAttach func(user, aname string) error
 
-	Log   *slog.Logger // nil: slog.Default()
-	Trace io.Writer    // if set, every 9P message is printed here
+	Log *slog.Logger // nil: slog.Default()
+	// Trace, if set, is where every 9P message is printed, but for the
+	// data of writes, of which only the count is: what a client writes
+	// may be a secret (a sudo password written to bypass/pending), and a
+	// trace is a log.
+	Trace io.Writer
 
 	once      sync.Once
 	ctx       context.Context
@@ -430,4 +435,28 @@ func (s *Server) Conns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// untracedWrites passes srv9p's trace on without the data of Twrite
+// messages, which srv9p prints after their count. srv9p prints each
+// message with one Write.
+type untracedWrites struct{ w io.Writer }
+
+func (u untracedWrites) Write(b []byte) (int, error) {
+	i := bytes.Index(b, []byte(" Twrite tag "))
+	if i < 0 {
+		return u.w.Write(b)
+	}
+	j := bytes.Index(b[i:], []byte(" count "))
+	if j < 0 {
+		return u.w.Write(b)
+	}
+	k := i + j + len(" count ")
+	for k < len(b) && '0' <= b[k] && b[k] <= '9' {
+		k++
+	}
+	if _, err := u.w.Write(append(b[:k:k], " (data not traced)\n"...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

@@ -423,6 +423,25 @@ func TestSubscribe(t *testing.T) {
 	}
 }
 
+// TestSubscribeFrom: once subscribed is called the filter is in place,
+// so an event published then reaches the subscriber: the first one,
+// published once, with no retry.
+func TestSubscribeFrom(t *testing.T) {
+	f := newFixture(t)
+	c := f.dial(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	errc := make(chan error, 1)
+	subscribed := func() { f.bus.Publish("a.first", "once") }
+	go func() { errc <- c.SubscribeFrom(ctx, "event", []byte("a.*"), subscribed, &out) }()
+	waitFor(t, "the event published when subscribed", func() bool { return strings.Contains(out.String(), "a.first once\n") })
+	cancel()
+	if err := wait(t, "the cancelled SubscribeFrom", errc); !IsInterrupted(err) {
+		t.Errorf("cancelled SubscribeFrom: %v", err)
+	}
+}
+
 func TestDial(t *testing.T) {
 	f := newFixture(t)
 

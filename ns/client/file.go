@@ -178,10 +178,23 @@ func (c *Conn) RdWr(ctx context.Context, name string, req []byte) ([]byte, error
 // matching items to w as they come, until the subscription ends, ctx ends
 // or the connection fails.
 func (c *Conn) Subscribe(ctx context.Context, name string, filter []byte, w io.Writer) error {
+	return c.SubscribeFrom(ctx, name, filter, nil, w)
+}
+
+// SubscribeFrom is Subscribe that calls subscribed, if not nil, once the
+// server has the filter: every item published from then on reaches w. A
+// caller that also reads the state the items change (lists a directory,
+// say) reads it after subscribed, so that nothing between that read and
+// the first item is missed. subscribed runs on Subscribe's goroutine,
+// before anything is copied to w.
+func (c *Conn) SubscribeFrom(ctx context.Context, name string, filter []byte, subscribed func(), w io.Writer) error {
 	name = Clean(name)
 	return c.with(ctx, "subscribe", name, plan9.ORDWR, func(fid *p9.Fid) error {
 		if err := c.writeReq(name, fid, filter); err != nil {
 			return err
+		}
+		if subscribed != nil {
+			subscribed()
 		}
 		return c.copyOut(name, fid, w)
 	})

@@ -61,18 +61,28 @@ func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte
 }
 
 func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error) {
-	r, ok := n.gate.PendingRequest(c.Key("id"))
+	text, ok := n.gate.PendingText(c.Key("id"))
 	if !ok {
 		return nil, fmt.Errorf("%s: request %s is no longer pending", c.Path(), c.Key("id"))
 	}
-	return []byte(r.Prompt() + "write approve, always or deny [REASON] to this file to answer\n"), nil
+	return []byte(text), nil
 }
 
-// decidePending answers a parked request. An "always" is kept in the
-// host's always file too, as the desktop keeps one in its policy file, so
-// that it outlasts the daemon.
+// decidePending answers a parked request: a decision, or, for a sudo
+// request approved here, its password. An "always" is kept in the host's
+// always file too, as the desktop keeps one in its policy file, so that
+// it outlasts the daemon.
 func (n *namespace) decidePending(ctx context.Context, c *ns.Call, data []byte) error {
 	id := c.Key("id")
+	if pw, ok := broker.CutPassword(data); ok {
+		// data is this handler's own copy (ns clones what it is given):
+		// the gate zeroes the password once handed on, this the rest.
+		defer broker.Zero(data)
+		if err := n.gate.Password(ctx, id, pw); err != nil {
+			return fmt.Errorf("%s: %w", c.Path(), err)
+		}
+		return nil
+	}
 	req, _ := n.gate.PendingRequest(id)
 	if err := n.gate.Decide(id, string(data)); err != nil {
 		return err
