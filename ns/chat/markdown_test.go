@@ -1,0 +1,422 @@
+package chat
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/creack/pty"
+
+	"ollie/internal/termsafe"
+)
+
+// sgrRE matches one SGR sequence, the only escape Render's output may hold.
+var sgrRE = regexp.MustCompile("\x1b\\[[0-9;:]*m")
+
+func plain(s string) string { return sgrRE.ReplaceAllString(s, "") }
+
+// checkRendered checks what every styled Render must give: escapes that
+// are colour codes only, no trailing spaces, no blank lines around, exactly
+// one newline at the end, and lines within the width.
+func checkRendered(t *testing.T, out string, width int) {
+	t.Helper()
+	if !termsafe.Safe(plain(out), true) {
+		t.Errorf("output holds an escape that is not a colour code: %q", out)
+	}
+	if !strings.HasSuffix(out, "\n") || strings.HasSuffix(out, "\n\n") {
+		t.Errorf("output does not end with exactly one newline: %q", out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if strings.TrimSpace(plain(lines[0])) == "" {
+		t.Errorf("output starts with a blank line: %q", out)
+	}
+	for _, line := range lines {
+		if padded(line) {
+			t.Errorf("line ends in padding: %q", line)
+		}
+		if w := utf8.RuneCountInString(plain(line)); w > width {
+			t.Errorf("line is %d columns, wider than %d: %q", w, width, plain(line))
+		}
+	}
+}
+
+// trailingSGR matches the colour codes at a line's end.
+var trailingSGR = regexp.MustCompile("(\x1b\\[[0-9;:]*m)*$")
+
+// padded reports whether line ends in a space with no background colour
+// (which a heading's bar has).
+func padded(line string) bool {
+	line = trailingSGR.ReplaceAllString(line, "")
+	if !strings.HasSuffix(line, " ") {
+		return false
+	}
+	codes := sgrRE.FindAllStringIndex(line, -1)
+	if len(codes) == 0 {
+		return true
+	}
+	last := codes[len(codes)-1]
+	return strings.TrimRight(line[last[1]:], " ") != "" || !strings.Contains(line[last[0]:last[1]], "48;")
+}
+
+func TestRenderStyled(t *testing.T) {
+	in := "# Title\n\nSome **bold** words and `a span`.\n\n```go\nfunc main() {}\n```\n\n- one\n- two\n"
+	out := NewMarkdown(true, 60).Render(in)
+	checkRendered(t, out, 60)
+	if !sgrRE.MatchString(out) {
+		t.Errorf("no colour codes in %q", out)
+	}
+	p := plain(out)
+	for _, gone := range []string{"#", "**", "`"} {
+		if strings.Contains(p, gone) {
+			t.Errorf("markdown %q left in the output:\n%s", gone, p)
+		}
+	}
+	for _, word := range []string{"Title", "Some", "bold", "words", "a span", "func main() {}", "one", "two"} {
+		if !strings.Contains(p, word) {
+			t.Errorf("%q missing from the output:\n%s", word, p)
+		}
+	}
+}
+
+// TestRenderWraps: padding is dropped however narrow the terminal, a
+// heading keeps the coloured space that is part of its bar, and nothing
+// fails at widths too small to be useful.
+func TestRenderWraps(t *testing.T) {
+	in := "# A heading\n\nA paragraph long enough to be wrapped several times over at forty columns, with a [link](https://example.com/a/path) in it.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> quoted\n"
+	out := NewMarkdown(true, 40).Render(in)
+	checkRendered(t, out, 40)
+	if first, _, _ := strings.Cut(out, "\n"); !strings.HasSuffix(plain(first), "heading ") {
+		t.Errorf("heading lost the space after its text, which is coloured: %q", out)
+	}
+	for _, w := range []int{1, 2, 5, 10} {
+		out := NewMarkdown(true, w).Render(in)
+		if !strings.HasSuffix(out, "\n") || !strings.Contains(plain(out), "heading") {
+			t.Errorf("width %d: %q", w, out)
+		}
+	}
+}
+
+func TestRenderUnstyled(t *testing.T) {
+	m := NewMarkdown(false, 80)
+	for _, in := range []string{
+		"",
+		"# Title\n\n**bold**   \n",
+		"no newline at the end",
+		"```\ncode\n```",
+		"\n\n  spaces  \n\n",
+		"\xff\xfe not UTF-8 \x1b[2J",
+	} {
+		if out := m.Render(in); out != in {
+			t.Errorf("Render(%q) = %q, want it as written", in, out)
+		}
+	}
+}
+
+// TestRenderTerminalSafe: text made safe by termsafe stays safe through
+// glamour, including character references that glamour decodes.
+func TestRenderTerminalSafe(t *testing.T) {
+	raw := "# Clip\x1b]52;c;aGVsbG8=\x07 and \x1b[2J clear\n\n" +
+		"refs: &#27;[2J &#x1b;]52;c;aGk=&#7; &#x9b;2J &lrm;x &#x202e;y &#27 &ESC;\n\n" +
+		"`code &#27;[2J` and &amp;#27; stays\n\n" +
+		"<b>&#27;[2J</b>\n\n" +
+		"[link](http://a/&#27;[2J \"&#27;[2J\")\n\n" +
+		"```\n&#27;[2J in a block\n```\n"
+	out := NewMarkdown(true, 80).Render(termsafe.Text(raw))
+	checkRendered(t, out, 80)
+	for _, bad := range []string{"\x1b]", "\x1b[2J", "\x07", "\u009b", "\u200e", "\u202e"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output holds %q: %q", bad, out)
+		}
+	}
+	p := plain(out)
+	for _, shown := range []string{`\x1b]52;c;aGVsbG8=\a`, `\x1b[2J`, "&#27;[2J", "&#x1b;]52;c;aGk=&#7;", "&lrm;", "&#27;"} {
+		if !strings.Contains(p, shown) {
+			t.Errorf("%q not shown as written:\n%s", shown, p)
+		}
+	}
+	// A reference to a safe character is still decoded.
+	if out := plain(NewMarkdown(true, 80).Render("**a** &amp; &lt;b&gt; &#233;\n")); !strings.Contains(out, "a & <b> é") {
+		t.Errorf("safe references not decoded: %q", out)
+	}
+}
+
+// TestRenderHostile: text written to make glamour slow, or to overflow its
+// stack (which would kill the chat), comes back promptly as written.
+func TestRenderHostile(t *testing.T) {
+	m := NewMarkdown(true, 80)
+	for name, in := range map[string]string{
+		"strong nesting":    strings.Repeat("**", 32000) + "x" + strings.Repeat("**", 32000),
+		"emphasis nesting":  strings.Repeat("*a ", 5000) + strings.Repeat("b* ", 5000),
+		"link nesting":      strings.Repeat("[", 5000) + strings.Repeat("](x)", 5000),
+		"quote nesting":     strings.Repeat(">", 100) + " x\n",
+		"list nesting":      strings.Repeat("- ", 50) + "x\n",
+		"list indent":       indentedList(100),
+		"many headings":     strings.Repeat("# h\n", 2000),
+		"many nested items": strings.Repeat("- a\n  - b\n    - c\n\n", 500),
+		"long word":         strings.Repeat("w", 20000),
+		"long underscores":  strings.Repeat("_a", 10000),
+		"too long":          strings.Repeat("word ", 20000),
+	} {
+		if !costly(in) {
+			t.Errorf("%s: not costly", name)
+		}
+		start := time.Now()
+		out := m.Render(in)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: Render took %v", name, d)
+		}
+		if out != in {
+			t.Errorf("%s: not returned as written", name)
+		}
+	}
+}
+
+func indentedList(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(strings.Repeat("  ", i) + "- x\n")
+	}
+	return b.String()
+}
+
+// TestRenderLongReply: a long reply of ordinary markdown is within
+// costly's limits and renders.
+func TestRenderLongReply(t *testing.T) {
+	var b strings.Builder
+	for i := 0; b.Len() < 16<<10; i++ {
+		b.WriteString("## Step\n\nRun `make test` and read **each** failure; see [the docs](https://example.com).\n\n")
+		b.WriteString("```sh\nfor f in *_test.go; do go test -run \"$f\" ./...; done\n```\n\n- first\n- second\n\n")
+	}
+	in := b.String()
+	if costly(in) {
+		t.Fatalf("a %d-byte ordinary reply is costly", len(in))
+	}
+	// Not through Render, whose time budget a loaded test machine may
+	// exceed.
+	out := render(in, 100)
+	if out == "" {
+		t.Fatal("not rendered")
+	}
+	checkRendered(t, out, 100)
+}
+
+func TestWorth(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{"", false},
+		{"The disk is 42% full; nothing to do.", false},
+		{"It costs 2 * 3 = 6 dollars.", false},
+		{"Use my_var_name and other_name here.", false},
+		{"A line\nand another, with a - dash and 1.5 liters.", false},
+		{"Don't use `rm -rf` here.", true},
+		{"```\ncode\n```", true},
+		{"~~~\ncode\n~~~", true},
+		{"# Title", true},
+		{"### Sub", true},
+		{"#hashtag", false},
+		{"Some **bold** text.", true},
+		{"Some *emphasis* here.", true},
+		{"Some _emphasis_ here.", true},
+		{"~~gone~~", true},
+		{"- one\n- two", true},
+		{"* one", true},
+		{"1. first\n2. second", true},
+		{"3) third", true},
+		{"see [the docs](https://example.com)", true},
+		{"see [the docs][1]\n\n[1]: https://example.com", true},
+		{"<https://example.com>", true},
+		{"| a | b |\n|---|---|\n| 1 | 2 |", true},
+		{"> quoted", true},
+		{"text\n\n---\n\nmore", true},
+		{"Title\n=====", true},
+		{"para\n\n    indented code", true},
+	} {
+		if got := Worth(tc.text); got != tc.want {
+			t.Errorf("Worth(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}
+
+func TestStyled(t *testing.T) {
+	t.Setenv("NO_COLOR", "")
+	t.Setenv("TERM", "xterm-256color")
+	if Styled(&bytes.Buffer{}) {
+		t.Error("Styled(bytes.Buffer) is true")
+	}
+	f, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if Styled(f) {
+		t.Error("Styled(regular file) is true")
+	}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty: %v", err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	if !Styled(tty) {
+		t.Error("Styled(pty) is false")
+	}
+	t.Setenv("NO_COLOR", "1")
+	if Styled(tty) {
+		t.Error("Styled(pty) is true with NO_COLOR=1")
+	}
+	t.Setenv("NO_COLOR", "")
+	t.Setenv("TERM", "dumb")
+	if Styled(tty) {
+		t.Error("Styled(pty) is true with TERM=dumb")
+	}
+}
+
+// TestRenderAsksTerminalNothing: rendering writes nothing to the terminal,
+// in particular no query (glamour's auto style asks for the background
+// colour), whose answer would arrive as typed input. Glamour's packages
+// pick up os.Stdout when they start, so the render runs in a child whose
+// stdout is its terminal, a pty, from the start.
+func TestRenderAsksTerminalNothing(t *testing.T) {
+	if os.Getenv("OLLIE_CHAT_RENDER_CHILD") == "1" {
+		in := "# T\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```go\nx := 1\n```\n\n> q **b** [l](http://x)\n"
+		if out := NewMarkdown(Styled(os.Stdout), 80).Render(in); out == in {
+			os.Stderr.WriteString("child: not rendered\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty: %v", err)
+	}
+	defer ptmx.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRenderAsksTerminalNothing$")
+	cmd.Env = append(os.Environ(), "OLLIE_CHAT_RENDER_CHILD=1", "TERM=xterm-256color", "NO_COLOR=", "COLORTERM=truecolor")
+	cmd.Stdin, cmd.Stdout = tty, tty
+	// As a chat over ssh is: the pty is its controlling terminal and it is
+	// in the foreground, without which termenv asks nothing.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(ptmx) // ends in EIO once the child has gone
+		got <- b
+	}()
+	werr := cmd.Wait()
+	select {
+	case b := <-got:
+		if len(b) > 0 {
+			t.Errorf("rendering wrote %q to the terminal", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("pty did not close")
+	}
+	if werr != nil {
+		t.Errorf("child: %v\n%s", werr, stderr.String())
+	}
+}
+
+// TestBounded: a render past its budget gives up, and none starts until
+// it has ended.
+func TestBounded(t *testing.T) {
+	release := make(chan struct{})
+	if out := bounded(10*time.Millisecond, func() string { <-release; return "late" }); out != "" {
+		t.Fatalf("bounded past its budget = %q, want \"\"", out)
+	}
+	if out := bounded(time.Second, func() string { return "next" }); out != "" {
+		t.Errorf("bounded while one is stuck = %q, want \"\"", out)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for stuck.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("still stuck after the slow render ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if out := bounded(time.Second, func() string { return "next" }); out != "next" {
+		t.Errorf("bounded after the slow render ended = %q, want \"next\"", out)
+	}
+}
+
+// FuzzRender: whatever the model writes, made safe by termsafe, renders
+// without a panic into output whose only escapes are colour codes.
+func FuzzRender(f *testing.F) {
+	for _, s := range []string{
+		"# T\n\n**b** `c`\n\n```go\nx\n```\n- l\n",
+		"&#27;[2J &#x1b; &#155; &lrm; &NewLine; &Tab; &#0; &#x110000;",
+		"| a |\n|---|\n| &#27;[31m |",
+		"<div>&#27;]52;c;x&#7;</div>",
+		"\x1b[2J\x1b]52;c;eA==\x07\u202e\x9b",
+		"> > > - - 1. [x](<&#27;>)",
+	} {
+		f.Add(s)
+	}
+	m := NewMarkdown(true, 40)
+	f.Fuzz(func(t *testing.T, s string) {
+		out := m.Render(termsafe.Text(s))
+		if !termsafe.Safe(plain(out), true) {
+			t.Fatalf("Render(termsafe.Text(%q)) = %q holds an escape that is not a colour code", s, out)
+		}
+	})
+}
+
+// BenchmarkRender renders a reply of about 2 KiB, a long answer's size.
+func BenchmarkRender(b *testing.B) {
+	var sb strings.Builder
+	for sb.Len() < 2<<10 {
+		sb.WriteString("## Step\n\nRun `make test` and read **each** failure.\n\n```sh\ngo test ./...\n```\n\n- first\n- second\n\n")
+	}
+	in := sb.String()
+	m := NewMarkdown(true, 100)
+	for b.Loop() {
+		m.Render(in)
+	}
+}
+
+func TestTrimLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"  text   ", "  text"},
+		{"text\x1b[38;5;252m \x1b[0m\x1b[38;5;252m \x1b[0m", "text\x1b[38;5;252m\x1b[0m\x1b[38;5;252m\x1b[0m"},
+		{"text\x1b[48;5;63m \x1b[0m ", "text\x1b[48;5;63m \x1b[0m"}, // a coloured bar
+		{"text\x1b[38;5;48m \x1b[0m", "text\x1b[38;5;48m\x1b[0m"},   // 48 here is a colour index
+		{"text\x1b[38;2;48;1;1m  ", "text\x1b[38;2;48;1;1m"},        // and here a red value
+		{"text\x1b[4m \x1b[24m ", "text\x1b[4m \x1b[24m"},           // underlined
+		{"text\x1b[4:0m ", "text\x1b[4:0m"},                         // not underlined
+		{"text\x1b[7m \x1b[m ", "text\x1b[7m \x1b[m"},               // reverse
+		{"text\x1b[41m \x1b[49m ", "text\x1b[41m \x1b[49m"},         // background
+		{"\x1b[38;5;252m   \x1b[0m", "\x1b[38;5;252m\x1b[0m"},
+	} {
+		if got, _ := trimLine(tc.in); got != tc.want {
+			t.Errorf("trimLine(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCollapseSGR(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"\x1b[38;5;252m\x1b[0m\x1b[38;5;252m\x1b[0mtext", "\x1b[0mtext"},
+		{"\x1b[1m\x1b[0;31mtext", "\x1b[0;31mtext"},
+		{"\x1b[1m\x1b[31mtext", "\x1b[1m\x1b[31mtext"},
+		{"\x1b[38;5;0m\x1b[1mtext", "\x1b[38;5;0m\x1b[1mtext"}, // 38 is not a reset
+		{"a\x1b[1m\x1b[m\nb", "a\x1b[m\nb"},
+	} {
+		if got := collapseSGR(tc.in); got != tc.want {
+			t.Errorf("collapseSGR(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
