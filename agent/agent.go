@@ -301,6 +301,10 @@ type Stats struct {
 	CompletionTokens int    `json:"completion_tokens"`
 	Messages         int    `json:"messages"`
 	LastError        string `json:"last_error,omitempty"`
+	// State and Queued are read with the counts, in one step: a client
+	// that sends a prompt knows how many turns end before its own.
+	State  string `json:"state"`
+	Queued int    `json:"queued"` // prompts waiting to run
 }
 
 // Stats returns the agent's statistics.
@@ -308,7 +312,7 @@ func (a *Agent) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return Stats{Turns: a.turns, PromptTokens: a.usage.PromptTokens, CompletionTokens: a.usage.CompletionTokens,
-		Messages: len(a.history), LastError: a.lastErr}
+		Messages: len(a.history), LastError: a.lastErr, State: a.state, Queued: len(a.queue)}
 }
 
 // Close interrupts the running turn, stops the agent and ends its streams.

@@ -285,13 +285,6 @@ func zero(b []byte) {
 	}
 }
 
-// plainName reports whether s names one file of a directory: a request's
-// ID, or an agent's, which the host makes. It keeps a write from walking
-// elsewhere ("../policy").
-func plainName(s string) bool {
-	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/ \t\r\n()")
-}
-
 // errTooLong is a request's file longer than maxText.
 var errTooLong = errors.New("longer than a request")
 

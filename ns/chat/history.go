@@ -47,11 +47,13 @@ func HistoryPath(agentID string) (string, error) {
 	return filepath.Join(dir, "ollie", "chat", agentID+".history"), nil
 }
 
-// plainName reports whether id, with ".history" appended, names a file in
-// the directory it is joined to and nothing else.
+// plainName reports whether id names one file of the directory it is
+// joined to, and nothing else, also with ".history" appended: a request's
+// ID, an agent's, which the host makes, kept from walking elsewhere
+// ("../policy") or from reading as two words in the host's texts.
 func plainName(id string) bool {
 	return id != "" && id != "." && id != ".." &&
-		!strings.ContainsAny(id, `/\`) &&
+		!strings.ContainsAny(id, "/\\ \t\r\n()") &&
 		termsafe.Safe(id, false) &&
 		len(id)+len(".history") <= 255 // NAME_MAX
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/term"
 
 	"ollie/internal/termsafe"
+	"ollie/ns/chat"
 	"ollie/ns/client"
 	"ollie/ns/nsdir"
 )
@@ -49,6 +50,9 @@ Commands:
   rdwrs PATH      send standard input as a filter to PATH, print the items
                   as they come until ^C
   stat PATH       print a file's metadata
+  chat [-profile P] [-model M] [AGENT-PATH]
+                  talk to an agent (default: the agent "chat" of the session
+                  named after this directory, made if need be); /help there
   help            print this help (read /help for the namespace reference)
 
 With no command ollie is a shell on the namespace: interactive on a
@@ -141,6 +145,12 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if len(args) != 1 {
 			return ollieUsageError(stderr, "usage: ollie "+cmd+" PATH")
 		}
+	case "chat":
+		where := ""
+		if *host != "" {
+			where = *host
+		}
+		return runChat(args, where, func() (*client.Conn, error) { return dialOrStart(*addr, *uname, *start) }, "", nil, stdin, stdout, stderr)
 	default:
 		return ollieUsageError(stderr, fmt.Sprintf("unknown command %q", cmd))
 	}
@@ -342,4 +352,30 @@ func ollieStat(ctx context.Context, c *client.Conn, name string, w io.Writer) er
 	fmt.Fprintf(tw, "qid\t%v\n", d.Qid)
 	fmt.Fprintf(tw, "mtime\t%s\n", time.Unix(int64(d.Mtime), 0).UTC().Format(time.RFC3339))
 	return tw.Flush()
+}
+
+const chatUsage = "usage: ollie chat [-profile PROFILE] [-model MODEL] [AGENT-PATH]"
+
+// runChat is the chat command, from ollie and from the shell (where an
+// agent's directory is the default agent, cwd).
+func runChat(args []string, where string, dial func() (*client.Conn, error), cwd string, keys io.Reader, stdin io.Reader, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("chat", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	profile := fl.String("profile", "", "")
+	model := fl.String("model", "", "")
+	if err := fl.Parse(args); err != nil || fl.NArg() > 1 {
+		return ollieUsageError(stderr, chatUsage)
+	}
+	opt := chat.Options{Profile: *profile, Model: *model, Where: where, Dial: dial, Path: fl.Arg(0), Keys: keys}
+	if opt.Path == "" && strings.HasPrefix(cwd, "/session/") && strings.Count(cwd, "/") == 4 && strings.Contains(cwd, "/agent/") {
+		opt.Path = cwd
+	}
+	var err error
+	if opt.Cwd, err = os.Getwd(); err != nil {
+		fmt.Fprintf(stderr, "ollie chat: %v\n", err)
+		return ollieExitFailed
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	return chat.Run(ctx, opt, stdin, stdout, stderr)
 }

@@ -370,7 +370,7 @@ func TestShellCompleter(t *testing.T) {
 		want      []string
 		n         int
 	}{
-		{"c", "/", []string{"at ", "d "}, 1},
+		{"c", "/", []string{"at ", "d ", "hat "}, 1},
 		{"cat se", "/", []string{"ssion/"}, 2},
 		{"cat session/", "/", []string{"alpha/", "beta/"}, 0},
 		{"cat /session/al", "/", []string{"pha/"}, 2},

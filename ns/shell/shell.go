@@ -29,6 +29,9 @@ const shellHelp = `ollie shell: paths are relative to the working directory; / i
   rdwr FILE [TEXT...]       send TEXT and a newline as a request to FILE, print the reply
   rdwrs FILE [FILTER...]    subscribe to FILE with FILTER, print items as they come until ^C
   stat PATH...              print metadata
+  chat [-profile P] [-model M] [AGENT]  talk to an agent (default: this directory's
+                            agent, else the chat agent of the session named after
+                            the directory ollie started in); /help there
   help                      this help; cat /help prints the namespace reference
   exit [N]                  leave the shell
 Quote with '...' or "..."; # starts a comment. ^C interrupts a command; ^D leaves.
@@ -36,11 +39,12 @@ Control characters the server sent are shown escaped (\x1b); content only on a t
 `
 
 // shellCommands are the shell's commands, for completion.
-var shellCommands = []string{"cat", "cd", "echo", "exit", "help", "ls", "pwd", "rdwr", "rdwrs", "stat"}
+var shellCommands = []string{"cat", "cd", "chat", "echo", "exit", "help", "ls", "pwd", "rdwr", "rdwrs", "stat"}
 
 // An ollieShell runs command lines against one connection to the namespace.
 type ollieShell struct {
 	conn        *client.Conn
+	dial        func() (*client.Conn, error) // a connection of its own, for chat
 	cwd         string
 	stdout      *shellOutput
 	stderr      io.Writer
@@ -65,7 +69,8 @@ func runShell(addr, uname string, start bool, stdin io.Reader, stdout, stderr io
 		return ollieDialError(stderr, err)
 	}
 	defer c.Close()
-	sh := &ollieShell{conn: c, cwd: "/", stdout: &shellOutput{w: stdout}, stderr: stderr, ttyOut: writesToTerminal(stdout)}
+	sh := &ollieShell{conn: c, cwd: "/", stdout: &shellOutput{w: stdout}, stderr: stderr, ttyOut: writesToTerminal(stdout),
+		dial: func() (*client.Conn, error) { return dialOrStart(addr, uname, false) }}
 
 	// SIGINT interrupts the running command, never the shell.
 	sigs := make(chan os.Signal, 1)
@@ -103,7 +108,7 @@ func (sh *ollieShell) interrupt() {
 
 // repl reads commands with line editing, completion and history.
 func (sh *ollieShell) repl(stdout, stderr io.Writer) int {
-	rl, err := readline.NewEx(&readline.Config{
+	cfg := &readline.Config{
 		Prompt:            sh.prompt(),
 		HistoryFile:       shellHistoryPath(),
 		HistorySearchFold: true,
@@ -113,12 +118,16 @@ func (sh *ollieShell) repl(stdout, stderr io.Writer) int {
 		AutoComplete:           shellCompleter{sh},
 		Stdout:                 stdout,
 		Stderr:                 stderr,
-	})
+	}
+	hub := newStdinHub(os.Stdin)
+	keys := hub.reader()
+	cfg.Stdin = keys
+	rl, err := readline.NewEx(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "ollie: %v\n", err)
 		return ollieExitFailed
 	}
-	defer rl.Close()
+	defer func() { rl.Close(); keys.Close() }()
 	for {
 		rl.SetPrompt(sh.prompt())
 		line, err := rl.Readline()
@@ -133,6 +142,22 @@ func (sh *ollieShell) repl(stdout, stderr io.Writer) int {
 		}
 		if strings.TrimSpace(line) != "" {
 			rl.SaveHistory(line) // a history that cannot be saved is no reason to stop
+		}
+		if words := strings.Fields(line); len(words) > 0 && words[0] == "chat" {
+			// The chat reads the terminal itself: the line editor, which
+			// reads it all the while it is open, makes way.
+			rl.Close()
+			keys.Close()
+			chatKeys := hub.reader()
+			runChat(words[1:], "", sh.dial, sh.cwd, chatKeys, os.Stdin, os.Stdout, stderr)
+			chatKeys.Close()
+			keys = hub.reader()
+			cfg.Stdin = keys
+			if rl, err = readline.NewEx(cfg); err != nil {
+				fmt.Fprintf(stderr, "ollie: %v\n", err)
+				return ollieExitFailed
+			}
+			continue
 		}
 		if quit, status := sh.runLine(line); quit {
 			return status
@@ -360,6 +385,9 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 				return err
 			}
 		}
+	case "chat":
+		// A script's lines are its own commands, not prompts.
+		return errors.New("chat: talks to a person at a terminal; from a script, run ollie chat with the prompts on its standard input")
 	default:
 		return fmt.Errorf("%s: unknown command (type help)", name)
 	}

@@ -1,8 +1,13 @@
 package shell
 
 import (
+	"context"
 	"io"
+	"log/slog"
+	"ollie/agent/backend"
+	"ollie/agent/fakellm"
 	"ollie/internal/nstest"
+	"ollie/ns/host"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,4 +95,74 @@ func TestShellTerminal(t *testing.T) {
 		t.Logf("screen:\n%q", screen.String())
 	}
 	_ = n
+}
+
+// The shell's chat: in an agent's directory, chat talks to that agent,
+// on the terminal the shell makes way for; the shell goes on after.
+func TestShellChat(t *testing.T) {
+	llm := fakellm.Start(t)
+	reg, err := backend.LoadEnv(func(k string) (string, bool) {
+		v, ok := map[string]string{"OPENAI_BASE_URL": llm.URL + "/v1", "OPENAI_API_KEY": "k", "OPENAI_MODEL": "fake-model"}[k]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_DATA", data)
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	d, err := host.Start(host.Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: reg, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	fs := nstest.Attach(t, d.Socket, "")
+	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd="+t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=helper"); err != nil {
+		t.Fatal(err)
+	}
+	llm.Push(fakellm.Text("hello from the shell's chat"))
+
+	cmd := ollieCommand(t, "-a", d.Socket)
+	cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+t.TempDir(), "TERM=xterm", "NO_COLOR=1")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	var screen nstest.SyncBuffer
+	go io.Copy(&screen, tty)
+	defer func() {
+		if t.Failed() {
+			t.Logf("screen:\n%s", screen.String())
+		}
+	}()
+	shows := func(what string) {
+		t.Helper()
+		ollieWaitFor(t, what, func() bool { return strings.Contains(screen.String(), what) })
+	}
+	shows("ollie:/% ")
+	tty.WriteString("cd session/s/agent/helper\r")
+	shows("ollie:/session/s/agent/helper% ")
+	tty.WriteString("chat\r")
+	shows("agent helper in session s")
+	shows("› ")
+	tty.WriteString("say hello\r")
+	shows("hello from the shell's chat")
+	shows("── idle")
+	tty.WriteString("/exit\r")
+	// The shell has the terminal back: what is typed next reaches it.
+	ollieWaitFor(t, "the shell's prompt after the chat", func() bool {
+		s := screen.String()
+		i := strings.LastIndex(s, "/exit")
+		return i >= 0 && strings.Contains(s[i:], "ollie:/session/s/agent/helper% ")
+	})
+	tty.WriteString("cat name\r")
+	shows("helper\r\n")
+	tty.WriteString("exit\r")
+	if status := ollieWait(t, cmd); status != 0 {
+		t.Errorf("shell exited %d; screen:\n%s", status, screen.String())
+	}
 }

@@ -1,0 +1,99 @@
+package chat
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"ollie/agent/backend"
+	"ollie/agent/fakellm"
+)
+
+// marker is a screen that notes when a string first shows on it.
+type marker struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan time.Time
+}
+
+func (m *marker) Write(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.buf.Write(p)
+	if m.want != "" && bytes.Contains(m.buf.Bytes(), []byte(m.want)) {
+		m.seen <- time.Now()
+		m.want = ""
+	}
+	return len(p), nil
+}
+
+// expect arms the marker for want and forgets what was shown before.
+func (m *marker) expect(want string) {
+	m.mu.Lock()
+	m.buf.Reset()
+	m.want = want
+	m.mu.Unlock()
+}
+
+// BenchmarkChatFirstChar is the time from Enter to the reply's first
+// characters on a terminal (ns/op), beside the scripted model's own time
+// to its first token, as the real openai-go client sees it in the same
+// run (model-ttft-ms). added-ms is what the chat, the daemon and the
+// namespace add. The figures are in docs/benchmarks.md.
+func BenchmarkChatFirstChar(b *testing.B) {
+	b.Setenv("NO_COLOR", "1")
+	l := newChatLab(b, true)
+	scr := &marker{seen: make(chan time.Time, 1)}
+	scr.expect("› ")
+	keys, _ := l.onPty(b, l.options(""), scr)
+	<-scr.seen
+
+	// The peer: the same scripted reply asked for directly, with the
+	// openai-go client the daemon's backend uses.
+	be, err := backend.NewOpenAI(backend.Config{Name: "peer", Type: backend.TypeOpenAI, URL: l.llm.URL + "/v1", Model: "fake-model"}, "k")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var model, chat time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		word := "reply" + itoa(i) + "x"
+		l.llm.Push(fakellm.Text(word, " and the rest"))
+		start := time.Now()
+		first := make(chan time.Duration, 1)
+		_, err := be.Chat(context.Background(), []backend.Message{{Role: backend.RoleUser, Content: "hi"}}, nil, backend.Params{}, func(d backend.Delta) {
+			if d.Text != "" {
+				select {
+				case first <- time.Since(start):
+				default:
+				}
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		model += <-first
+
+		l.llm.Push(fakellm.Text(word, " and the rest"))
+		scr.expect(word)
+		start = time.Now()
+		io.WriteString(keys, "say it\r")
+		select {
+		case at := <-scr.seen:
+			chat += at.Sub(start)
+		case <-time.After(20 * time.Second):
+			b.Fatalf("the reply never showed:\n%s", scr.buf.String())
+		}
+		scr.expect("› ")
+		<-scr.seen // the turn's end and the next prompt
+	}
+	b.StopTimer()
+	n := time.Duration(b.N)
+	b.ReportMetric(float64(chat/n)/1e6, "enter-to-char-ms")
+	b.ReportMetric(float64(model/n)/1e6, "model-ttft-ms")
+	b.ReportMetric(float64((chat-model)/n)/1e6, "added-ms")
+}

@@ -1,0 +1,258 @@
+package chat
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"ollie/agent/backend"
+	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
+	"ollie/ns/client"
+	"ollie/ns/host"
+
+	"github.com/creack/pty"
+)
+
+// chatLab is a daemon whose model is the scripted one, and a directory
+// to start chats in.
+type chatLab struct {
+	d   *host.Daemon
+	llm *fakellm.Server
+	dir string
+}
+
+func newChatLab(t testing.TB, withModel bool) *chatLab {
+	t.Helper()
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
+	os.WriteFile(filepath.Join(tools, "climb.meta"), []byte(`{"description": "Needs approval.", "elevated": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "climb"), []byte("#!/bin/sh\necho climbed\n"), 0755)
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+	l := &chatLab{dir: filepath.Join(t.TempDir(), "my project")}
+	os.MkdirAll(l.dir, 0755)
+	env := map[string]string{}
+	if withModel {
+		l.llm = fakellm.Start(t)
+		env = map[string]string{"OPENAI_BASE_URL": l.llm.URL + "/v1", "OPENAI_API_KEY": "k", "OPENAI_MODEL": "fake-model"}
+	}
+	reg, err := backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := host.Start(host.Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: reg,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	l.d = d
+	return l
+}
+
+func (l *chatLab) options(path string) Options {
+	return Options{Path: path, Cwd: l.dir, Dial: func() (*client.Conn, error) { return client.DialAs(l.d.Socket, "") }}
+}
+
+// run runs a chat with the script as its standard input.
+func (l *chatLab) run(t *testing.T, opt Options, script string) (stdout, stderr string, status int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	status = Run(ctx, opt, strings.NewReader(script), &out, &errb)
+	return out.String(), errb.String(), status
+}
+
+// A chat without a terminal: each line of its input is a prompt, whose
+// reply streams, whose tool calls show one line each, and whose end says
+// so; coming back shows the last turns.
+func TestChatScript(t *testing.T) {
+	l := newChatLab(t, true)
+	l.llm.Push(fakellm.ToolCall("echo", `{"text": "x"}`), fakellm.Text("All **done**", ", friend."))
+	l.llm.Push(fakellm.Text("second reply"))
+	out, errs, status := l.run(t, l.options(""), "ping-one\nping-two \\\nand more\n")
+	if status != 0 || errs != "" {
+		t.Fatalf("status %d, stderr %q", status, errs)
+	}
+	for _, want := range []string{
+		"ollie chat: agent chat in session my-project on this host",
+		"→ echo {\"text\":\"x\"}",
+		"← echo: ",
+		"All **done**, friend.",
+		"second reply",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "── idle"); n != 2 {
+		t.Errorf("%d turn ends shown, want 2:\n%s", n, out)
+	}
+	if strings.Contains(out, "ping-one") {
+		t.Errorf("our own prompt was echoed back:\n%s", out)
+	}
+	// The second prompt was one, joined by the trailing backslash.
+	reqs := l.llm.ChatRequests()
+	last := reqs[len(reqs)-1].Messages
+	if got := last[len(last)-1].Text(); got != "ping-two \nand more" {
+		t.Errorf("the joined prompt reached the model as %q", got)
+	}
+
+	// Coming back: the last turns, then nothing new.
+	out, _, status = l.run(t, l.options(""), "")
+	if status != 0 || !strings.Contains(out, "› ping-one") || !strings.Contains(out, "second reply") || !strings.Contains(out, "→ echo") {
+		t.Errorf("coming back, status %d:\n%s", status, out)
+	}
+}
+
+// Bad input gets one line saying what to do, and no session or agent is
+// made for it.
+func TestChatBadInput(t *testing.T) {
+	l := newChatLab(t, true)
+	_, errs, status := l.run(t, l.options("session/nope/agent/none"), "")
+	if status != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "no agent at session/nope/agent/none") {
+		t.Errorf("unknown agent: status %d, stderr %q", status, errs)
+	}
+	_, errs, status = l.run(t, l.options("not/an/agent/path/at/all"), "")
+	if status != 1 || !strings.Contains(errs, "is not an agent's path") {
+		t.Errorf("a bad path: status %d, stderr %q", status, errs)
+	}
+	opt := l.options("")
+	opt.Model = "no-such-model"
+	_, errs, status = l.run(t, opt, "")
+	if status != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "no-such-model") {
+		t.Errorf("an unknown model: status %d, stderr %q", status, errs)
+	}
+
+	none := newChatLab(t, false)
+	_, errs, status = none.run(t, none.options(""), "hello\n")
+	if status != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "no model answers on this host") {
+		t.Errorf("no model: status %d, stderr %q", status, errs)
+	}
+	c, _ := client.DialAs(none.d.Socket, "")
+	defer c.Close()
+	if idx, _ := c.ReadAll(context.Background(), "session/idx"); len(idx) != 0 {
+		t.Errorf("a session was made on a host with no model: %q", idx)
+	}
+}
+
+// screen is what a pty's other end has shown, read as it comes.
+type screen struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *screen) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// waitFor waits until the screen shows want n times in all.
+func (s *screen) waitFor(t *testing.T, want string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(s.String(), want) < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the screen never showed %q %d times:\n%s", want, n, s.String())
+		}
+	}
+}
+
+// onPty runs a chat on a terminal: a pty whose other end the test types
+// into and reads.
+func (l *chatLab) onPty(t testing.TB, opt Options, scr io.Writer) (keys io.Writer, done chan int) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 100})
+	go io.Copy(scr, ptmx)
+	done = make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		done <- Run(ctx, opt, tty, tty, scr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		ptmx.Close()
+		tty.Close()
+	})
+	return ptmx, done
+}
+
+// A whole conversation on a terminal: the reply streams, a tool call is a
+// line, the turn's end shows, ^C stops a turn and ^C twice at the prompt
+// leaves; coming back shows the last turns.
+func TestChatTerminal(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	l := newChatLab(t, true)
+	l.llm.Push(fakellm.ToolCall("echo", `{"text": "x"}`), fakellm.Text("first ", "answer"))
+	scr := &screen{}
+	keys, done := l.onPty(t, l.options(""), scr)
+	scr.waitFor(t, "› ", 1)
+	io.WriteString(keys, "hello there\r")
+	scr.waitFor(t, "first answer", 1)
+	scr.waitFor(t, "── idle", 1)
+	if !strings.Contains(scr.String(), "→ echo") {
+		t.Errorf("no tool call line:\n%s", scr.String())
+	}
+
+	// A call that needs approval is asked in place; y runs it.
+	l.llm.Push(fakellm.ToolCall("climb", `{}`), fakellm.Text("climbed it"))
+	scr.waitFor(t, "› ", 2)
+	io.WriteString(keys, "go up\r")
+	scr.waitFor(t, "approve? [y]es, [a]lways, [n]o: ", 1)
+	if !strings.Contains(scr.String(), "tool:     climb") {
+		t.Errorf("the approval does not name the tool:\n%s", scr.String())
+	}
+	io.WriteString(keys, "y\r")
+	scr.waitFor(t, "← climb: climbed", 1)
+	scr.waitFor(t, "── idle", 2)
+
+	// ^C stops a turn that hangs.
+	l.llm.Push(fakellm.Response{Text: []string{"thinking hard"}, Hang: true})
+	scr.waitFor(t, "› ", 3)
+	io.WriteString(keys, "take your time\r")
+	scr.waitFor(t, "thinking hard", 1)
+	io.WriteString(keys, "\x03")
+	scr.waitFor(t, "[stopping the turn", 1)
+	scr.waitFor(t, "── idle", 3)
+
+	// ^C twice at an empty prompt leaves.
+	scr.waitFor(t, "› ", 4)
+	io.WriteString(keys, "\x03")
+	scr.waitFor(t, "^C again, or ^D, to leave", 1)
+	io.WriteString(keys, "\x03")
+	select {
+	case status := <-done:
+		if status != 0 {
+			t.Errorf("left with status %d", status)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("^C twice did not leave:\n%s", scr.String())
+	}
+
+	// Coming back shows the last turns.
+	scr2 := &screen{}
+	l.onPty(t, l.options(""), scr2)
+	scr2.waitFor(t, "› hello there", 1)
+	scr2.waitFor(t, "first answer", 1)
+}
