@@ -54,13 +54,13 @@ func TestMain(m *testing.M) {
 // remote runs ollie-remote with the lab's ssh config and a private
 // directory for its sockets.
 type remote struct {
-	t   *testing.T
+	t   testing.TB
 	lab *sshlab.Lab
 	dir string // OLLIE_REMOTE_DIR
 	bin string // -bin
 }
 
-func newRemote(t *testing.T, lab *sshlab.Lab) *remote {
+func newRemote(t testing.TB, lab *sshlab.Lab) *remote {
 	if buildFailed != nil {
 		t.Fatal(buildFailed)
 	}
