@@ -76,12 +76,13 @@ func Run(ctx context.Context, opt Options, stdin io.Reader, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "ollie chat: %s\n", termsafe.Line(err.Error()))
 		return exitNoServer
 	}
-	defer c.Close()
 	t, err := resolve(ctx, c, opt)
 	if err != nil {
+		c.Close()
 		return fail(stderr, err)
 	}
 	ch := &chat{opt: opt, t: t, ctl: c, stderr: stderr}
+	defer func() { ch.ctl.Close() }() // the last one, after any redial
 	return ch.run(ctx, stdin, stdout)
 }
 
@@ -318,7 +319,11 @@ func (ch *chat) prompt(ctx context.Context, text string) (bool, int) {
 		ch.say("[the agent is busy with another turn; yours is queued after it (^C stops the running one)]")
 	}
 	ch.v.expectEcho(text)
-	if err := ch.ctl.Write(ctx, ch.t.dir+"/prompt", []byte(text)); err != nil {
+	err := ch.ctl.Write(ctx, ch.t.dir+"/prompt", []byte(text))
+	if ch.redial(err) {
+		err = ch.ctl.Write(ctx, ch.t.dir+"/prompt", []byte(text))
+	}
+	if err != nil {
 		ch.say("[not sent: " + serverWords(err) + "]")
 		return errors.Is(err, client.ErrConnLost), exitNoServer
 	}
@@ -331,10 +336,30 @@ func (ch *chat) prompt(ctx context.Context, text string) (bool, int) {
 // stats is the agent's stats file, or zeros.
 func (ch *chat) stats(ctx context.Context) stats {
 	var s stats
-	if b, err := ch.ctl.ReadAll(ctx, ch.t.dir+"/stats"); err == nil {
+	b, err := ch.ctl.ReadAll(ctx, ch.t.dir+"/stats")
+	if ch.redial(err) {
+		b, err = ch.ctl.ReadAll(ctx, ch.t.dir+"/stats")
+	}
+	if err == nil {
 		json.Unmarshal(b, &s)
 	}
 	return s
+}
+
+// redial replaces the main connection once it is lost (olliesrv restarted,
+// or the tunnel broke beyond what resumes), and reports whether the
+// caller should try again.
+func (ch *chat) redial(err error) bool {
+	if !errors.Is(err, client.ErrConnLost) {
+		return false
+	}
+	c, derr := ch.opt.Dial()
+	if derr != nil {
+		return false
+	}
+	ch.ctl.Close()
+	ch.ctl = c
+	return true
 }
 
 type stats struct {
@@ -560,6 +585,9 @@ func (ch *chat) command(ctx context.Context, words []string) (bool, int) {
 	arg := strings.Join(words[1:], " ")
 	ctl := func(req string) {
 		reply, err := ch.ctl.RdWr(ctx, ch.t.dir+"/ctl", []byte(req))
+		if ch.redial(err) {
+			reply, err = ch.ctl.RdWr(ctx, ch.t.dir+"/ctl", []byte(req))
+		}
 		if err != nil {
 			ch.say("[" + serverWords(err) + "]")
 			return
@@ -648,14 +676,26 @@ func (ch *chat) expand(ctx context.Context, arg string) {
 // approvals hands the main loop each request of this agent's that waits
 // in bypass/pending (none while a desktop broker answers them).
 func (ch *chat) approvals(ctx context.Context) {
-	err := WatchPending(ctx, ch.opt.Dial, ch.t.id, func(p Pending) {
-		select {
-		case ch.pend <- p:
-		case <-ctx.Done():
+	for ctx.Err() == nil {
+		err := WatchPending(ctx, ch.opt.Dial, ch.t.id, func(p Pending) {
+			select {
+			case ch.pend <- p:
+			case <-ctx.Done():
+			}
+		})
+		if ctx.Err() != nil {
+			return
 		}
-	})
-	if err != nil && ctx.Err() == nil {
-		ch.say("[approvals will not show here: " + serverWords(err) + "]")
+		if err != nil && !errors.Is(err, client.ErrConnLost) && !client.IsInterrupted(err) && !strings.Contains(err.Error(), "shutting down") {
+			ch.say("[approvals will not show here: " + serverWords(err) + "]")
+			return
+		}
+		// The connection went with the daemon or the tunnel: watch again
+		// once it is back (the follower says so).
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -41,16 +41,10 @@ func newChatLab(t testing.TB, withModel bool) *chatLab {
 	t.Setenv("OLLIE_DATA", data)
 	l := &chatLab{dir: filepath.Join(t.TempDir(), "my project")}
 	os.MkdirAll(l.dir, 0755)
-	env := map[string]string{}
 	if withModel {
 		l.llm = fakellm.Start(t)
-		env = map[string]string{"OPENAI_BASE_URL": l.llm.URL + "/v1", "OPENAI_API_KEY": "k", "OPENAI_MODEL": "fake-model"}
 	}
-	reg, err := backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := host.Start(host.Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: reg,
+	d, err := host.Start(host.Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: l.registry(t),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +52,20 @@ func newChatLab(t testing.TB, withModel bool) *chatLab {
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	l.d = d
 	return l
+}
+
+// registry is the lab's model backends: the scripted model, or none that
+// answers.
+func (l *chatLab) registry(t testing.TB) *backend.Registry {
+	env := map[string]string{}
+	if l.llm != nil {
+		env = map[string]string{"OPENAI_BASE_URL": l.llm.URL + "/v1", "OPENAI_API_KEY": "k", "OPENAI_MODEL": "fake-model"}
+	}
+	reg, err := backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }
 
 func (l *chatLab) options(path string) Options {
@@ -255,4 +263,45 @@ func TestChatTerminal(t *testing.T) {
 	l.onPty(t, l.options(""), scr2)
 	scr2.waitFor(t, "› hello there", 1)
 	scr2.waitFor(t, "first answer", 1)
+}
+
+// A chat outlives a restart of olliesrv: it says so, follows the restored
+// agent again, and the next prompt goes through. Two people on one agent
+// each see what the other asked.
+func TestChatRestartAndTwoPeople(t *testing.T) {
+	t.Setenv("NO_COLOR", "1")
+	l := newChatLab(t, true)
+	state := t.TempDir()
+	restart := func() {
+		t.Helper()
+		l.d.Shutdown(context.Background())
+		reg := l.registry(t)
+		d, err := host.Start(host.Config{StateDir: state, Dir: filepath.Dir(l.d.Socket), Registry: reg,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Shutdown(context.Background()) })
+		l.d = d
+	}
+	restart() // a daemon with a state directory of the test's own
+
+	a, b := &screen{}, &screen{}
+	keysA, _ := l.onPty(t, l.options(""), a)
+	keysB, _ := l.onPty(t, l.options(""), b)
+	a.waitFor(t, "› ", 1)
+	b.waitFor(t, "› ", 1)
+	l.llm.Push(fakellm.Text("answer for a"))
+	io.WriteString(keysA, "question from a\r")
+	a.waitFor(t, "answer for a", 1)
+	b.waitFor(t, "question from a", 1)
+	b.waitFor(t, "answer for a", 1)
+
+	restart()
+	a.waitFor(t, "[olliesrv restarted; following the agent again]", 1)
+	l.llm.Push(fakellm.Text("after the restart"))
+	io.WriteString(keysB, "question from b\r")
+	b.waitFor(t, "after the restart", 1)
+	b.waitFor(t, "── idle", 1)
+	a.waitFor(t, "question from b", 1)
 }

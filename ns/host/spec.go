@@ -109,7 +109,7 @@ func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
 		}
 	}
 	out := fmt.Appendf(nil, "version %s\npid %d\nstarted %s\nuptime %d\nsessions %d\nagents %d\nyolo %d\n",
-		n.version, os.Getpid(), n.started.UTC().Format(time.RFC3339), int64(time.Since(n.started).Seconds()), len(sessions), agents, yolo)
+		n.version, os.Getpid(), n.started.UTC().Format(time.RFC3339Nano), int64(time.Since(n.started).Seconds()), len(sessions), agents, yolo)
 	// A session file that could not be restored is otherwise only in the
 	// log, and its session silently missing.
 	var names []string
