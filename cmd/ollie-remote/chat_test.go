@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,55 @@ func TestChatOverSSH(t *testing.T) {
 	desk.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "NO_COLOR=1")
 	desk.Dir = t.TempDir()
 	chatOn(t, desk, "once more", "again, over the tunnel")
+}
+
+// TestChatSurvivesReconnect: a reply streaming to ollie -H chat goes on
+// across two cuts of the SSH connection, each line of it once, in order.
+func TestChatSurvivesReconnect(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orchr"})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	r.must("deploy", "h11")
+	llm := fakellm.Start(t)
+	cfgDir := filepath.Join(h.Home, ".config", "ollie")
+	os.MkdirAll(cfgDir, 0700)
+	os.WriteFile(filepath.Join(cfgDir, "backends.json"),
+		[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
+	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	var chunks []string
+	for i := range 200 {
+		chunks = append(chunks, fmt.Sprintf("line %03d\n", i))
+	}
+	llm.Push(fakellm.Response{Text: chunks, Delay: 10 * time.Millisecond})
+	r.must("up", "h11")
+
+	cmd := exec.Command(filepath.Join(binDir, "olliesrv"), "ollie", "-H", "h11", "chat")
+	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "NO_COLOR=1")
+	cmd.Dir = t.TempDir()
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	scr := watchTerminal(tty)
+	scr.waitFor(t, "› ")
+	tty.Write([]byte("count\r"))
+	for _, at := range []string{"line 050", "line 120"} {
+		scr.waitFor(t, at)
+		if k := h.KillConnections(); k == 0 {
+			t.Errorf("no ssh connection to kill at %s", at)
+		}
+	}
+	scr.waitFor(t, "── idle")
+	var got []string
+	for _, m := range lineRE.FindAllString(strings.ReplaceAll(scr.String(), "\r", ""), -1) {
+		got = append(got, m)
+	}
+	if strings.Join(got, "") != strings.Join(chunks, "") {
+		t.Errorf("after two cuts the chat showed %d numbered lines, want the 200 in order, once each:\n%s", len(got), scr)
+	}
+	tty.Write([]byte("/exit\r"))
+	cmd.Wait()
 }
 
 // BenchmarkChatOverUp is ollie chat's time from Enter to the reply's
