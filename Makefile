@@ -52,7 +52,7 @@ fuzz:
 # Every benchmark, each beside its peer (raw socket, bare exec, bare HTTP);
 # figures and their commands are in docs/benchmarks.md.
 bench:
-	CGO_ENABLED=0 $(GO) test ./ns ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./cmd/ollie-remote -run '^$$' -bench . -benchtime 2s
+	CGO_ENABLED=0 $(GO) test ./ns ./ns/chat ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./cmd/ollie-remote -run '^$$' -bench . -benchtime 2s
 
 # Start a local olliesrv (or reuse the running one) and show its namespace.
 run: build
