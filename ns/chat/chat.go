@@ -621,7 +621,11 @@ func (ch *chat) command(ctx context.Context, words []string) (bool, int) {
 		}
 	case "/stats":
 		s := ch.stats(ctx)
-		line := fmt.Sprintf("%d turns · %d tokens in, %d out", s.Turns, s.PromptTokens, s.CompletionTokens)
+		turns := "turns"
+		if s.Turns == 1 {
+			turns = "turn"
+		}
+		line := fmt.Sprintf("%d %s · %d tokens in, %d out", s.Turns, turns, s.PromptTokens, s.CompletionTokens)
 		if s.LastError != "" {
 			line += " · last error: " + termsafe.Field(s.LastError, 200)
 		}

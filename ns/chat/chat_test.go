@@ -258,6 +258,21 @@ func TestChatTerminal(t *testing.T) {
 		t.Fatalf("^C twice did not leave:\n%s", scr.String())
 	}
 
+	// The history is the agent's, in the state directory.
+	c, err := client.DialAs(l.d.Socket, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id, _ := c.ReadAll(context.Background(), "session/my-project/agent/chat/id")
+	path, err := HistoryPath(strings.TrimSpace(string(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), "hello there\n") || !strings.Contains(string(b), "take your time\n") {
+		t.Errorf("history %s: %q %v", path, b, err)
+	}
+
 	// Coming back shows the last turns.
 	scr2 := &screen{}
 	l.onPty(t, l.options(""), scr2)
@@ -304,4 +319,30 @@ func TestChatRestartAndTwoPeople(t *testing.T) {
 	b.waitFor(t, "after the restart", 1)
 	b.waitFor(t, "── idle", 1)
 	a.waitFor(t, "question from b", 1)
+}
+
+// The / commands, from a script.
+func TestChatCommands(t *testing.T) {
+	l := newChatLab(t, true)
+	l.llm.Push(fakellm.Text("a reply"))
+	out, errs, status := l.run(t, l.options(""), "hello\n/stats\n/model\n/plan\n/profile\n/expand\n/nope\n/help\n/exit\nnever sent\n")
+	if status != 0 || errs != "" {
+		t.Fatalf("status %d, stderr %q", status, errs)
+	}
+	for _, want := range []string{
+		"1 turn · ",                      // /stats
+		"(the backend's default)",        // /model
+		"(no plan)",                      // /plan
+		"default",                        // /profile
+		"(the last turn called no tool)", // /expand
+		"[unknown command /nope; /help lists them]",
+		"/expand [N]", // /help
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "never sent") || len(l.llm.ChatRequests()) != 1 {
+		t.Errorf("a prompt after /exit was sent: %d requests\n%s", len(l.llm.ChatRequests()), out)
+	}
 }
