@@ -117,9 +117,16 @@ func TestChatScript(t *testing.T) {
 		t.Errorf("the joined prompt reached the model as %q", got)
 	}
 
+	// /expand shows a call's whole output, from the turn that made it.
+	l.llm.Push(fakellm.ToolCall("echo", `{"text": "whole"}`), fakellm.Text("ok"))
+	out, _, _ = l.run(t, l.options(""), "again\n/expand 1\n")
+	if !strings.Contains(out, "── 1. echo") || !strings.Contains(out, `echo got {"text":"whole"}`) {
+		t.Errorf("/expand 1:\n%s", out)
+	}
+
 	// Coming back: the last turns, then nothing new.
 	out, _, status = l.run(t, l.options(""), "")
-	if status != 0 || !strings.Contains(out, "› ping-one") || !strings.Contains(out, "second reply") || !strings.Contains(out, "→ echo") {
+	if status != 0 || !strings.Contains(out, "› ping-one") || !strings.Contains(out, "second reply") || !strings.Contains(out, "→ echo") || !strings.Contains(out, "› again") {
 		t.Errorf("coming back, status %d:\n%s", status, out)
 	}
 }
@@ -244,8 +251,20 @@ func TestChatTerminal(t *testing.T) {
 	scr.waitFor(t, "[stopping the turn", 1)
 	scr.waitFor(t, "── idle", 3)
 
-	// ^C twice at an empty prompt leaves.
+	// A paste is one prompt, sent with the Enter after it.
+	l.llm.Push(fakellm.Text("got both lines"))
 	scr.waitFor(t, "› ", 4)
+	io.WriteString(keys, "\x1b[200~first pasted line\rsecond pasted line\x1b[201~\r")
+	scr.waitFor(t, "got both lines", 1)
+	scr.waitFor(t, "── idle", 4)
+	reqs := l.llm.ChatRequests()
+	last := reqs[len(reqs)-1].Messages
+	if got := last[len(last)-1].Text(); got != "first pasted line\nsecond pasted line" {
+		t.Errorf("the paste reached the model as %q", got)
+	}
+
+	// ^C twice at an empty prompt leaves.
+	scr.waitFor(t, "› ", 5)
 	io.WriteString(keys, "\x03")
 	scr.waitFor(t, "^C again, or ^D, to leave", 1)
 	io.WriteString(keys, "\x03")
@@ -276,8 +295,9 @@ func TestChatTerminal(t *testing.T) {
 	// Coming back shows the last turns.
 	scr2 := &screen{}
 	l.onPty(t, l.options(""), scr2)
-	scr2.waitFor(t, "› hello there", 1)
-	scr2.waitFor(t, "first answer", 1)
+	scr2.waitFor(t, "earlier messages; the last turns:]", 1)
+	scr2.waitFor(t, "› first pasted line", 1)
+	scr2.waitFor(t, "got both lines", 1)
 }
 
 // A chat outlives a restart of olliesrv: it says so, follows the restored
