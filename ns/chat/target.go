@@ -67,7 +67,11 @@ func resolve(ctx context.Context, c *client.Conn, opt Options) (*target, error) 
 			req += " cwd=" + quote(opt.Cwd)
 		} // else this directory is the desktop's: the session works in the host's home
 		if _, err := c.RdWr(ctx, "session/new", []byte(req)); err != nil {
-			return nil, problemf("cannot start a session for %s: %s", opt.Cwd, serverWords(err))
+			// Another chat started in this directory may have made it
+			// a moment ago.
+			if _, serr := c.Stat(ctx, "session/"+name); serr != nil {
+				return nil, problemf("cannot start a session for %s: %s", opt.Cwd, serverWords(err))
+			}
 		}
 	}
 	sdir := "session/" + name + "/agent/"
@@ -83,7 +87,14 @@ func resolve(ctx context.Context, c *client.Conn, opt Options) (*target, error) 
 			req += " model=" + opt.Model
 		}
 		if _, err := c.RdWr(ctx, sdir+"new", []byte(req)); err != nil {
-			return nil, problemf("cannot start an agent in session %s: %s", name, serverWords(err))
+			if _, serr := c.Stat(ctx, sdir+chatAgent); serr != nil {
+				return nil, problemf("cannot start an agent in session %s: %s", name, serverWords(err))
+			}
+			t, err := lookup(ctx, c, sdir+chatAgent) // made by another chat a moment ago
+			if err != nil {
+				return nil, err
+			}
+			return t, t.choose(ctx, c, opt)
 		}
 		return lookup(ctx, c, sdir+chatAgent)
 	}
