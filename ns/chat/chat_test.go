@@ -366,3 +366,33 @@ func TestChatCommands(t *testing.T) {
 		t.Errorf("a prompt after /exit was sent: %d requests\n%s", len(l.llm.ChatRequests()), out)
 	}
 }
+
+// On a terminal a finished reply with markdown is drawn again, rendered;
+// with NO_COLOR (and without a terminal, TestChatScript) it stays as
+// written.
+func TestChatRendersMarkdown(t *testing.T) {
+	l := newChatLab(t, true)
+	reply := "# Findings\n\nThe disk is **nearly full**: clean `/var/log`.\n"
+	for _, noColor := range []string{"", "1"} {
+		t.Setenv("NO_COLOR", noColor)
+		t.Setenv("TERM", "xterm-256color")
+		l.llm.Push(fakellm.Text(reply))
+		scr := &screen{}
+		keys, _ := l.onPty(t, l.options(""), scr)
+		scr.waitFor(t, "› ", 1)
+		io.WriteString(keys, "how is the disk?\r")
+		scr.waitFor(t, "── idle", 1)
+		out := scr.String()
+		tail := out[strings.LastIndex(out, "how is the disk?"):]
+		// The rendered reply is drawn after the streamed one.
+		rendered := tail[strings.LastIndex(tail, "Findings"):]
+		if noColor == "" {
+			if strings.Contains(rendered, "**nearly full**") || strings.Contains(rendered, "# Findings") || !strings.Contains(rendered, "nearly full") || !strings.Contains(rendered, "\x1b[") {
+				t.Errorf("on a terminal the reply was not rendered:\n%q", tail)
+			}
+		} else if !strings.Contains(tail, "# Findings") || !strings.Contains(tail, "**nearly full**") || strings.Contains(tail, "\x1b[1m") {
+			t.Errorf("with NO_COLOR the reply was not as written:\n%q", tail)
+		}
+		io.WriteString(keys, "/exit\r")
+	}
+}
