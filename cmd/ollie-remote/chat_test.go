@@ -19,11 +19,10 @@ import (
 	"ollie/internal/sshlab"
 )
 
-// TestChatOverSSH: ollie chat on a host through a real "ssh -t", the
-// one-line way in, and from the desktop through "ollie -H" once up holds
-// the host.
-func TestChatOverSSH(t *testing.T) {
-	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orchat"})
+// modelHost is a lab host with ollie deployed whose agents' model is the
+// scripted one, here on the desktop.
+func modelHost(t testing.TB, prefix string) (*remote, *sshlab.Host, *fakellm.Server) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: prefix})
 	r := newRemote(t, lab)
 	h := lab.Host(0)
 	r.must("deploy", "h11")
@@ -33,9 +32,17 @@ func TestChatOverSSH(t *testing.T) {
 	os.WriteFile(filepath.Join(cfgDir, "backends.json"),
 		[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
 	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	return r, h, llm
+}
+
+// TestChatOverSSH: ollie chat on a host through a real "ssh -t", the
+// one-line way in, and from the desktop through "ollie -H" once up holds
+// the host.
+func TestChatOverSSH(t *testing.T) {
+	r, _, llm := modelHost(t, "orchat")
 
 	llm.Push(fakellm.Text("hello from ", "h11"))
-	chatOn(t, lab.SSH("-t", "h11", "ollie", "chat"), "say hello", "hello from h11")
+	chatOn(t, r.lab.SSH("-t", "h11", "ollie", "chat"), "say hello", "hello from h11")
 
 	r.must("up", "h11")
 	llm.Push(fakellm.Text("again, over the tunnel"))
@@ -48,16 +55,7 @@ func TestChatOverSSH(t *testing.T) {
 // TestChatSurvivesReconnect: a reply streaming to ollie -H chat goes on
 // across two cuts of the SSH connection, each line of it once, in order.
 func TestChatSurvivesReconnect(t *testing.T) {
-	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orchr"})
-	r := newRemote(t, lab)
-	h := lab.Host(0)
-	r.must("deploy", "h11")
-	llm := fakellm.Start(t)
-	cfgDir := filepath.Join(h.Home, ".config", "ollie")
-	os.MkdirAll(cfgDir, 0700)
-	os.WriteFile(filepath.Join(cfgDir, "backends.json"),
-		[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
-	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	r, h, llm := modelHost(t, "orchr")
 	var chunks []string
 	for i := range 200 {
 		chunks = append(chunks, fmt.Sprintf("line %03d\n", i))
@@ -101,16 +99,7 @@ func TestChatSurvivesReconnect(t *testing.T) {
 // openai-go client on the desktop sees it (model-ttft-ms). added-ms is
 // what the chat, the tunnel, the daemon and the namespace add.
 func BenchmarkChatOverUp(b *testing.B) {
-	lab := sshlab.Start(b, sshlab.Config{Hosts: 1, UserPrefix: "orchb"})
-	r := newRemote(b, lab)
-	h := lab.Host(0)
-	r.must("deploy", "h11")
-	llm := fakellm.Start(b)
-	cfgDir := filepath.Join(h.Home, ".config", "ollie")
-	os.MkdirAll(cfgDir, 0700)
-	os.WriteFile(filepath.Join(cfgDir, "backends.json"),
-		[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
-	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	r, _, llm := modelHost(b, "orchb")
 	r.must("up", "h11")
 
 	cmd := exec.Command(filepath.Join(binDir, "olliesrv"), "ollie", "-H", "h11", "chat")
