@@ -69,7 +69,8 @@ func (l *chatLab) registry(t testing.TB) *backend.Registry {
 }
 
 func (l *chatLab) options(path string) Options {
-	return Options{Path: path, Cwd: l.dir, Dial: func() (*client.Conn, error) { return client.DialAs(l.d.Socket, "") }}
+	sock := l.d.Socket // the same for a daemon restarted in the same directory
+	return Options{Path: path, Cwd: l.dir, Dial: func() (*client.Conn, error) { return client.DialAs(sock, "") }}
 }
 
 // run runs a chat with the script as its standard input.
