@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/creack/pty"
 
@@ -38,31 +37,13 @@ func checkRendered(t *testing.T, out string, width int) {
 		t.Errorf("output starts with a blank line: %q", out)
 	}
 	for _, line := range lines {
-		if padded(line) {
-			t.Errorf("line ends in padding: %q", line)
+		if p := plain(line); strings.TrimRight(p, " \t") != p {
+			t.Errorf("line ends in spaces: %q", line)
 		}
-		if w := utf8.RuneCountInString(plain(line)); w > width {
+		if w := strWidth(plain(line)); w > width {
 			t.Errorf("line is %d columns, wider than %d: %q", w, width, plain(line))
 		}
 	}
-}
-
-// trailingSGR matches the colour codes at a line's end.
-var trailingSGR = regexp.MustCompile("(\x1b\\[[0-9;:]*m)*$")
-
-// padded reports whether line ends in a space with no background colour
-// (which a heading's bar has).
-func padded(line string) bool {
-	line = trailingSGR.ReplaceAllString(line, "")
-	if !strings.HasSuffix(line, " ") {
-		return false
-	}
-	codes := sgrRE.FindAllStringIndex(line, -1)
-	if len(codes) == 0 {
-		return true
-	}
-	last := codes[len(codes)-1]
-	return strings.TrimRight(line[last[1]:], " ") != "" || !strings.Contains(line[last[0]:last[1]], "48;")
 }
 
 func TestRenderStyled(t *testing.T) {
@@ -85,21 +66,156 @@ func TestRenderStyled(t *testing.T) {
 	}
 }
 
-// TestRenderWraps: padding is dropped however narrow the terminal, a
-// heading keeps the coloured space that is part of its bar, and nothing
-// fails at widths too small to be useful.
+// TestRenderWraps: lines are wrapped to the width, without trailing
+// spaces, and nothing fails at widths too small to be useful.
 func TestRenderWraps(t *testing.T) {
 	in := "# A heading\n\nA paragraph long enough to be wrapped several times over at forty columns, with a [link](https://example.com/a/path) in it.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> quoted\n"
 	out := NewMarkdown(true, 40).Render(in)
 	checkRendered(t, out, 40)
-	if first, _, _ := strings.Cut(out, "\n"); !strings.HasSuffix(plain(first), "heading ") {
-		t.Errorf("heading lost the space after its text, which is coloured: %q", out)
+	if first, _, _ := strings.Cut(out, "\n"); first != "\x1b[0;1;4mA heading\x1b[0m" {
+		t.Errorf("heading not bold and underlined on a line of its own: %q", out)
 	}
 	for _, w := range []int{1, 2, 5, 10} {
 		out := NewMarkdown(true, w).Render(in)
-		if !strings.HasSuffix(out, "\n") || !strings.Contains(plain(out), "heading") {
+		if !strings.HasSuffix(out, "\n") || !strings.Contains(strings.Join(strings.Fields(plain(out)), ""), "Aheading") {
 			t.Errorf("width %d: %q", w, out)
 		}
+	}
+}
+
+// reply is a representative reply, and replyShown how it shows, at 40
+// columns, colours aside.
+const (
+	reply = "# Release notes\n\n" +
+		"The build **passed** with *one* warning in `go vet`, see ~~old~~ new log.\n\n" +
+		"- first item\n- second item\n  - nested item\n- third item\n\n" +
+		"1. Build\n2. Test\n\n" +
+		"```go\nfunc main() {\n\tfmt.Println(\"hi\")   \n}\n```\n\n" +
+		"> Quoted text\n> on two lines.\n\n" +
+		"See [the docs](https://example.com/docs).\n\n" +
+		"| Name | Size |\n|------|-----:|\n| a.go | 12 |\n| long_name.go | 1234 |\n"
+	replyShown = "Release notes\n" +
+		"\n" +
+		"The build passed with one warning in go\n" +
+		"vet, see old new log.\n" +
+		"\n" +
+		"• first item\n" +
+		"• second item\n" +
+		"  • nested item\n" +
+		"• third item\n" +
+		"\n" +
+		"1. Build\n" +
+		"2. Test\n" +
+		"\n" +
+		"  func main() {\n" +
+		"  \tfmt.Println(\"hi\")\n" +
+		"  }\n" +
+		"\n" +
+		"│ Quoted text on two lines.\n" +
+		"\n" +
+		"See the docs (https://example.com/docs).\n" +
+		"\n" +
+		"Name         │ Size\n" +
+		"─────────────┼─────\n" +
+		"a.go         │   12\n" +
+		"long_name.go │ 1234\n"
+)
+
+// TestRenderReply: what a representative reply shows, and in which
+// colours.
+func TestRenderReply(t *testing.T) {
+	out := NewMarkdown(true, 40).Render(reply)
+	checkRendered(t, out, 40)
+	if p := plain(out); p != replyShown {
+		t.Errorf("shows\n%s\nwant\n%s", p, replyShown)
+	}
+	lines := strings.Split(out, "\n")
+	for _, want := range []struct{ line, code string }{
+		{"Release notes", "\x1b[0;1;4mRelease notes\x1b[0m"},                             // level 1: bold, underlined
+		{"The build passed", "\x1b[0;1mpassed\x1b[0m"},                                   // strong
+		{"The build passed", "\x1b[0;3mone\x1b[0m"},                                      // emphasis
+		{"The build passed", "\x1b[0;36mgo\x1b[0m"},                                      // a code span, wrapped:
+		{"vet, see", "\x1b[0;36mvet\x1b[0m"},                                             // each line in its colour
+		{"vet, see", "\x1b[0;9mold\x1b[0m"},                                              // strike-through
+		{"  func main", "  \x1b[0;36mfunc main() {\x1b[0m"},                              // a code block
+		{"  \tfmt", "  \x1b[0;36m\tfmt.Println(\"hi\")\x1b[0m"},                          // as written, trailing spaces off
+		{"│ Quoted", "\x1b[0;2m│\x1b[0m Quoted text"},                                    // a faint bar
+		{"See the docs", "(\x1b[0;2mhttps://example.com/docs\x1b[0m)"},                   // a faint url
+		{"Name ", "\x1b[0;1mName\x1b[0m         \x1b[0;2m│\x1b[0m \x1b[0;1mSize\x1b[0m"}, // a bold header
+		{"──", "\x1b[0;2m─────────────┼─────\x1b[0m"},
+		{"a.go", "a.go         \x1b[0;2m│\x1b[0m   12"}, // right-aligned
+	} {
+		found := false
+		for _, line := range lines {
+			if strings.HasPrefix(plain(line), want.line) {
+				found = true
+				if !strings.Contains(line, want.code) {
+					t.Errorf("line %q lacks %q", line, want.code)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no line starts %q", want.line)
+		}
+	}
+	if strings.Contains(out, "\x1b]8;") {
+		t.Error("a hyperlink (OSC 8) in the output")
+	}
+}
+
+// TestRenderShows: how single constructs show, colours aside.
+func TestRenderShows(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		width    int
+		want     string
+	}{
+		{"setext heading", "Title\n=====\n\ntext", 40, "Title\n\ntext\n"},
+		{"hard break", "one  \ntwo\\\nthree\nfour", 40, "one\ntwo\nthree four\n"},
+		{"wrap", "aaa bbb ccc ddd", 7, "aaa bbb\nccc ddd\n"},
+		{"long word", "a " + strings.Repeat("x", 12) + " b", 5, "a\nxxxxx\nxxxxx\nxx b\n"},
+		{"wide characters", "日本語の 文章です", 8, "日本語の\n文章です\n"},
+		{"wide word", "日本語の文章です", 5, "日本\n語の\n文章\nです\n"},
+		{"combining marks", "e\u0301e\u0301 e\u0301e\u0301", 2, "e\u0301e\u0301\ne\u0301e\u0301\n"},
+		{"spaces", "a    b\n\n`a    b`", 40, "a b\n\na    b\n"},
+		{"one tilde", "~5 minutes, ~10 at most", 40, "~5 minutes, ~10 at most\n"},
+		{"three tildes", "a ~~~x~~~ b", 40, "a ~~~x~~~ b\n"},
+		{"escapes", `\*not\* \# \[x\]`, 40, "*not* # [x]\n"},
+		{"references", "&copy; &#65;&#x42; &nosuch; &amp", 40, "© AB &nosuch; &amp\n"},
+		{"link as its url", "[https://a.b/c](https://a.b/c) and <https://d.e>", 40, "https://a.b/c and https://d.e\n"},
+		{"email", "<me@example.com>", 40, "me@example.com\n"},
+		{"reference link", "[text][r]\n\n[r]: https://a.b \"title\"", 40, "text (https://a.b)\n"},
+		{"image", "![a cat](cat.png)", 40, "a cat (cat.png)\n"},
+		{"raw html", "<b>bold</b> <!-- c -->\n\n<div>\n  <p>x</p>\n</div>", 40, "<b>bold</b> <!-- c -->\n\n<div>\n  <p>x</p>\n</div>\n"},
+		{"rule", "a\n\n---\n\nb", 5, "a\n\n─────\n\nb\n"},
+		{"ordered from 9", "9. nine\n10. ten", 40, " 9. nine\n10. ten\n"},
+		{"ordered parens", "1) one\n2) two", 40, "1) one\n2) two\n"},
+		{"loose list", "- a\n\n- b\n\n  more", 40, "• a\n\n• b\n\n  more\n"},
+		{"list wrap", "- aaa bbb ccc", 9, "• aaa bbb\n  ccc\n"},
+		{"empty item", "- \n- b", 40, "•\n• b\n"},
+		{"item with code", "- a\n\n  ```\n  x\n  ```", 40, "• a\n\n    x\n"},
+		{"nested quote", "> a\n>\n> > b", 40, "│ a\n│\n│ │ b\n"},
+		{"quote wrap", "> aaa bbb ccc", 9, "│ aaa bbb\n│ ccc\n"},
+		{"indented code", "para\n\n    code  line\n\n    more", 40, "para\n\n  code  line\n\n  more\n"},
+		{"table in text", "Sizes:\n| a | b |\n|:-:|---|\n| 1 | 2 |", 40, "Sizes:\n\na │ b\n──┼──\n1 │ 2\n"},
+		{"table short row", "| a | b |\n|---|---|\n| 1 |\n| 1 | 2 | 3 |", 40, "a │ b\n──┼──\n1 │\n1 │ 2\n"},
+		{"table escaped pipe", "| a |\n|---|\n| `x\\|y` \\| z |", 40, "a\n───────\nx|y | z\n"},
+		{"table centred", "| abcde |\n|:-:|\n| a |", 40, "abcde\n─────\n  a\n"},
+		{"table wrapped", "| name | description |\n|---|---|\n| x | a longer text here |", 20, "name │ description\n─────┼──────────────\nx    │ a longer text\n     │ here\n"},
+		{"table too wide", "| a | b | c | d | e |\n|---|---|---|---|---|\n| 1 | 2 | 3 | 4 | 5 |", 12, "| a | b | c\n| d | e |\n|---|---|---\n|---|---|\n| 1 | 2 | 3\n| 4 | 5 |\n"},
+		{"not a table", "a | b\n-- | x", 40, "a | b -- | x\n"},
+		{"only references", "[r]: https://a.b", 40, "[r]: https://a.b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := NewMarkdown(true, tc.width).Render(tc.in)
+			if p := plain(out); p != tc.want {
+				t.Errorf("Render(%q) at %d shows\n%q, want\n%q", tc.in, tc.width, p, tc.want)
+			}
+			if !strings.HasSuffix(tc.want, "\n") {
+				return // shown as written
+			}
+			checkRendered(t, out, tc.width)
+		})
 	}
 }
 
@@ -119,8 +235,8 @@ func TestRenderUnstyled(t *testing.T) {
 	}
 }
 
-// TestRenderTerminalSafe: text made safe by termsafe stays safe through
-// glamour, including character references that glamour decodes.
+// TestRenderTerminalSafe: text made safe by termsafe stays safe when
+// rendered, including character references, which rendering decodes.
 func TestRenderTerminalSafe(t *testing.T) {
 	raw := "# Clip\x1b]52;c;aGVsbG8=\x07 and \x1b[2J clear\n\n" +
 		"refs: &#27;[2J &#x1b;]52;c;aGk=&#7; &#x9b;2J &lrm;x &#x202e;y &#27 &ESC;\n\n" +
@@ -147,8 +263,9 @@ func TestRenderTerminalSafe(t *testing.T) {
 	}
 }
 
-// TestRenderHostile: text written to make glamour slow, or to overflow its
-// stack (which would kill the chat), comes back promptly as written.
+// TestRenderHostile: text written to make rendering slow, in time
+// quadratic in its length or worse, comes back promptly as written; text
+// that only looks so renders promptly.
 func TestRenderHostile(t *testing.T) {
 	m := NewMarkdown(true, 80)
 	for name, in := range map[string]string{
@@ -158,7 +275,6 @@ func TestRenderHostile(t *testing.T) {
 		"quote nesting":     strings.Repeat(">", 100) + " x\n",
 		"list nesting":      strings.Repeat("- ", 50) + "x\n",
 		"list indent":       indentedList(100),
-		"many headings":     strings.Repeat("# h\n", 2000),
 		"many nested items": strings.Repeat("- a\n  - b\n    - c\n\n", 500),
 		"long word":         strings.Repeat("w", 20000),
 		"long underscores":  strings.Repeat("_a", 10000),
@@ -175,6 +291,25 @@ func TestRenderHostile(t *testing.T) {
 		if out != in {
 			t.Errorf("%s: not returned as written", name)
 		}
+	}
+	for name, in := range map[string]string{
+		"many headings": strings.Repeat("# h\n", 2000),
+		"many rules":    strings.Repeat("---\n\n", 2000),
+		"long table":    "| a | b |\n|---|---|\n" + strings.Repeat("| x y | 1 2 |\n", 2000),
+		"wide table":    "|" + strings.Repeat(" a |", 200) + "\n|" + strings.Repeat("---|", 200) + "\n",
+	} {
+		if costly(in) {
+			t.Errorf("%s: costly", name)
+		}
+		start := time.Now()
+		out := render(in, 80)
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: render took %v", name, d)
+		}
+		if out == "" {
+			t.Errorf("%s: not rendered", name)
+		}
+		checkRendered(t, out, 80)
 	}
 }
 
@@ -281,10 +416,10 @@ func TestStyled(t *testing.T) {
 }
 
 // TestRenderAsksTerminalNothing: rendering writes nothing to the terminal,
-// in particular no query (glamour's auto style asks for the background
-// colour), whose answer would arrive as typed input. Glamour's packages
-// pick up os.Stdout when they start, so the render runs in a child whose
-// stdout is its terminal, a pty, from the start.
+// in particular no query (a renderer that picks its colours by the
+// terminal's background asks for it), whose answer would arrive as typed
+// input. A package may pick up os.Stdout when it starts, so the render
+// runs in a child whose stdout is its terminal, a pty, from the start.
 func TestRenderAsksTerminalNothing(t *testing.T) {
 	if os.Getenv("OLLIE_CHAT_RENDER_CHILD") == "1" {
 		in := "# T\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```go\nx := 1\n```\n\n> q **b** [l](http://x)\n"
@@ -303,7 +438,8 @@ func TestRenderAsksTerminalNothing(t *testing.T) {
 	cmd.Env = append(os.Environ(), "OLLIE_CHAT_RENDER_CHILD=1", "TERM=xterm-256color", "NO_COLOR=", "COLORTERM=truecolor")
 	cmd.Stdin, cmd.Stdout = tty, tty
 	// As a chat over ssh is: the pty is its controlling terminal and it is
-	// in the foreground, without which termenv asks nothing.
+	// in the foreground, without which a program that queries the terminal
+	// (termenv, say) asks nothing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -385,38 +521,5 @@ func BenchmarkRender(b *testing.B) {
 	m := NewMarkdown(true, 100)
 	for b.Loop() {
 		m.Render(in)
-	}
-}
-
-func TestTrimLine(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"  text   ", "  text"},
-		{"text\x1b[38;5;252m \x1b[0m\x1b[38;5;252m \x1b[0m", "text\x1b[38;5;252m\x1b[0m\x1b[38;5;252m\x1b[0m"},
-		{"text\x1b[48;5;63m \x1b[0m ", "text\x1b[48;5;63m \x1b[0m"}, // a coloured bar
-		{"text\x1b[38;5;48m \x1b[0m", "text\x1b[38;5;48m\x1b[0m"},   // 48 here is a colour index
-		{"text\x1b[38;2;48;1;1m  ", "text\x1b[38;2;48;1;1m"},        // and here a red value
-		{"text\x1b[4m \x1b[24m ", "text\x1b[4m \x1b[24m"},           // underlined
-		{"text\x1b[4:0m ", "text\x1b[4:0m"},                         // not underlined
-		{"text\x1b[7m \x1b[m ", "text\x1b[7m \x1b[m"},               // reverse
-		{"text\x1b[41m \x1b[49m ", "text\x1b[41m \x1b[49m"},         // background
-		{"\x1b[38;5;252m   \x1b[0m", "\x1b[38;5;252m\x1b[0m"},
-	} {
-		if got, _ := trimLine(tc.in); got != tc.want {
-			t.Errorf("trimLine(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
-func TestCollapseSGR(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"\x1b[38;5;252m\x1b[0m\x1b[38;5;252m\x1b[0mtext", "\x1b[0mtext"},
-		{"\x1b[1m\x1b[0;31mtext", "\x1b[0;31mtext"},
-		{"\x1b[1m\x1b[31mtext", "\x1b[1m\x1b[31mtext"},
-		{"\x1b[38;5;0m\x1b[1mtext", "\x1b[38;5;0m\x1b[1mtext"}, // 38 is not a reset
-		{"a\x1b[1m\x1b[m\nb", "a\x1b[m\nb"},
-	} {
-		if got := collapseSGR(tc.in); got != tc.want {
-			t.Errorf("collapseSGR(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }
