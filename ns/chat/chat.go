@@ -203,7 +203,13 @@ func (ch *chat) run(ctx context.Context, stdin io.Reader, stdout io.Writer) int 
 	}
 	ch.say(fmt.Sprintf("ollie chat: agent %s in session %s on %s; /help for commands", termsafe.Line(ch.t.agent), termsafe.Line(ch.t.session), where))
 	ch.showLog(ctx)
-	go ch.follow(ctx)
+	// Where the stream is now, before the prompt shows: what is written
+	// from here on (someone else's prompt a moment later) is shown.
+	from, err := ch.ctl.Size(ctx, ch.t.dir+"/chat")
+	if err != nil {
+		from = -1
+	}
+	go ch.follow(ctx, from)
 	go ch.approvals(ctx)
 	defer func() {
 		ch.wmu.Lock()
@@ -466,8 +472,7 @@ func (ch *chat) turnLine(start time.Time, before, after stats) {
 // follow shows the chat stream from what comes next, until the person
 // leaves; a lost connection is dialled again, and a restarted daemon
 // said so.
-func (ch *chat) follow(ctx context.Context) {
-	off := int64(-1)
+func (ch *chat) follow(ctx context.Context, off int64) {
 	daemon := ch.daemonID(ctx, ch.ctl)
 	for ctx.Err() == nil {
 		c, err := ch.opt.Dial()

@@ -644,6 +644,9 @@ func TestFollowFrom(t *testing.T) {
 	if d, err := c.Stat(context.Background(), "ended"); err != nil || d.Length != 0 {
 		t.Errorf("a stream's length before any open: %v %v, want 0 (stat by name opens nothing)", d, err)
 	}
+	if n, err := c.Size(context.Background(), "ended"); err != nil || n != int64(len("all of it\n")) {
+		t.Errorf("Size of ended: %d %v", n, err)
+	}
 	var from3 bytes.Buffer
 	off, err := c.FollowFrom(context.Background(), "ended", 3, &from3)
 	if err != nil || from3.String() != " of it\n" || off != int64(len("all of it\n")) {

@@ -112,6 +112,22 @@ func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
 	})
 }
 
+// Size is how much has been written to the stream at name so far: where a
+// reader who wants only what comes next starts (FollowFrom).
+func (c *Conn) Size(ctx context.Context, name string) (int64, error) {
+	name = Clean(name)
+	var n int64
+	err := c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
+		d, err := fid.Stat()
+		if err != nil {
+			return c.pathError("read", name, err)
+		}
+		n = int64(d.Length)
+		return nil
+	})
+	return n, err
+}
+
 // FollowFrom is Follow from offset off of a stream, or from what has been
 // written so far when off is negative: what follows then is only what
 // comes next. It returns the offset it reached, so that a caller whose
