@@ -12,10 +12,12 @@ import (
 	"ollie/agent/fakellm"
 )
 
-// marker is a screen that notes when a string first shows on it.
+// marker is a screen that notes when a string first shows on it, after
+// what it found last: a prompt drawn before the test looks for it counts.
 type marker struct {
 	mu   sync.Mutex
 	buf  bytes.Buffer
+	pos  int // where the last match ended
 	want string
 	seen chan time.Time
 }
@@ -24,19 +26,28 @@ func (m *marker) Write(p []byte) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.buf.Write(p)
-	if m.want != "" && bytes.Contains(m.buf.Bytes(), []byte(m.want)) {
-		m.seen <- time.Now()
-		m.want = ""
-	}
+	m.check(time.Now())
 	return len(p), nil
 }
 
-// expect arms the marker for want and forgets what was shown before.
+// check reports want if it shows after pos; m.mu is held.
+func (m *marker) check(at time.Time) {
+	if m.want == "" {
+		return
+	}
+	if i := bytes.Index(m.buf.Bytes()[m.pos:], []byte(m.want)); i >= 0 {
+		m.pos += i + len(m.want)
+		m.want = ""
+		m.seen <- at
+	}
+}
+
+// expect arms the marker for want, shown after the last match.
 func (m *marker) expect(want string) {
 	m.mu.Lock()
-	m.buf.Reset()
+	defer m.mu.Unlock()
 	m.want = want
-	m.mu.Unlock()
+	m.check(time.Now())
 }
 
 // BenchmarkChatFirstChar is the time from Enter to the reply's first
