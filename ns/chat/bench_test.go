@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func BenchmarkChatFirstChar(b *testing.B) {
 	var model, chat time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		word := "reply" + itoa(i) + "x"
+		word := "reply" + strconv.Itoa(i) + "x"
 		l.llm.Push(fakellm.Text(word, " and the rest"))
 		start := time.Now()
 		first := make(chan time.Duration, 1)

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -674,7 +675,7 @@ func (ch *chat) expand(ctx context.Context, arg string) {
 		return
 	}
 	for i, r := range results {
-		if arg != "" && arg != itoa(i+1) {
+		if arg != "" && arg != strconv.Itoa(i+1) {
 			continue
 		}
 		ch.say(fmt.Sprintf("── %d. %s", i+1, termsafe.Line(r.Name)))

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -214,7 +215,7 @@ func (v *view) endReply(out *bytes.Buffer) {
 	// draw it rendered.
 	out.WriteString("\r")
 	if rows > 1 {
-		out.WriteString("\x1b[" + itoa(rows-1) + "A")
+		out.WriteString("\x1b[" + strconv.Itoa(rows-1) + "A")
 	}
 	out.WriteString("\x1b[J")
 	out.WriteString(v.md.Render(termsafe.Text(text)))
@@ -256,18 +257,5 @@ func (v *view) endTurn() {
 	v.expect = ""
 	if out.Len() > 0 {
 		v.out(out.Bytes())
-	}
-}
-
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
 	}
 }
