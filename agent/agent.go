@@ -93,6 +93,9 @@ type Agent struct {
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
 	usage    backend.Usage
 	turns    int
+	steps    int    // the model's replies, every turn's
+	toolRuns int    // the tool calls it made
+	running  string // the tools running now, "" when none
 	lastErr  string
 	closed   bool
 	procs    []*bgProc  // background calls whose output is still coming
@@ -305,6 +308,12 @@ type Stats struct {
 	// that sends a prompt knows how many turns end before its own.
 	State  string `json:"state"`
 	Queued int    `json:"queued"` // prompts waiting to run
+	// Steps are the model's replies and ToolCalls the calls in them, since
+	// the daemon started (as Turns and the tokens); Running names the
+	// tools that run now. A fleet run's live view and results read them.
+	Steps     int    `json:"steps"`
+	ToolCalls int    `json:"tool_calls"`
+	Running   string `json:"running,omitempty"`
 }
 
 // Stats returns the agent's statistics.
@@ -312,7 +321,8 @@ func (a *Agent) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return Stats{Turns: a.turns, PromptTokens: a.usage.PromptTokens, CompletionTokens: a.usage.CompletionTokens,
-		Messages: len(a.history), LastError: a.lastErr, State: a.state, Queued: len(a.queue)}
+		Messages: len(a.history), LastError: a.lastErr, State: a.state, Queued: len(a.queue),
+		Steps: a.steps, ToolCalls: a.toolRuns, Running: a.running}
 }
 
 // Close interrupts the running turn, stops the agent and ends its streams.

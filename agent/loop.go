@@ -182,6 +182,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		a.mu.Lock()
 		a.usage.PromptTokens += reply.Usage.PromptTokens
 		a.usage.CompletionTokens += reply.Usage.CompletionTokens
+		a.steps++
 		a.mu.Unlock()
 		if limit := a.cfg.Backend.ContextLength(ctx, a.Model()); limit > 0 && reply.Usage.PromptTokens > limit/2 {
 			fill = fmt.Sprintf("%d of %d tokens", reply.Usage.PromptTokens, limit)
@@ -232,8 +233,19 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		a.task.PlanStep = firstLine(a.plan, 200)
 		a.mu.Unlock()
 
+		names := make([]string, len(calls))
+		for i, c := range calls {
+			names[i] = c.Name
+		}
+		a.mu.Lock()
+		a.toolRuns += len(calls)
+		a.running = strings.Join(names, " ")
+		a.mu.Unlock()
 		a.setState(StateCalling)
 		results := a.dispatch(ctx, decls, calls)
+		a.mu.Lock()
+		a.running = ""
+		a.mu.Unlock()
 		for i, c := range calls {
 			res := results[i]
 			text := resultText(res)

@@ -209,6 +209,10 @@ func TestParallelByScope(t *testing.T) {
 	if tool != 8 {
 		t.Errorf("%d tool messages, want 8", tool)
 	}
+	// Four replies of the model, eight calls in them, none running now.
+	if st := a.Stats(); st.Steps != 4 || st.ToolCalls != 8 || st.Running != "" {
+		t.Errorf("stats: steps %d, tool calls %d, running %q; want 4, 8, none", st.Steps, st.ToolCalls, st.Running)
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	intents, settles := 0, 0
