@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 )
 
 // Backoff between connection attempts of a Host: it doubles from
-// MinBackoff after each failure up to MaxBackoff.
+// MinBackoff after each failure up to MaxBackoff, and each wait is
+// jittered between half and all of it, so that a fleet whose handshakes
+// sshd refused at once (MaxStartups) does not come back at once too.
 const (
 	MinBackoff = 250 * time.Millisecond
 	MaxBackoff = 10 * time.Second
@@ -114,6 +117,11 @@ func backoff(attempt int) time.Duration {
 	return min(d, MaxBackoff)
 }
 
+// jittered is a random wait between d/2 and d.
+func jittered(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
 func (h *Host) loop() {
 	for {
 		t, err := Resolve(h.alias, h.o)
@@ -138,7 +146,7 @@ func (h *Host) loop() {
 				h.mu.Unlock()
 				return
 			}
-			wait := backoff(h.attempt)
+			wait := jittered(backoff(h.attempt))
 			h.broadcast()
 			h.mu.Unlock()
 			h.log.Info("connect failed; retrying", "alias", h.alias, "attempt", h.attempt, "in", wait, "err", err)

@@ -40,7 +40,7 @@ const Command = "__keeper"
 
 // Request is one control request; replies are JSON lines of Reply.
 type Request struct {
-	Op        string           `json:"op"` // up, down, list, deploy
+	Op        string           `json:"op"` // up, down, list, deploy (up with a Bundle deploys it first, on the connection it holds)
 	Host      string           `json:"host,omitempty"`
 	Config    string           `json:"config,omitempty"`
 	Known     []string         `json:"known,omitempty"`
@@ -65,6 +65,9 @@ type Reply struct {
 	// OtherSSH, for deploy, is that the keeper holds the host with
 	// another ssh configuration than deploy's.
 	OtherSSH bool `json:"other_ssh,omitempty"`
+	// Unreachable, for up, is that the host could not be connected to
+	// at all (as opposed to a step after the connection failing).
+	Unreachable bool `json:"unreachable,omitempty"`
 }
 
 // sameSSH checks that req was given the ssh configuration the keeper
@@ -260,8 +263,9 @@ func (k *keeper) serve(c net.Conn) {
 	}()
 	switch req.Op {
 	case "up":
-		sock, err := k.up(ctx, req, func(msg string) { send(Reply{Host: req.Host, Msg: msg}) })
-		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err)})
+		sock, dr, err := k.up(ctx, req, func(msg string) { send(Reply{Host: req.Host, Msg: msg}) })
+		var unreachable *connectError
+		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err), Result: dr, Unreachable: errors.As(err, &unreachable)})
 	case "down":
 		err := k.down(ctx, req.Host, req.Stop)
 		send(Reply{Host: req.Host, Done: true, Err: errString(err)})
@@ -315,15 +319,31 @@ func startRemote(ctx context.Context, c *tunnel.Client, dl deploy.Deadlines) (st
 	return f[1], nil
 }
 
-func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (string, error) {
+// connectError is an up that never reached the host.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// up holds the host; with a bundle it deploys it first, over the
+// connection it then keeps (a deploy that changes nothing costs one probe),
+// and returns the deploy's result.
+func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (string, *deploy.Result, error) {
 	if err := k.sameSSH(req); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	k.mu.Lock()
 	if h := k.hosts[req.Host]; h != nil {
 		k.mu.Unlock()
 		progress("already up")
-		return h.sock, nil
+		if req.Bundle == nil {
+			return h.sock, nil, nil
+		}
+		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, progress)
+		if r.Err != "" {
+			return h.sock, &r, errors.New(r.Err)
+		}
+		return h.sock, &r, nil
 	}
 	k.mu.Unlock()
 
@@ -335,23 +355,33 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	c, err := th.Client(cctx)
 	if err != nil {
 		th.Close()
-		return "", err
+		return "", nil, &connectError{err}
+	}
+	var dr *deploy.Result
+	if req.Bundle != nil {
+		r := deploy.Push(ctx, c, req.Bundle, req.Keep, req.Deadlines, progress)
+		r.Host = req.Host
+		dr = &r
+		if r.Err != "" {
+			th.Close()
+			return "", dr, errors.New(r.Err)
+		}
 	}
 	remote, err := startRemote(cctx, c, req.Deadlines)
 	if err != nil {
 		th.Close()
-		return "", err
+		return "", dr, err
 	}
 	progress("olliesrv serves " + remote)
 	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
 	if err := removeStaleSocket(h.sock); err != nil {
 		th.Close()
-		return "", err
+		return "", dr, err
 	}
 	ln, err := net.Listen("unix", h.sock)
 	if err != nil {
 		th.Close()
-		return "", err
+		return "", dr, err
 	}
 	h.ln = ln
 	h.proxy = &resume.Proxy{Dial: h.dial, Log: k.log.With("host", req.Host), OnState: h.setProxyState}
@@ -362,11 +392,11 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	if other := k.hosts[req.Host]; other != nil {
 		k.mu.Unlock()
 		h.close()
-		return other.sock, nil
+		return other.sock, dr, nil
 	}
 	k.hosts[req.Host] = h
 	k.mu.Unlock()
-	return h.sock, nil
+	return h.sock, dr, nil
 }
 
 // dial reaches the host's namespace over the current connection. On a
