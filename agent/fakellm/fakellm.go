@@ -44,6 +44,7 @@ type Server struct {
 	models    []Model
 	key       string
 	immediate *immediate // non-nil in immediate mode
+	respond   func(*ChatRequest) Response
 	served    int        // chat requests answered
 	gone      int        // hanging responses whose client went away
 	closeOnce sync.Once
@@ -196,6 +197,16 @@ func (s *Server) SetImmediate(text string) {
 	s.immediate = newImmediate(text)
 }
 
+// Respond answers every chat request with what f makes of it, in place
+// of the script: for many agents talking at once (a fleet), whose
+// requests come in no set order, each answer can follow from its own
+// conversation. f runs concurrently. nil goes back to the script.
+func (s *Server) Respond(f func(*ChatRequest) Response) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.respond = f
+}
+
 func (s *Server) record(r *http.Request, body []byte, chat *ChatRequest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -256,8 +267,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.served++
 	n := s.served
 	var resp Response
-	empty := len(s.script) == 0
-	if !empty {
+	respond := s.respond
+	empty := len(s.script) == 0 && respond == nil
+	if respond != nil {
+		s.mu.Unlock()
+		resp = respond(&req)
+		s.mu.Lock()
+	} else if !empty {
 		resp = s.script[0]
 		s.script = s.script[1:]
 	}

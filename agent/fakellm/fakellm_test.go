@@ -271,3 +271,32 @@ func TestImmediate(t *testing.T) {
 		t.Fatalf("served %d, recorded %d", s.Served(), len(s.Requests()))
 	}
 }
+
+// TestRespond: with a responder, each request is answered from its own
+// messages, whatever the script holds, until it is taken away.
+func TestRespond(t *testing.T) {
+	s := fakellm.Start(t)
+	s.Push(fakellm.Text("scripted"))
+	s.Respond(func(r *fakellm.ChatRequest) fakellm.Response {
+		return fakellm.Text("you said " + r.Messages[len(r.Messages)-1].Text())
+	})
+	answer := func(said string) string {
+		res := post(t, s, `{"model":"m","messages":[{"role":"user","content":"`+said+`"}]}`)
+		var c struct {
+			Choices []struct{ Message struct{ Content string } }
+		}
+		if err := json.NewDecoder(res.Body).Decode(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c.Choices[0].Message.Content
+	}
+	for _, said := range []string{"one", "two"} {
+		if got := answer(said); got != "you said "+said {
+			t.Errorf("answer to %q = %q", said, got)
+		}
+	}
+	s.Respond(nil)
+	if got := answer("three"); got != "scripted" {
+		t.Errorf("after Respond(nil) the script answered %q, want its reply", got)
+	}
+}

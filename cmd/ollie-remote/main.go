@@ -44,6 +44,9 @@ Commands:
   status [HOST...] a table: host, version, uptime, sessions, agents, tunnel
   broker           answer the hosts' approval and sudo requests on this terminal
                    (without it: OLLIE_ASKPASS, a dialog, or they are denied)
+  fleet run TARGETS GOAL
+                   one goal on many hosts, watched live, a row of results per
+                   host (fleet ls, status, attach, stop RUN; fleet help)
   demo [keep]      deploy to three SSH hosts started inside this process, run an agent
   version          print the version
 
@@ -75,6 +78,20 @@ func (c *common) ssh() paths.SSHConfig {
 		known = []string{c.knownHost}
 	}
 	return paths.NewSSHConfig(c.config, known)
+}
+
+// normalize makes the flags' values usable: at least one host at a time,
+// and the ssh files named by absolute paths, since the keeper that holds
+// the hosts may run elsewhere.
+func (c *common) normalize() {
+	if c.parallel < 1 {
+		c.parallel = 1
+	}
+	s := c.ssh()
+	c.config = s.Config
+	if len(s.Known) > 0 {
+		c.knownHost = s.Known[0]
+	}
 }
 
 func (c *common) options() tunnel.Options {
@@ -121,6 +138,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, hosts := rest[0], rest[1:]
+	if cmd == "fleet" {
+		// fleet has flags of its own, and handles Ctrl-C itself.
+		jSet := false
+		fl.Visit(func(f *flag.Flag) { jSet = jSet || f.Name == "j" })
+		c.normalize()
+		return fleetMain(&c, jSet, hosts, stdout, stderr)
+	}
 	if err := fl.Parse(hosts); err != nil {
 		return 2
 	}
@@ -131,16 +155,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if c.parallel < 1 {
-		c.parallel = 1
-	}
-	// The keeper that holds the hosts may run elsewhere: it is given the
-	// files by their absolute paths.
-	s := c.ssh()
-	c.config = s.Config
-	if len(s.Known) > 0 {
-		c.knownHost = s.Known[0]
-	}
+	c.normalize()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch cmd {
@@ -177,7 +192,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fl.PrintDefaults()
 		return 0
 	}
-	fmt.Fprintf(stderr, "ollie-remote: unknown command %q (deploy, up, down, status, version)\n", cmd)
+	fmt.Fprintf(stderr, "ollie-remote: unknown command %q (deploy, up, down, status, fleet, broker, demo, version)\n", cmd)
 	return 2
 }
 

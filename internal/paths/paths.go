@@ -90,3 +90,16 @@ func (s Search) Names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// StateDir is where the desktop keeps what must outlive its processes
+// (fleet runs): $XDG_STATE_HOME/ollie, by default ~/.local/state/ollie.
+func StateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "ollie")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "ollie-state")
+	}
+	return filepath.Join(home, ".local", "state", "ollie")
+}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"ollie/internal/termsafe"
+	"ollie/tunnel/deploy"
+	"ollie/tunnel/fleet"
+)
+
+const fleetUsage = `usage: ollie-remote fleet COMMAND ...
+
+  fleet run [-H TARGETS] [-i INVENTORY] [-profile P] [-model M] [-j N]
+            [-follow] [-json] [-ask-become-pass] [TARGETS] GOAL
+        give GOAL to one new session on every host of TARGETS, watch
+        them work, and print a row of results per host
+  fleet ls              the runs this desktop keeps
+  fleet status RUN      where each host of a run is now
+  fleet attach RUN      watch a run again (after a detach, a reboot)
+  fleet stop RUN        interrupt every agent of a run
+
+TARGETS are host names, ssh config Host patterns ('web*'), @FILE (a file of
+names) and, with -i, Ansible inventory groups (@GROUP); several are
+separated by commas or spaces. Ctrl-C once interrupts every agent of the
+run; twice detaches, leaving them working (fleet attach RUN comes back).
+Exit status: 0 when every host finished, 1 when any failed or was
+unreachable, 2 on usage errors.
+`
+
+// fleetMain is "ollie-remote fleet": it takes its own flags, and handles
+// Ctrl-C itself (once interrupts the agents, twice detaches).
+func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, fleetUsage)
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	fl := flag.NewFlagSet("ollie-remote fleet "+sub, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() { fmt.Fprint(stderr, fleetUsage); fl.PrintDefaults() }
+	var targets []string
+	fl.Func("H", "hosts to run on: names, 'patterns', @FILE, @GROUP (repeatable)", func(s string) error { targets = append(targets, s); return nil })
+	inventory := fl.String("i", "", "Ansible `inventory` (file or directory) to take hosts and groups from")
+	profile := fl.String("profile", "", "agent `profile` for every host's agent")
+	model := fl.String("model", "", "`model` for every host's agent")
+	jobs := fl.Int("j", 32, "hosts connected to and set up at once")
+	follow := fl.Bool("follow", false, "stream every host's chat, each line prefixed by its host")
+	asJSON := fl.Bool("json", false, "print one JSON object per host at the end, nothing while it runs")
+	askBecome := fl.Bool("ask-become-pass", false, "ask the sudo password once for the run (Ansible's -K); otherwise each host asks")
+	fl.BoolVar(&c.acceptNew, "accept-new", c.acceptNew, "add the key of a host seen for the first time to known_hosts")
+	lostAfter := fl.Duration("lost-after", 2*time.Minute, "report a host lost when it stays unreachable this long")
+	connectTimeout := fl.Duration("connect-timeout", 2*time.Minute, "give up connecting to (and deploying to) a host after this long")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	rest := fl.Args()
+	if jSet && !flagGiven(fl, "j") {
+		*jobs = c.parallel
+	}
+	store := fleet.DefaultStore()
+	cfg := fleet.Config{SSH: c.ssh(), AcceptNew: c.acceptNew, Keep: c.keep, Deadlines: c.deadlines, Jobs: *jobs,
+		ConnectTimeout: *connectTimeout, LostAfter: *lostAfter}
+	_ = askBecome
+	switch sub {
+	case "run":
+		if len(targets) == 0 && len(rest) > 0 {
+			targets, rest = []string{rest[0]}, rest[1:]
+		}
+		goal := strings.TrimSpace(strings.Join(rest, " "))
+		if len(targets) == 0 || goal == "" {
+			fmt.Fprintln(stderr, "usage: ollie-remote fleet run [-H] TARGETS GOAL (ollie-remote fleet help)")
+			return 2
+		}
+		hosts, source, err := resolveTargets(targets, *inventory, c)
+		if err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+			return 2
+		}
+		b, err := deploy.LoadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
+		if err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+			return 1
+		}
+		cfg.Bundle = b
+		run := fleet.NewRun(goal, targets, hosts)
+		run.Source, run.Profile, run.Model, run.SSH = source, *profile, *model, cfg.SSH
+		if err := store.Save(run); err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: keeping the run: %v\n", err)
+			return 1
+		}
+		return watchRun(run, cfg, store, true, *follow, *asJSON, stdout, stderr)
+	case "attach":
+		run, code := loadRun(store, rest, stderr)
+		if run == nil {
+			return code
+		}
+		cfg.SSH = run.SSH
+		return watchRun(run, cfg, store, false, *follow, *asJSON, stdout, stderr)
+	case "ls":
+		return fleetList(store, stdout, stderr)
+	case "status":
+		run, code := loadRun(store, rest, stderr)
+		if run == nil {
+			return code
+		}
+		cfg.SSH = run.SSH
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := fleet.Poll(ctx, run, cfg, store); err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		}
+		printRunHeader(stdout, run)
+		if *asJSON {
+			fleet.WriteJSON(stdout, run)
+		} else {
+			fleet.WriteTable(stdout, run)
+		}
+		return fleet.ExitCode(run)
+	case "stop":
+		run, code := loadRun(store, rest, stderr)
+		if run == nil {
+			return code
+		}
+		cfg.SSH = run.SSH
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err := fleet.Stop(ctx, run, cfg, store)
+		fleet.WriteTable(stdout, run)
+		if err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet stop: %s\n", termsafe.Line(err.Error()))
+			return 1
+		}
+		fmt.Fprintf(stdout, "run %s stopped\n", run.ID)
+		return 0
+	case "help":
+		fmt.Fprint(stdout, fleetUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "ollie-remote fleet: unknown command %q (run, ls, status, attach, stop)\n", sub)
+	return 2
+}
+
+func flagGiven(fl *flag.FlagSet, name string) bool {
+	given := false
+	fl.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// resolveTargets turns what the person typed into the run's hosts.
+func resolveTargets(targets []string, inventory string, c *common) ([]*fleet.Host, string, error) {
+	if inventory != "" {
+		return nil, "", errors.New("-i: inventories are not read yet")
+	}
+	var hosts []*fleet.Host
+	seen := map[string]bool{}
+	for _, t := range targets {
+		for _, name := range strings.FieldsFunc(t, func(r rune) bool { return r == ',' || r == ' ' }) {
+			if !seen[name] {
+				seen[name] = true
+				hosts = append(hosts, &fleet.Host{Name: name})
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, "", errors.New("no hosts given")
+	}
+	return hosts, "command line", nil
+}
+
+func loadRun(store fleet.Store, rest []string, stderr io.Writer) (*fleet.Run, int) {
+	if len(rest) != 1 {
+		fmt.Fprintln(stderr, "usage: ollie-remote fleet status|attach|stop RUN (fleet ls lists them)")
+		return nil, 2
+	}
+	run, err := store.Load(rest[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		if errors.Is(err, fleet.ErrNoRun) {
+			return nil, 2
+		}
+		return nil, 1
+	}
+	return run, 0
+}
+
+func printRunHeader(w io.Writer, run *fleet.Run) {
+	fmt.Fprintf(w, "run %s (%s, session %s on each host): %s\n", run.ID, run.State, run.Session, termsafe.Field(run.Goal, 120))
+}
+
+// watchRun starts or attaches to a run and watches it to its end, with the
+// live view on a terminal.
+func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh, follow, asJSON bool, stdout, stderr io.Writer) int {
+	out, tty := stdout.(*os.File)
+	tty = tty && term.IsTerminal(int(out.Fd())) && !follow && !asJSON
+	var live *fleet.Live
+	var obs fleet.Observer
+	say := func(s string) { fmt.Fprintln(stderr, termsafe.Line(s)) }
+	switch {
+	case asJSON:
+		obs = fleet.Quiet{}
+	case tty:
+		live = &fleet.Live{Out: stdout, Run: run, Width: func() (int, int) {
+			c, r, _ := term.GetSize(int(out.Fd()))
+			return c, r
+		}}
+		obs, say = live, live.Say
+	default:
+		lines := &fleet.Lines{Out: stdout, Chat: follow}
+		lines.Width(run)
+		obs = lines
+	}
+	if !asJSON {
+		verb := "started"
+		if !fresh {
+			verb = "attached to"
+		}
+		fmt.Fprintf(stdout, "fleet run %s %s on %d hosts (hosts from %s); session %s on each\n", run.ID, verb, len(run.Hosts), run.Source, run.Session)
+	}
+	r := &fleet.Runner{Run: run, Cfg: cfg, Store: store, Obs: obs}
+	ctx, detach := context.WithCancel(context.Background())
+	defer detach()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	detached := make(chan struct{})
+	go func() {
+		interrupted := false
+		for {
+			select {
+			case s := <-sigs:
+				if s == os.Interrupt && !interrupted {
+					interrupted = true
+					say(fmt.Sprintf("interrupting every agent of run %s (Ctrl-C again to detach and leave them working)", run.ID))
+					go r.Interrupt(ctx)
+					continue
+				}
+				say(fmt.Sprintf("detached: the agents go on; ollie-remote fleet attach %s", run.ID))
+				close(detached)
+				detach()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if live != nil {
+		live.Start()
+	}
+	var err error
+	if fresh {
+		err = r.Start(ctx)
+	} else {
+		err = r.Attach(ctx)
+	}
+	if live != nil {
+		live.Stop()
+	}
+	select {
+	case <-detached:
+		return 0
+	default:
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		return 1
+	}
+	if asJSON {
+		fleet.WriteJSON(stdout, run)
+	} else {
+		fmt.Fprintln(stdout)
+		fleet.WriteTable(stdout, run)
+	}
+	return fleet.ExitCode(run)
+}
+
+func fleetList(store fleet.Store, stdout, stderr io.Writer) int {
+	runs, err := store.List()
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(stdout, "no fleet runs: ollie-remote fleet run TARGETS GOAL")
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tCREATED\tSTATE\tHOSTS\tFINISHED\tGOAL")
+	for _, r := range runs {
+		done := 0
+		for _, h := range r.Hosts {
+			if h.Finished() {
+				done++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Created.Local().Format("2006-01-02 15:04"), r.State, len(r.Hosts), done, termsafe.Field(r.Goal, 60))
+	}
+	tw.Flush()
+	return 0
+}
