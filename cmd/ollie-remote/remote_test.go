@@ -82,7 +82,7 @@ func newRemote(t testing.TB, lab *sshlab.Lab) *remote {
 func (r *remote) cmd(args ...string) *exec.Cmd {
 	full := append([]string{"-F", r.lab.ConfigFile, "-bin", r.bin, "-data", dataDir}, args...)
 	cmd := exec.Command(remoteBin, full...)
-	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=")
+	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=", "XDG_STATE_HOME="+filepath.Join(r.dir, "state"))
 	return cmd
 }
 

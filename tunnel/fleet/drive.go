@@ -27,8 +27,8 @@ type Config struct {
 	// Jobs bounds the hosts being connected to, deployed to and set up
 	// at once; watching is not bounded. 0 means 32.
 	Jobs int
-	// ConnectTimeout bounds the connection and deploy of one host
-	// (retries with back-off included). 0 means 2 minutes.
+	// ConnectTimeout bounds connecting to one host (retries with
+	// back-off included). 0 means 2 minutes.
 	ConnectTimeout time.Duration
 	// LostAfter is how long a host that was reached may stay unreachable
 	// before it is reported lost. 0 means 2 minutes.
@@ -212,12 +212,12 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	req := keeper.Request{Op: "up", Host: h.Name, Config: r.Cfg.SSH.Config, Known: r.Cfg.SSH.Known, AcceptNew: r.Cfg.AcceptNew, Keep: r.Cfg.Keep, Deadlines: r.Cfg.Deadlines}
+	req := keeper.Request{Op: "up", Host: h.Name, Config: r.Cfg.SSH.Config, Known: r.Cfg.SSH.Known, AcceptNew: r.Cfg.AcceptNew, Keep: r.Cfg.Keep,
+		Deadlines: r.Cfg.Deadlines, ConnectTimeout: timeout}
 	if fresh {
 		req.Bundle = r.Cfg.Bundle
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	reply, err := keeper.Call(cctx, req, func(rep keeper.Reply) {
+	reply, err := keeper.Call(ctx, req, func(rep keeper.Reply) {
 		if strings.HasPrefix(rep.Msg, "olliesrv serves") || rep.Msg == "already up" {
 			return
 		}
@@ -228,7 +228,6 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 			h.Detail = rep.Msg
 		})
 	})
-	cancel()
 	if ctx.Err() != nil {
 		return "", false
 	}

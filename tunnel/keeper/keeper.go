@@ -7,6 +7,7 @@ package keeper
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -49,6 +50,9 @@ type Request struct {
 	Bundle    *deploy.Bundle   `json:"bundle,omitempty"`
 	Keep      int              `json:"keep,omitempty"`
 	Deadlines deploy.Deadlines `json:"deadlines,omitempty"`
+	// ConnectTimeout bounds up's connecting (retries included); 0 means
+	// 2 minutes.
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
 }
 
 type Reply struct {
@@ -352,7 +356,9 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	progress("connecting")
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	c, err := th.Client(cctx)
+	dctx, dcancel := context.WithTimeout(cctx, cmp.Or(req.ConnectTimeout, 2*time.Minute))
+	c, err := th.Client(dctx)
+	dcancel()
 	if err != nil {
 		th.Close()
 		return "", nil, &connectError{err}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/agent/fakellm"
+	"ollie/internal/sshlab"
+	"ollie/tunnel/fleet"
+)
+
+// fleetLab is n lab hosts whose agents' model is the scripted one here,
+// answering each conversation on its own: a first call runs `id -un` in
+// the shell tool, the answer after it names the user it printed, so that
+// each host's answer is its own.
+func fleetLab(t *testing.T, prefix string, n int, think time.Duration) (*remote, *fakellm.Server) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: n, UserPrefix: prefix})
+	r := newRemote(t, lab)
+	llm := fakellm.Start(t)
+	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "tool" {
+			return fakellm.Response{Text: []string{"checked as ", strings.TrimSpace(last.Text()), "\nall is well"}, Delay: think / 3}
+		}
+		return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "shell", Args: `{"command": "id -un"}`}}, Delay: think}
+	})
+	for _, h := range lab.Hosts {
+		cfgDir := filepath.Join(h.Home, ".config", "ollie")
+		os.MkdirAll(cfgDir, 0700)
+		os.WriteFile(filepath.Join(cfgDir, "backends.json"),
+			[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
+		exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	}
+	return r, llm
+}
+
+// jsonResults reads fleet run -json's output: one object per host.
+func jsonResults(t *testing.T, out string) map[string]fleet.JSONHost {
+	t.Helper()
+	got := map[string]fleet.JSONHost{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var j fleet.JSONHost
+		if err := json.Unmarshal([]byte(line), &j); err != nil {
+			t.Fatalf("a -json line does not parse: %v: %q", err, line)
+		}
+		got[j.Host] = j
+	}
+	return got
+}
+
+var runIDRE = regexp.MustCompile(`\br[a-z2-9]{8}\b`)
+
+// TestFleetRun: one goal on three lab hosts and an address where nothing
+// listens. Each lab host deploys, runs its agent (a tool call, then an
+// answer of its own) and finishes; the dead address is unreachable and
+// alone in failing; the exit status says so, the run is kept, and
+// ls and status show it.
+func TestFleetRun(t *testing.T) {
+	r, _ := fleetLab(t, "orflt", 3, 0)
+	cmd := r.cmd("fleet", "run", "-json", "-connect-timeout", "5s", "h11,h12,h13,127.0.0.1:1", "check who runs here")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("fleet run with one unreachable host: %v (want exit status 1)\n%s", err, out)
+	}
+	res := jsonResults(t, string(out))
+	if len(res) != 4 {
+		t.Fatalf("%d JSON results, want 4:\n%s", len(res), out)
+	}
+	for i, h := range []string{"h11", "h12", "h13"} {
+		j := res[h]
+		user := fmt.Sprintf("orflt%d", 11+i)
+		if j.Result != "done" || !strings.Contains(j.Answer, "checked as "+user) || j.Steps != 2 || j.ToolCalls != 1 || j.Tokens == 0 || j.Version == "" {
+			t.Errorf("%s: %+v; want done, its own answer (checked as %s), 2 steps, 1 tool call, tokens counted, the version deployed", h, j, user)
+		}
+	}
+	if j := res["127.0.0.1:1"]; j.Result != "unreachable" || !strings.Contains(j.Error, "refused") {
+		t.Errorf("the dead address: %+v; want unreachable, saying the connection was refused", j)
+	}
+	id := runIDRE.FindString(res["h11"].Run)
+	if id == "" {
+		t.Fatalf("no run ID in the results: %+v", res["h11"])
+	}
+
+	ls := r.must("fleet", "ls")
+	if !strings.Contains(ls, id) || !strings.Contains(ls, "finished") || !strings.Contains(ls, "check who runs here") {
+		t.Errorf("fleet ls does not list run %s as finished:\n%s", id, ls)
+	}
+	st, err := r.run("fleet", "status", id)
+	if err == nil {
+		t.Errorf("fleet status of a run with an unreachable host exited 0")
+	}
+	for _, h := range []string{"h11", "h12", "h13"} {
+		row := tableRow(st, h)
+		if len(row) < 2 || row[1] != "done" {
+			t.Errorf("fleet status: %s's row is %q:\n%s", h, row, st)
+		}
+	}
+	// On each host, the session is named after the run.
+	for i := range 3 {
+		h := r.lab.Host(i)
+		ls, err := r.lab.SSH(fmt.Sprintf("h%d", 11+i), ".local/bin/ollie", "ls", "session").CombinedOutput()
+		if err != nil || !strings.Contains(string(ls), "fleet-"+id) {
+			t.Errorf("%s: no session fleet-%s: %v\n%s", h.User, id, err, ls)
+		}
+	}
+}
+
+// TestFleetLines: without a terminal, a host-prefixed line per change of
+// state; with -follow, every line of every host's chat too; then the
+// results table.
+func TestFleetLines(t *testing.T) {
+	r, _ := fleetLab(t, "orfll", 2, 300*time.Millisecond)
+	out := r.must("fleet", "run", "-follow", "h11,h12", "check who runs here")
+	for _, want := range []string{"h11: [connecting]", "h12: [thinking]", "h11: [done in ", "h11| → shell", "h12| checked as orfll12",
+		"HOST", "RESULT", "TOOL CALLS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet run -follow printed no %q:\n%s", want, out)
+		}
+	}
+	row := tableRow(out, "h12")
+	if len(row) < 7 || row[1] != "done" || row[3] != "2" || row[4] != "1" {
+		t.Errorf("the results row of h12 is %q, want done with 2 steps and 1 tool call:\n%s", row, out)
+	}
+}
