@@ -45,8 +45,8 @@ type Server struct {
 	key       string
 	immediate *immediate // non-nil in immediate mode
 	respond   func(*ChatRequest) Response
-	served    int        // chat requests answered
-	gone      int        // hanging responses whose client went away
+	served    int // chat requests answered
+	gone      int // hanging responses whose client went away
 	closeOnce sync.Once
 }
 
