@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,5 +136,123 @@ func TestFleetLines(t *testing.T) {
 	row := tableRow(out, "h12")
 	if len(row) < 7 || row[1] != "done" || row[3] != "2" || row[4] != "1" {
 		t.Errorf("the results row of h12 is %q, want done with 2 steps and 1 tool call:\n%s", row, out)
+	}
+}
+
+// startFleet starts fleet run in the background and returns its output as
+// it comes and a channel that yields its exit once it ended.
+func startFleet(t *testing.T, r *remote, args ...string) (*output, *exec.Cmd, chan error) {
+	t.Helper()
+	cmd := r.cmd(append([]string{"fleet", "run"}, args...)...)
+	lw := &output{}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return lw, cmd, done
+}
+
+// waitOutput waits until out holds every one of want.
+func waitOutput(t *testing.T, lw *output, within time.Duration, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		s := lw.String()
+		all := true
+		for _, w := range want {
+			all = all && strings.Contains(s, w)
+		}
+		if all {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("within %s fleet run printed none of %q:\n%s", within, want, lw.String())
+}
+
+// output is a command's output as it comes.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestFleetDetachAttach: a run detached (SIGTERM) goes on on the hosts;
+// with the keeper killed meanwhile, fleet attach picks the run up from
+// its record and sees every host finish.
+func TestFleetDetachAttach(t *testing.T) {
+	r, _ := fleetLab(t, "orfla", 2, 1500*time.Millisecond)
+	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
+	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("a detached run exited %v:\n%s", err, lw)
+	}
+	id := runIDRE.FindString(lw.String())
+	if !strings.Contains(lw.String(), "detached: the agents go on; ollie-remote fleet attach "+id) {
+		t.Errorf("a detach does not say how to come back:\n%s", lw)
+	}
+	// The keeper goes too, as after a reboot of the desktop.
+	exec.Command("pkill", "-KILL", "-f", "__keeper -dir "+r.dir).Run()
+	for i := 0; i < 100 && exec.Command("pgrep", "-f", "__keeper -dir "+r.dir).Run() == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, err := r.run("fleet", "attach", id)
+	if err != nil {
+		t.Fatalf("fleet attach %s: %v\n%s\nthe run before:\n%s", id, err, out, lw)
+	}
+	for _, h := range []string{"h11", "h12"} {
+		row := tableRow(out, h)
+		if len(row) < 7 || row[1] != "done" || !strings.Contains(out, "checked as orfla"+h[1:]) {
+			t.Errorf("after attach, %s's row is %q:\n%s", h, row, out)
+		}
+	}
+	if ls := r.must("fleet", "ls"); !strings.Contains(ls, id) || !strings.Contains(ls, "finished") {
+		t.Errorf("fleet ls after the attach:\n%s", ls)
+	}
+}
+
+// TestFleetInterrupt: Ctrl-C once stops every agent of the run, says so,
+// and the results say interrupted.
+func TestFleetInterrupt(t *testing.T) {
+	r, _ := fleetLab(t, "orfli", 2, 3*time.Second)
+	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
+	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
+	cmd.Process.Signal(os.Interrupt)
+	err := <-done
+	if exitCode(err) != 1 {
+		t.Errorf("an interrupted run exited %v, want 1", err)
+	}
+	if !strings.Contains(lw.String(), "interrupting every agent of run") {
+		t.Errorf("Ctrl-C did not say it interrupts the agents:\n%s", lw)
+	}
+	for _, h := range []string{"h11", "h12"} {
+		if row := tableRow(lw.String(), h); len(row) < 2 || row[1] != "interrupted" {
+			t.Errorf("%s's row is %q, want interrupted:\n%s", h, row, lw)
+		}
 	}
 }
