@@ -256,3 +256,43 @@ func TestFleetInterrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetHostTrouble: what one host suffers stays its own. h12 goes
+// down mid-run and is reported lost; h13's daemon is killed mid-run and
+// the run picks its durable session up and finishes it; h14's host key
+// changed and it fails saying so; h11 finishes as if nothing happened.
+func TestFleetHostTrouble(t *testing.T) {
+	r, _ := fleetLab(t, "orflx", 4, 2*time.Second)
+	// h14 now answers with another key than known_hosts holds: h11's.
+	kh, _ := os.ReadFile(r.lab.KnownHosts)
+	h14 := r.lab.Host(3)
+	os.WriteFile(r.lab.KnownHosts, []byte(strings.ReplaceAll(string(kh), h14.HostKeyPub, r.lab.Host(0).HostKeyPub)), 0644)
+
+	lw, _, done := startFleet(t, r, "-lost-after", "4s", "h11,h12,h13,h14", "check who runs here")
+	waitOutput(t, lw, time.Minute, "h12: [thinking]", "h13: [thinking]")
+	r.lab.Host(1).Stop()
+	exec.Command("pkill", "-KILL", "-u", r.lab.Host(2).User, "olliesrv").Run()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the run did not end:\n%s", lw)
+	}
+	out := lw.String()
+	if exitCode(err) != 1 {
+		t.Errorf("a run with a lost host exited %v, want 1", err)
+	}
+	for h, want := range map[string]string{"h11": "done", "h12": "lost", "h13": "done", "h14": "failed"} {
+		if row := tableRow(out, h); len(row) < 2 || row[1] != want {
+			t.Errorf("%s's row is %q, want %s", h, row, want)
+		}
+	}
+	for _, want := range []string{"h13: olliesrv restarted during the run; its session was picked up", "checked as orflx13", "host key"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the run's output has no %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the run:\n%s", out)
+	}
+}
