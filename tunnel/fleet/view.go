@@ -147,6 +147,11 @@ func viewLines(hosts []Host, now time.Time, cols, rows int) []string {
 		width = max(width, utf8.RuneCountInString(termsafe.Line(h.Name)))
 	}
 	width = min(width, 24)
+	stateWidth := 7
+	for _, h := range hosts {
+		stateWidth = max(stateWidth, utf8.RuneCountInString(termsafe.Line(h.State)))
+	}
+	stateWidth = min(stateWidth, 28)
 	shown := hosts
 	if len(hosts) > rows-1 {
 		shown = append([]Host(nil), hosts...)
@@ -159,7 +164,7 @@ func viewLines(hosts []Host, now time.Time, cols, rows int) []string {
 		if state == "" {
 			state = "waiting"
 		}
-		line := fmt.Sprintf("%-*s  %-26s %7s  %s", width, termsafe.Field(h.Name, width), termsafe.Field(state, 26), seconds(h.Took(now)), termsafe.Line(h.Detail))
+		line := fmt.Sprintf("%-*s  %-*s %7s  %s", width, termsafe.Field(h.Name, width), stateWidth, termsafe.Field(state, stateWidth), seconds(h.Took(now)), termsafe.Line(h.Detail))
 		out = append(out, fit(line, cols))
 	}
 	if len(shown) < len(hosts) {
