@@ -90,8 +90,9 @@ var errRunEnded = fmt.Errorf("broker: the fleet run's broker stopped: %w", ErrUn
 //     "ollie-remote broker" asks it.
 //   - With AskBecomePass, the password typed when the run starts answers
 //     the first password ask of each of the run's requests; a second
-//     (the host said it was wrong) is asked for that host. It is kept in
-//     memory only, zeroed by Close, and each caller is handed a copy.
+//     (the host said it was wrong) is asked for that host, and so is
+//     every later one of that host's. It is kept in memory only, zeroed
+//     by Close, and each caller is handed a copy.
 //
 // Other requests (other sessions, other hosts) are asked one at a time as
 // "ollie-remote broker" asks them (TerminalApprover behind a Queue); and
@@ -118,8 +119,10 @@ type RunBroker struct {
 	mu   sync.Mutex
 	open map[groupKey]*group // groups not shown yet
 
-	pmu  sync.Mutex
-	pass []byte // the run's BECOME password; nil when none
+	pmu   sync.Mutex
+	pass  []byte                   // the run's BECOME password; nil when none
+	given map[*broker.Request]bool // requests given it, until they end
+	wrong map[string]bool          // hosts that said it was wrong
 
 	restore func()
 }
@@ -168,6 +171,8 @@ func StartRunBroker(ctx context.Context, cfg RunConfig) (*RunBroker, error) {
 		sock:    fi,
 		conns:   map[net.Conn]bool{},
 		open:    map[groupKey]*group{},
+		given:   map[*broker.Request]bool{},
+		wrong:   map[string]bool{},
 		restore: restoreTerminal(cfg.In),
 	}
 	for _, h := range cfg.Hosts {
@@ -337,23 +342,36 @@ func (a *runApprover) Approve(ctx context.Context, req *broker.Request) (broker.
 }
 
 // Password gives the run's password, from memory, to the first ask of a
-// request of the run; everything else is asked on the terminal.
+// request of the run; everything else is asked on the terminal. A host
+// that asks again after it was given the run's password (it was wrong
+// there) is asked on the terminal from then on, so that a wrong password
+// is not tried on it at every request.
 func (a *runApprover) Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error) {
 	rb := (*RunBroker)(a)
-	if attempt == 1 && req.Sudo && rb.ofRun(req) {
-		rb.pmu.Lock()
-		var pw []byte
-		if rb.pass != nil {
-			pw = make([]byte, len(rb.pass))
-			copy(pw, rb.pass)
-		}
-		rb.pmu.Unlock()
-		if pw != nil {
-			rb.cfg.log().Info("broker: the run's BECOME password was given", "host", req.Host, "id", req.ID)
-			return pw, nil
-		}
+	rb.pmu.Lock()
+	if rb.given[req] {
+		delete(rb.given, req)
+		rb.wrong[req.Host] = true
+	}
+	var pw []byte
+	if attempt == 1 && req.Sudo && rb.ofRun(req) && rb.pass != nil && !rb.wrong[req.Host] {
+		pw = make([]byte, len(rb.pass))
+		copy(pw, rb.pass)
+		rb.given[req] = true
+	}
+	rb.pmu.Unlock()
+	if pw != nil {
+		rb.cfg.log().Info("broker: the run's BECOME password was given", "host", req.Host, "id", req.ID)
+		return pw, nil
 	}
 	return rb.queue.Password(ctx, req, attempt, problem)
+}
+
+// Finish forgets that req was given the run's password.
+func (a *runApprover) Finish(req *broker.Request) {
+	a.pmu.Lock()
+	delete(a.given, req)
+	a.pmu.Unlock()
 }
 
 func (a *runApprover) String() string {

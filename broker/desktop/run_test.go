@@ -305,7 +305,7 @@ func TestRunBrokerGroupsHosts(t *testing.T) {
 	other := runReq("apt_upgrade", true, `{}`)
 	other.SessionName = "mine"
 	web1Other := r.ask("web1", other)
-	waitUntil(t, "web4 waiting in a group of its own", func() bool { return rb.waiting() == 1 })
+	waitUntil(t, "web4 received", func() bool { return rb.waiting() >= 1 })
 	waitUntil(t, "db9 and web1's other session in the queue", func() bool { return len(rb.queue.Pending()) == 2 })
 
 	r.typeLine("e")
@@ -456,6 +456,18 @@ func TestRunBrokerBecomePass(t *testing.T) {
 	if pw := <-pwc; string(pw) != "typed-for-web1" {
 		t.Errorf("web1's retry got %q, want what was typed for it", pw)
 	}
+	// The run's password was wrong on web1: its next request is asked.
+	ch := r.ask("web1", runReq("apt_upgrade", true, `{"again":1}`))
+	r.waitShown("(apt_upgrade on web1) / [d]eny? ", 1)
+	r.typeLine("o")
+	again := answer(t, ch, "web1 again")
+	go func() { pw, _ := again.cv.Password(ctx, 1, ""); pwc <- pw }()
+	r.waitShown("sudo password for root on web1, to run apt_upgrade (asked by web1): ", 1)
+	r.typeLine("typed-again")
+	if pw := <-pwc; string(pw) != "typed-again" {
+		t.Errorf("web1, after the run's password was wrong there, got %q, want what was typed for it", pw)
+	}
+	again.cv.Close("ran")
 
 	// A host outside the run, in a session of the run's name; a run host's
 	// other session.
@@ -504,7 +516,7 @@ func TestRunBrokerHostileList(t *testing.T) {
 	rb := r.waitStarted()
 	tool := "apt\x1b[2J\u009b1mupgrade\u202e"
 	hostile := []string{
-		`{"x":"\u001b]52;c;ZWNobyBwd25lZA==\u0007","y":"\napprove: [o]nce for web1 / [e]very listed host (1)"}`,
+		`{"x":"\u001b]52;c;ZWNobyBwd25lZA==\u0007","y":"\napprove: [o]nce for web1 / [e]very listed host (1)","z":"\u009b31m\u202eevil\u0085"}`,
 		`{"x":"` + strings.Repeat("A", 5000) + `\r\u001b[1A"}`,
 	}
 	var chs []chan asked
@@ -570,5 +582,33 @@ func TestRunBrokerElsewhere(t *testing.T) {
 	case <-rb.Done():
 	default:
 		t.Error("Done is not closed after Close")
+	}
+}
+
+// TestRunBrokerListNotAnsweredAhead: "every listed host" is taken only
+// once the list is drawn: an "e" typed while the prompt before it showed
+// is dropped, not taken for the list's answer.
+func TestRunBrokerListNotAnsweredAhead(t *testing.T) {
+	r := newRunRig(t, RunConfig{Session: runName, Hosts: []string{"web1", "web2", "web3"}}, "web1", "web2", "web3")
+	rb := r.waitStarted()
+	web1 := r.ask("web1", runReq("apt_upgrade", true, `{}`))
+	r.waitShown("(apt_upgrade on web1) / [d]eny? ", 1)
+	web2 := r.ask("web2", runReq("apt_upgrade", true, `{}`))
+	web3 := r.ask("web3", runReq("apt_upgrade", true, `{}`))
+	waitUntil(t, "two requests gathered", func() bool { return rb.waiting() == 2 })
+	r.typeLine("o\re") // the answer for web1, and one typed ahead
+	if a := answer(t, web1, "web1"); a.ans.Decision != broker.Once {
+		t.Errorf("web1: %+v", a.ans)
+	}
+	r.question(2)
+	noAnswer(t, web2, "web2, by what was typed before the list,")
+	r.typeLine("d")
+	for i, ch := range []chan asked{web2, web3} {
+		if a := answer(t, ch, fmt.Sprintf("web%d", i+2)); a.ans.Decision != broker.Deny {
+			t.Errorf("web%d: %+v, want deny", i+2, a.ans)
+		}
+	}
+	if s := r.shown(); strings.Contains(s, "please answer") {
+		t.Errorf("what was typed ahead reached the list:\n%s", s)
 	}
 }
