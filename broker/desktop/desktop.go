@@ -12,6 +12,14 @@
 // work. A Queue in front of the Approver shows one prompt at a time, the
 // hosts in turn, capped per host and per session.
 //
+// ollie-remote's keeper serves each host with a Broker of its own
+// (KeeperBroker) and hands what its policy does not answer to the terminal
+// broker on TerminalSocket (Handoff): "ollie-remote broker"
+// (ServeTerminal), or, while "ollie-remote fleet run" shows its live view,
+// the run's own (RunBroker), which shows the same request from many hosts
+// of the run as one list and can keep the run's sudo password
+// (-ask-become-pass) for the run's hosts.
+//
 // What it trusts: a host only as the SSH connection its requests came
 // over. Everything a host sends is data: a request's own Host is replaced
 // by the connection's, its fields are shown made safe
