@@ -116,8 +116,9 @@ type RunBroker struct {
 	connMu sync.Mutex
 	conns  map[net.Conn]bool
 
-	mu   sync.Mutex
-	open map[groupKey]*group // groups not shown yet
+	mu     sync.Mutex
+	open   map[groupKey]*group // groups not shown yet
+	asking map[string][]string // host → the tools of its requests of the run waiting for an answer
 
 	pmu   sync.Mutex
 	pass  []byte                   // the run's BECOME password; nil when none
@@ -328,6 +329,7 @@ func (a *runApprover) Approve(ctx context.Context, req *broker.Request) (broker.
 	if !rb.ofRun(req) {
 		return rb.queue.Approve(ctx, req)
 	}
+	defer rb.wait(req.Host, req.Tool)()
 	m, err := rb.join(req)
 	if err != nil {
 		return broker.Answer{}, err
@@ -339,6 +341,43 @@ func (a *runApprover) Approve(ctx context.Context, req *broker.Request) (broker.
 		rb.leave(m)
 		return broker.Answer{}, context.Cause(ctx)
 	}
+}
+
+// wait records that host waits for an answer about tool, until the
+// function it returns is called.
+func (rb *RunBroker) wait(host, tool string) func() {
+	rb.mu.Lock()
+	if rb.asking == nil {
+		rb.asking = map[string][]string{}
+	}
+	rb.asking[host] = append(rb.asking[host], tool)
+	rb.mu.Unlock()
+	return func() {
+		rb.mu.Lock()
+		defer rb.mu.Unlock()
+		w := rb.asking[host]
+		for i, t := range w {
+			if t == tool {
+				rb.asking[host] = append(w[:i:i], w[i+1:]...)
+				break
+			}
+		}
+		if len(rb.asking[host]) == 0 {
+			delete(rb.asking, host)
+		}
+	}
+}
+
+// Waiting names the tool a request of the run from host waits on an
+// answer for, "" when none does: the live view shows the host waiting
+// for approval.
+func (rb *RunBroker) Waiting(host string) string {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if w := rb.asking[host]; len(w) > 0 {
+		return w[0]
+	}
+	return ""
 }
 
 // Password gives the run's password, from memory, to the first ask of a

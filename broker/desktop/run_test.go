@@ -298,6 +298,9 @@ func TestRunBrokerGroupsHosts(t *testing.T) {
 	if r.paused.Load() != 1 {
 		t.Errorf("the live view is not paused while the list shows (%d)", r.paused.Load())
 	}
+	if w := rb.Waiting("web2"); w != "apt_upgrade" {
+		t.Errorf("Waiting(web2) = %q while its request is listed, want apt_upgrade", w)
+	}
 
 	// Asked after the list was drawn: none of them is on it.
 	web4 := r.ask("web4", runReq("apt_upgrade", true, `{"only":"pkg-web4"}`))
@@ -315,6 +318,9 @@ func TestRunBrokerGroupsHosts(t *testing.T) {
 		}
 	}
 	noAnswer(t, web4, "web4, asking after the list was drawn,")
+	if w := rb.Waiting("web1"); w != "" {
+		t.Errorf("Waiting(web1) = %q once its request was answered", w)
+	}
 	// Then each on its own, one at a time: db9 and web1's other session
 	// from the queue, web4 after its window, in whatever order they took
 	// their turns.

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/term"
 
+	"ollie/broker/desktop"
 	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/fleet"
@@ -73,7 +74,6 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	store := fleet.DefaultStore()
 	cfg := fleet.Config{SSH: c.ssh(), AcceptNew: c.acceptNew, Keep: c.keep, Deadlines: c.deadlines, Jobs: *jobs,
 		ConnectTimeout: *connectTimeout, LostAfter: *lostAfter}
-	_ = askBecome
 	switch sub {
 	case "run":
 		if len(targets) == 0 && len(rest) > 0 {
@@ -101,14 +101,14 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "ollie-remote fleet: keeping the run: %v\n", err)
 			return 1
 		}
-		return watchRun(run, cfg, store, true, *follow, *asJSON, stdout, stderr)
+		return watchRun(run, cfg, store, true, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
 	case "attach":
 		run, code := loadRun(store, rest, stderr)
 		if run == nil {
 			return code
 		}
 		cfg.SSH = run.SSH
-		return watchRun(run, cfg, store, false, *follow, *asJSON, stdout, stderr)
+		return watchRun(run, cfg, store, false, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
 	case "ls":
 		return fleetList(store, stdout, stderr)
 	case "status":
@@ -200,13 +200,19 @@ func printRunHeader(w io.Writer, run *fleet.Run) {
 	fmt.Fprintf(w, "run %s (%s, session %s on each host): %s\n", run.ID, run.State, run.Session, termsafe.Field(run.Goal, 120))
 }
 
+type watchOptions struct{ follow, json, askBecome bool }
+
 // watchRun starts or attaches to a run and watches it to its end, with the
-// live view on a terminal.
-func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh, follow, asJSON bool, stdout, stderr io.Writer) int {
+// live view on a terminal. While it watches, and the person is at a
+// terminal, it is the desktop's terminal broker: the run's approvals are
+// asked here, grouped across hosts.
+func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh bool, o watchOptions, stdout, stderr io.Writer) int {
+	follow, asJSON := o.follow, o.json
 	out, tty := stdout.(*os.File)
 	tty = tty && term.IsTerminal(int(out.Fd())) && !follow && !asJSON
 	var live *fleet.Live
 	var obs fleet.Observer
+	var pause, resume func()
 	say := func(s string) { fmt.Fprintln(stderr, termsafe.Line(s)) }
 	switch {
 	case asJSON:
@@ -216,11 +222,19 @@ func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh, follow
 			c, r, _ := term.GetSize(int(out.Fd()))
 			return c, r
 		}}
-		obs, say = live, live.Say
+		obs, say, pause, resume = live, live.Say, live.Pause, live.Resume
 	default:
 		lines := &fleet.Lines{Out: stdout, Chat: follow}
 		lines.Width(run)
-		obs = lines
+		obs, pause, resume = lines, lines.Pause, lines.Resume
+	}
+	rb, code := runBroker(run, o.askBecome, pause, resume, stderr)
+	if code != 0 {
+		return code
+	}
+	if rb != nil {
+		defer rb.Close()
+		cfg.Waiting = rb.Waiting
 	}
 	if !asJSON {
 		verb := "started"
@@ -284,6 +298,45 @@ func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh, follow
 		fleet.WriteTable(stdout, run)
 	}
 	return fleet.ExitCode(run)
+}
+
+// runBroker answers the run's approvals on the person's terminal, when
+// there is one (the controlling terminal, and standard input on it), and
+// asks the sudo password once with -ask-become-pass. Another terminal
+// broker already running keeps them; the run says so and goes on.
+func runBroker(run *fleet.Run, askBecome bool, pause, resume func(), stderr io.Writer) (*desktop.RunBroker, int) {
+	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
+	if err != nil || !term.IsTerminal(int(os.Stdin.Fd())) {
+		if tty != nil {
+			tty.Close()
+		}
+		if askBecome {
+			fmt.Fprintln(stderr, "ollie-remote fleet: -ask-become-pass needs a terminal to ask on")
+			return nil, 2
+		}
+		return nil, 0
+	}
+	var hosts []string
+	for _, h := range run.Hosts {
+		hosts = append(hosts, h.Name)
+	}
+	rb, err := desktop.StartRunBroker(context.Background(), desktop.RunConfig{Session: run.Session, Hosts: hosts, In: tty, Out: tty,
+		Pause: pause, Resume: resume, AskBecomePass: askBecome})
+	switch {
+	case errors.Is(err, desktop.ErrBrokerElsewhere):
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		tty.Close()
+		return nil, 0
+	case err != nil:
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		tty.Close()
+		return nil, 1
+	}
+	go func() {
+		<-rb.Done()
+		tty.Close()
+	}()
+	return rb, 0
 }
 
 func fleetList(store fleet.Store, stdout, stderr io.Writer) int {

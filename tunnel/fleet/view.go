@@ -216,9 +216,39 @@ type Lines struct {
 	Out  io.Writer
 	Chat bool
 
-	mu    sync.Mutex
-	last  map[string]string
-	width int
+	mu     sync.Mutex
+	last   map[string]string
+	width  int
+	paused bool
+	held   []string // lines kept while a prompt holds the terminal
+}
+
+// Pause holds the lines back while a prompt holds the terminal; Resume
+// prints them.
+func (v *Lines) Pause() {
+	v.mu.Lock()
+	v.paused = true
+	v.mu.Unlock()
+}
+
+func (v *Lines) Resume() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.paused = false
+	for _, l := range v.held {
+		io.WriteString(v.Out, l)
+	}
+	v.held = nil
+}
+
+// print writes a line, or keeps it while paused; under mu.
+func (v *Lines) print(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	if v.paused {
+		v.held = append(v.held, line)
+		return
+	}
+	io.WriteString(v.Out, line)
 }
 
 // Width sets the host column's width from the run's hosts.
@@ -248,7 +278,7 @@ func (v *Lines) Changed(h Host) {
 			msg += " " + firstLine(h.Detail)
 		}
 	}
-	fmt.Fprintf(v.Out, "%-*s: %s\n", v.width, termsafe.Line(h.Name), termsafe.Line(msg))
+	v.print("%-*s: %s\n", v.width, termsafe.Line(h.Name), termsafe.Line(msg))
 }
 
 func (v *Lines) Output(host, line string) {
@@ -257,7 +287,7 @@ func (v *Lines) Output(host, line string) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	fmt.Fprintf(v.Out, "%-*s| %s\n", v.width, termsafe.Line(host), termsafe.Line(line))
+	v.print("%-*s| %s\n", v.width, termsafe.Line(host), termsafe.Line(line))
 }
 
 // Quiet hears nothing: -json prints only the results.

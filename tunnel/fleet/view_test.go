@@ -123,6 +123,17 @@ func TestLinesAndChat(t *testing.T) {
 	if !strings.Contains(s, "[complete in ") || !strings.Contains(s, "] disk is fine\n") || strings.Contains(s, "more") {
 		t.Errorf("the end of a host should print its result and the answer's first line:\n%s", s)
 	}
+	// A prompt on the terminal holds the lines back, then they come.
+	out.Reset()
+	v.Pause()
+	v.Output("web1", "during the prompt")
+	if out.Len() != 0 {
+		t.Errorf("a line was printed over a prompt: %q", out.String())
+	}
+	v.Resume()
+	if !strings.Contains(out.String(), "| during the prompt") {
+		t.Errorf("the line held during the prompt was lost: %q", out.String())
+	}
 	out.Reset()
 	quiet := &Lines{Out: &out}
 	quiet.Output("web1", "chat")
