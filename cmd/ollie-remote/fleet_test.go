@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"ollie/agent/fakellm"
 	"ollie/internal/sshlab"
@@ -295,4 +299,114 @@ func TestFleetHostTrouble(t *testing.T) {
 	if t.Failed() {
 		t.Logf("the run:\n%s", out)
 	}
+}
+
+// TestFleetAskBecomePass: a run on three hosts whose agents each call a
+// sudo tool. At a terminal, the run asks the sudo password once (-K); the
+// three hosts' requests come as one list, approved for every listed host
+// at once; each host's sudo gets the password from the run's memory. After
+// the run the password is on no host: no file, no process's argv or
+// environment.
+func TestFleetAskBecomePass(t *testing.T) {
+	pwb := make([]byte, 12)
+	rand.Read(pwb)
+	password := "Pw-" + hex.EncodeToString(pwb)
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 3, UserPrefix: "orflk", Password: password, Sudoers: true})
+	r := newRemote(t, lab)
+	data := copyData(t, map[string]string{
+		"root_id.meta": `{"description": "Print the user id the tool runs as.", "sudo": true, "readOnly": true}`,
+		"root_id":      "#!/bin/sh\nid -u\n",
+	})
+	llm := fakellm.Start(t)
+	// The three tool calls are held until the three hosts asked, so that
+	// their approvals arrive together.
+	var mu sync.Mutex
+	asked := 0
+	all := make(chan struct{})
+	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "tool" {
+			return fakellm.Text("uid " + strings.TrimSpace(last.Text()))
+		}
+		mu.Lock()
+		if asked++; asked == 3 {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+		}
+		return fakellm.ToolCall("root_id", `{}`)
+	})
+	for _, h := range lab.Hosts {
+		cfgDir := filepath.Join(h.Home, ".config", "ollie")
+		os.MkdirAll(cfgDir, 0700)
+		os.WriteFile(filepath.Join(cfgDir, "backends.json"),
+			[]byte(`{"backends": {"fake": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "fake-model"}}}`), 0600)
+		exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	}
+
+	cmd := r.cmd("fleet", "run", "-ask-become-pass", "h11,h12,h13", "who am I as root?")
+	cmd.Args[6] = data // -data
+	cmd.Env = append(cmd.Env, "NO_COLOR=1")
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 140})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	scr := watchTerminal(tty)
+	scr.waitFor(t, "BECOME password for run ")
+	tty.Write([]byte(password + "\r"))
+	waitScreen(t, scr, time.Minute, "[e]very listed host (3)")
+	tty.Write([]byte("e\r"))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the run did not end:\n%s", scr)
+	}
+	screen := scr.String()
+	if err != nil {
+		t.Errorf("the run exited %v", err)
+	}
+	for _, h := range []string{"h11", "h12", "h13"} {
+		if row := tableRow(strings.ReplaceAll(screen, "\r", ""), h); len(row) < 7 || row[1] != "done" || row[6] != "uid" || row[7] != "0" {
+			t.Errorf("%s's row is %q, want done with the answer uid 0", h, row)
+		}
+	}
+	if n := strings.Count(screen, "sudo password for"); n != 0 {
+		t.Errorf("a host's password was asked %d times on the terminal, want none (-K)", n)
+	}
+	if strings.Contains(screen, password) {
+		t.Error("the password was echoed on the terminal")
+	}
+	if t.Failed() {
+		t.Logf("the terminal:\n%s", screen)
+	}
+	r.must("down", "-stop-daemon", "-all")
+	for _, h := range lab.Hosts {
+		searchFor(t, password, h.Home)
+	}
+	searchFor(t, password, "/tmp", "/var/log", r.dir)
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(password)) {
+				t.Errorf("the password is in %s/%s", p, f)
+			}
+		}
+	}
+}
+
+// waitScreen waits for what to appear on a terminal.
+func waitScreen(t *testing.T, scr *terminalScreen, within time.Duration, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(scr.String(), what) {
+			return
+		}
+	}
+	t.Fatalf("within %s the terminal showed no %q:\n%s", within, what, scr)
 }
