@@ -174,7 +174,7 @@ func (d *demo) run() error {
 	for i := 1; i <= demoHosts; i++ {
 		d.hosts = append(d.hosts, fmt.Sprintf("demo%d", i))
 	}
-	steps := []func() error{d.startHosts, d.pickModel, d.deploy, d.up, d.agent, d.look}
+	steps := []func() error{d.startHosts, d.pickModel, d.deploy, d.up, d.agent, d.fleetRun, d.look}
 	for _, s := range steps {
 		if err := s(); err != nil {
 			return err
@@ -298,7 +298,8 @@ func (d *demo) remote(ctx context.Context, args ...string) error {
 	full = append(full, args...)
 	d.show("", append([]string{d.exe}, full...)...)
 	cmd := exec.CommandContext(ctx, d.exePath, full...)
-	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+d.rdir)
+	// The demo's fleet runs are kept in its directory, not among yours.
+	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+d.rdir, "XDG_STATE_HOME="+filepath.Join(d.dir, "state"))
 	cmd.Stdout, cmd.Stderr = d.stdout, d.stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
@@ -485,6 +486,33 @@ func (d *demo) ollie(host string, args ...string) error {
 		return fmt.Errorf("ollie -H %s %s: %w", host, strings.Join(args, " "), err)
 	}
 	return nil
+}
+
+// fleetRun gives one goal to every host at once and shows the results.
+func (d *demo) fleetRun() error {
+	d.step("Fleet: one goal on every host at once, a row of results per host")
+	if d.llm != nil {
+		// Each host's agent runs one tool, then answers from its output.
+		d.llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+			last := req.Messages[len(req.Messages)-1]
+			if last.Role == "tool" {
+				return fakellm.Response{Text: []string{"(SCRIPTED MODEL) The shell tool said: ", strings.TrimSpace(last.Text())}, Delay: 50 * time.Millisecond}
+			}
+			return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "shell", Args: `{"command": "echo $(id -un) on $(uname -n), $(df -h . | tail -1 | tr -s ' ' | cut -d' ' -f5) of its disk used"}`}}, Delay: 200 * time.Millisecond}
+		})
+		fmt.Fprintln(d.stdout, "The scripted model now has each host's agent run the shell tool once, then repeat what it printed.")
+	}
+	limit := 2 * time.Minute
+	if d.real != "" {
+		limit = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, limit)
+	defer cancel()
+	if err := d.remote(ctx, "fleet", "run", strings.Join(d.hosts, ","), "Check how full the disk is and say so in one line."); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.stdout, "The run is kept on this desktop; a run left working (Ctrl-C twice) is watched again with fleet attach:")
+	return d.remote(ctx, "fleet", "ls")
 }
 
 // look lists a few files of each host's namespace with the ollie client.
