@@ -49,6 +49,9 @@ type Request struct {
 	Bundle    *deploy.Bundle   `json:"bundle,omitempty"`
 	Keep      int              `json:"keep,omitempty"`
 	Deadlines deploy.Deadlines `json:"deadlines,omitempty"`
+	// Override, for up, is the host's own settings (an inventory's
+	// host vars), winning over the ssh config for this host alone.
+	Override *tunnel.Override `json:"override,omitempty"`
 }
 
 type Reply struct {
@@ -327,7 +330,7 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	}
 	k.mu.Unlock()
 
-	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Log: k.log.With("host", req.Host)}
+	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Override: req.Override, Log: k.log.With("host", req.Host)}
 	th := tunnel.NewHost(req.Host, opts)
 	progress("connecting")
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
