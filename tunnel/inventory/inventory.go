@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"ollie/internal/termsafe"
 	"ollie/tunnel"
 )
 
@@ -39,7 +40,7 @@ type TargetError struct {
 }
 
 func (e *TargetError) Error() string {
-	return fmt.Sprintf("inventory: %s: %s", e.Target, e.Msg)
+	return termsafe.Line(fmt.Sprintf("inventory: %s: %s", e.Target, e.Msg))
 }
 
 func (e *TargetError) Unwrap() error { return e.Err }
@@ -53,9 +54,9 @@ type SyntaxError struct {
 
 func (e *SyntaxError) Error() string {
 	if e.Line > 0 {
-		return fmt.Sprintf("inventory: %s:%d: %s", e.File, e.Line, e.Msg)
+		return termsafe.Line(fmt.Sprintf("inventory: %s:%d: %s", e.File, e.Line, e.Msg))
 	}
-	return fmt.Sprintf("inventory: %s: %s", e.File, e.Msg)
+	return termsafe.Line(fmt.Sprintf("inventory: %s: %s", e.File, e.Msg))
 }
 
 // inventory is an inventory as read, either way: its groups and each

@@ -292,3 +292,45 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectory: an inventory directory is its files as Ansible picks
+// them (hosts is INI, more.yaml YAML, sub/ read too, ignored.ini and
+// README.md skipped), with group_vars/web/ a directory of var files.
+func TestDirectory(t *testing.T) {
+	backends(t, func(t *testing.T, ansible string) {
+		got, source := resolve(t, inventory.Options{Inventory: "testdata/dir", SSHConfig: os.DevNull, AnsibleInventory: ansible}, "@all")
+		want := []inventory.Host{
+			{Name: "db1", Groups: []string{"db"}},
+			{Name: "web1", Override: &tunnel.Override{User: "a", Port: 2300}, Groups: []string{"web"}},
+			{Name: "web2", Override: &tunnel.Override{User: "a", Port: 2200}, Groups: []string{"web"}},
+			{Name: "s1", Groups: []string{"sub"}},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("@all:\n got%s\nwant%s", show(got), show(want))
+		}
+		if ansible == inventory.NoAnsible && source != "static inventory directory testdata/dir" {
+			t.Errorf("source %q", source)
+		}
+	})
+}
+
+// TestHostileNames: a name from an inventory that is no host name (a
+// dynamic inventory takes names from a cloud's tags) is refused, and
+// what the errors print is terminal-safe.
+func TestHostileNames(t *testing.T) {
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "hosts.yml")
+	os.WriteFile(inv, []byte("all:\n  hosts:\n    \"-oProxyCommand=x\":\n    \"a\\u001b]0;pwned\\u0007\":\n    ok1:\n      ansible_host: \"x\\u001b[2J\"\n"), 0o644)
+	o := inventory.Options{Inventory: inv, SSHConfig: os.DevNull, AnsibleInventory: inventory.NoAnsible}
+	for _, target := range []string{"@all", "a*", "a\x1b]0;pwned\x07", "ok1"} {
+		_, _, err := inventory.Resolve(context.Background(), []string{target}, o)
+		if err == nil {
+			t.Errorf("%q: no error", target)
+			continue
+		}
+		t.Log(err)
+		if strings.ContainsAny(err.Error(), "\x1b\x07") {
+			t.Errorf("%q: error %q holds control characters", target, err)
+		}
+	}
+}

@@ -80,6 +80,11 @@ func Resolve(ctx context.Context, targets []string, o Options) (hosts []Host, so
 		}
 	}
 	for _, name := range r.names {
+		// An inventory's names are the user's, but a dynamic one takes
+		// them from a cloud's tags: no option or escape gets through.
+		if !plainWord(name) {
+			return nil, source, &TargetError{Target: fmt.Sprintf("%q", name), Msg: "not a host name (in inventory " + o.Inventory + ")"}
+		}
 		h := Host{Name: name}
 		if r.inv != nil {
 			if base := hostOf(name); r.inv.hasHost(base) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"ollie/internal/termsafe"
 	"ollie/tunnel"
 )
 
@@ -17,7 +18,7 @@ type VarError struct {
 }
 
 func (e *VarError) Error() string {
-	return fmt.Sprintf("inventory: host %s: %s: %v", e.Host, e.Var, e.Err)
+	return termsafe.Line(fmt.Sprintf("inventory: host %s: %s: %v", e.Host, e.Var, e.Err))
 }
 
 func (e *VarError) Unwrap() error { return e.Err }
