@@ -322,10 +322,15 @@ func TestHostileNames(t *testing.T) {
 	inv := filepath.Join(dir, "hosts.yml")
 	os.WriteFile(inv, []byte("all:\n  hosts:\n    \"-oProxyCommand=x\":\n    \"a\\u001b]0;pwned\\u0007\":\n    ok1:\n      ansible_host: \"x\\u001b[2J\"\n"), 0o644)
 	o := inventory.Options{Inventory: inv, SSHConfig: os.DevNull, AnsibleInventory: inventory.NoAnsible}
-	for _, target := range []string{"@all", "a*", "a\x1b]0;pwned\x07", "ok1"} {
+	for target, says := range map[string]string{
+		"@all":              "\"-oProxyCommand=x\": not a host name",
+		"a*":                "matches none",
+		"a\x1b]0;pwned\x07": "not a host name",
+		"ok1":               "ansible_host",
+	} {
 		_, _, err := inventory.Resolve(context.Background(), []string{target}, o)
-		if err == nil {
-			t.Errorf("%q: no error", target)
+		if err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: %v, want an error saying %q", target, err, says)
 			continue
 		}
 		t.Log(err)
