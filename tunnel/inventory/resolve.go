@@ -83,7 +83,11 @@ func Resolve(ctx context.Context, targets []string, o Options) (hosts []Host, so
 		// An inventory's names are the user's, but a dynamic one takes
 		// them from a cloud's tags: no option or escape gets through.
 		if !plainWord(name) {
-			return nil, source, &TargetError{Target: fmt.Sprintf("%q", name), Msg: "not a host name (in inventory " + o.Inventory + ")"}
+			msg := "not a host name"
+			if r.inv != nil {
+				msg += " (in inventory " + r.inv.name + ")"
+			}
+			return nil, source, &TargetError{Target: fmt.Sprintf("%q", name), Msg: msg}
 		}
 		h := Host{Name: name}
 		if r.inv != nil {
