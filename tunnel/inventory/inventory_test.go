@@ -339,3 +339,68 @@ func TestHostileNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsibleFails: an inventory ansible-inventory cannot parse is an
+// error with what it said (file and line), not an empty inventory.
+func TestAnsibleFails(t *testing.T) {
+	bin := needAnsible(t)
+	bad := filepath.Join(t.TempDir(), "bad.ini")
+	os.WriteFile(bad, []byte("[web]\nweb1\nweb2 port\n"), 0o644)
+	_, _, err := inventory.Resolve(context.Background(), []string{"web1"}, inventory.Options{Inventory: bad, SSHConfig: os.DevNull, AnsibleInventory: bin})
+	var ae *inventory.AnsibleError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), bad+":3:") {
+		t.Fatalf("got %v, want an AnsibleError naming %s:3", err, bad)
+	}
+	t.Log(err)
+}
+
+// fakeAnsible writes an ansible-inventory that runs script.
+func fakeAnsible(t *testing.T, script string) string {
+	p := filepath.Join(t.TempDir(), "ansible-inventory")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAnsibleOutput: what a dynamic inventory lists through
+// ansible-inventory: hosts without vars are left out of _meta, an empty
+// group only appears as a child; its failures are told terminal-safe.
+func TestAnsibleOutput(t *testing.T) {
+	inv := filepath.Join(t.TempDir(), "aws_ec2.yml")
+	os.WriteFile(inv, []byte("plugin: amazon.aws.aws_ec2\n"), 0o644)
+	list := `{"_meta": {"hostvars": {"i-1": {"ansible_host": "10.1.0.1", "ansible_port": 2022}}},
+ "all": {"children": ["ungrouped", "aws_ec2"]},
+ "aws_ec2": {"hosts": ["i-1", "i-2"], "children": ["tag_none"]}}`
+	bin := fakeAnsible(t, `case "$1" in --version) echo "ansible-inventory [core 9.9.9]";; *) cat <<'END'
+`+list+`
+END
+esac
+`)
+	o := inventory.Options{Inventory: inv, SSHConfig: os.DevNull, AnsibleInventory: bin}
+	got, source := resolve(t, o, "@aws_ec2")
+	want := []inventory.Host{
+		{Name: "i-1", Override: &tunnel.Override{HostName: "10.1.0.1", Port: 2022}, Groups: []string{"aws_ec2"}},
+		{Name: "i-2", Groups: []string{"aws_ec2"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("@aws_ec2:\n got%s\nwant%s", show(got), show(want))
+	}
+	if want := "ansible-inventory -i " + inv + " --list (ansible-core 9.9.9)"; source != want {
+		t.Errorf("source %q, want %q", source, want)
+	}
+	if _, _, err := inventory.Resolve(context.Background(), []string{"@tag_none"}, o); !errors.Is(err, inventory.ErrEmptyGroup) {
+		t.Errorf("@tag_none: %v, want ErrEmptyGroup", err)
+	}
+
+	o.AnsibleInventory = fakeAnsible(t, "printf 'ERROR! \\033]0;pwned\\007 no credentials\\n' >&2; exit 1\n")
+	_, _, err := inventory.Resolve(context.Background(), []string{"@all"}, o)
+	var ae *inventory.AnsibleError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "no credentials") || strings.ContainsAny(err.Error(), "\x1b\x07") {
+		t.Errorf("a failing ansible-inventory: %q, want an AnsibleError, terminal-safe, with its stderr", err)
+	}
+	o.AnsibleInventory = fakeAnsible(t, "echo '{\"all\": '\n")
+	if _, _, err := inventory.Resolve(context.Background(), []string{"@all"}, o); !errors.As(err, &ae) {
+		t.Errorf("ansible-inventory printing no JSON: %v", err)
+	}
+}
