@@ -230,6 +230,13 @@ func TestFileOfNames(t *testing.T) {
 	if got, _ := resolve(t, o, "@hosts.txt"); len(got) != 8 || got[1].Name != "web1" || got[1].Override == nil {
 		t.Errorf("@hosts.txt with an inventory:%s", show(got))
 	}
+	// A relative key is relative to where Resolve ran: the keeper dials
+	// from elsewhere.
+	os.WriteFile("rel.ini", []byte("k1 ansible_ssh_private_key_file=keys/k1\nk2 ansible_ssh_private_key_file=~/k2\n"), 0o644)
+	rel := inventory.Options{Inventory: "rel.ini", SSHConfig: cfg, AnsibleInventory: inventory.NoAnsible}
+	if got, _ := resolve(t, rel, "k1", "k2"); got[0].Override.IdentityFile != filepath.Join(dir, "keys/k1") || got[1].Override.IdentityFile != "~/k2" {
+		t.Errorf("relative keys: %q, %q", got[0].Override.IdentityFile, got[1].Override.IdentityFile)
+	}
 	if _, _, err := inventory.Resolve(context.Background(), []string{"@loop"}, o); err == nil || !strings.Contains(err.Error(), "includes itself") {
 		t.Errorf("a file naming itself: %v", err)
 	}

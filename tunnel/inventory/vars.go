@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -69,6 +70,13 @@ func override(host string, vars map[string]any) (*tunnel.Override, error) {
 	}
 	if ov.IdentityFile, err = str("ansible_ssh_private_key_file", "ansible_private_key_file"); err != nil {
 		return nil, err
+	}
+	// Relative to where the user is, as for ssh -i: the keeper that
+	// dials it later runs elsewhere.
+	if f := ov.IdentityFile; f != "" && !filepath.IsAbs(f) && f != "~" && !strings.HasPrefix(f, "~/") {
+		if ov.IdentityFile, err = filepath.Abs(f); err != nil {
+			return nil, &VarError{Host: host, Var: "ansible_ssh_private_key_file", Err: err}
+		}
 	}
 	for _, n := range []string{"ansible_port", "ansible_ssh_port"} {
 		v, ok := vars[n]
