@@ -90,13 +90,16 @@ func connectChain(ctx context.Context, t *Target, o Options, depth int) (*ssh.Cl
 		}
 		return nil, nil, err
 	}
+	// An Override is the target's alone: hops are what the config says.
+	ho := o
+	ho.Override = nil
 	for i, alias := range t.ProxyJump {
-		hop, err := Resolve(alias, o)
+		hop, err := Resolve(alias, ho)
 		if err != nil {
 			return fail(err)
 		}
 		if i == 0 {
-			c, js, err := connectChain(ctx, hop, o, depth+1)
+			c, js, err := connectChain(ctx, hop, ho, depth+1)
 			if err != nil {
 				return fail(err)
 			}

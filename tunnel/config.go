@@ -36,6 +36,71 @@ type Options struct {
 	// MaxSessions bounds the session channels (Run, SFTP) open at once on
 	// one connection. 0 means 8, under sshd's default MaxSessions of 10.
 	MaxSessions int
+	// Override, if not nil, holds settings for the alias being dialled
+	// that win over its ssh config (an inventory's host vars). Its jump
+	// hosts are resolved through the config alone.
+	Override *Override
+}
+
+// Override is what a host's own settings say about reaching it, winning
+// over the ssh config for that alias only, as an Ansible inventory's
+// ansible_host, ansible_user, … win over ~/.ssh/config. A zero field
+// leaves the config's value. It travels as JSON to the keeper.
+type Override struct {
+	// HostName is the address dialled.
+	HostName string `json:"hostname,omitempty"`
+	// User and Port give way only to a user@ or :port in the alias itself.
+	User string `json:"user,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// IdentityFile is a key offered before the config's IdentityFiles
+	// (as ssh -i is); ~ and the config's % tokens are expanded.
+	IdentityFile string `json:"identity_file,omitempty"`
+	// ProxyJump replaces the config's jump hosts, first hop first: each
+	// "[user@]host[:port]" or an ssh config alias. ["none"] means none.
+	ProxyJump []string `json:"proxy_jump,omitempty"`
+}
+
+// check refuses values no ssh would take, so that a bad inventory var is
+// named rather than dialled.
+func (ov *Override) check(alias string) error {
+	bad := func(field, v string) error {
+		return &ConfigError{Err: fmt.Errorf("%s: override %s %q is not usable", alias, field, v)}
+	}
+	if ov.HostName != "" && !plainWord(ov.HostName) {
+		return bad("HostName", ov.HostName)
+	}
+	if ov.User != "" && (!plainWord(ov.User) || strings.ContainsAny(ov.User, "@:")) {
+		return bad("User", ov.User)
+	}
+	if ov.Port < 0 || ov.Port > 65535 {
+		return bad("Port", strconv.Itoa(ov.Port))
+	}
+	if strings.ContainsAny(ov.IdentityFile, "\x00\n") {
+		return bad("IdentityFile", ov.IdentityFile)
+	}
+	for _, hop := range ov.ProxyJump {
+		if !plainWord(hop) {
+			return bad("ProxyJump hop", hop)
+		}
+		if _, _, _, err := splitAlias(hop); err != nil {
+			return bad("ProxyJump hop", hop)
+		}
+	}
+	return nil
+}
+
+// plainWord is a non-empty value without spaces or control characters,
+// not starting with '-' (which ssh would take for an option).
+func plainWord(s string) bool {
+	if s == "" || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func (o Options) logger() *slog.Logger {
@@ -213,11 +278,23 @@ func splitAlias(s string) (userName, host string, port int, err error) {
 
 // Resolve looks an alias up in the ssh config. The alias is a config Host
 // alias or an address, optionally as user@host:port; an explicit user or
-// port wins over the config's.
+// port wins over o.Override's, which wins over the config's.
 func Resolve(alias string, o Options) (*Target, error) {
 	userName, host, port, err := splitAlias(alias)
 	if err != nil {
 		return nil, &ConfigError{Err: err}
+	}
+	ov := o.Override
+	if ov == nil {
+		ov = &Override{}
+	} else if err := ov.check(host); err != nil {
+		return nil, err
+	}
+	if userName == "" {
+		userName = ov.User
+	}
+	if port == 0 {
+		port = ov.Port
 	}
 	files, err := loadConfigs(o)
 	if err != nil {
@@ -226,7 +303,9 @@ func Resolve(alias string, o Options) (*Target, error) {
 	l := lookup{alias: host, files: files}
 	t := &Target{Alias: host, HostName: host, User: userName, Port: port}
 
-	if v, _, err := l.get("HostName"); err != nil {
+	if ov.HostName != "" {
+		t.HostName = ov.HostName
+	} else if v, _, err := l.get("HostName"); err != nil {
 		return nil, err
 	} else if v != "" {
 		t.HostName = strings.ReplaceAll(v, "%h", host)
@@ -252,6 +331,9 @@ func Resolve(alias string, o Options) (*Target, error) {
 		}
 	}
 	ex := expander{home: homeDir(), local: localUser(), remote: t.User, host: t.HostName, alias: host, port: t.Port}
+	if ov.IdentityFile != "" {
+		t.IdentityFiles = append(t.IdentityFiles, ex.expand(ov.IdentityFile))
+	}
 	ids, err := l.all("IdentityFile")
 	if err != nil {
 		return nil, err
@@ -266,7 +348,11 @@ func Resolve(alias string, o Options) (*Target, error) {
 	} else {
 		t.IdentitiesOnly = strings.EqualFold(v, "yes")
 	}
-	if v, _, err := l.get("ProxyJump"); err != nil {
+	if len(ov.ProxyJump) > 0 {
+		if len(ov.ProxyJump) > 1 || !strings.EqualFold(ov.ProxyJump[0], "none") {
+			t.ProxyJump = append([]string(nil), ov.ProxyJump...)
+		}
+	} else if v, _, err := l.get("ProxyJump"); err != nil {
 		return nil, err
 	} else if v != "" && !strings.EqualFold(v, "none") {
 		for _, hop := range strings.Split(v, ",") {

@@ -1,9 +1,15 @@
 package tunnel
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,5 +106,131 @@ func TestBackoff(t *testing.T) {
 		if got := backoff(i + 1); got != w {
 			t.Errorf("backoff(%d) = %v, want %v", i+1, got, w)
 		}
+	}
+}
+
+func TestResolveOverride(t *testing.T) {
+	dir := t.TempDir()
+	home, _ := os.UserHomeDir()
+	cfg := filepath.Join(dir, "config")
+	os.WriteFile(cfg, []byte(`
+Host web1
+  HostName 10.9.8.7
+  User deploy
+  Port 2222
+  IdentityFile ~/.ssh/web_key
+  ProxyJump bastion
+  ConnectTimeout 5
+  UserKnownHostsFile /etc/kh
+`), 0o644)
+	full := &Override{HostName: "10.1.1.1", User: "ops", Port: 2200, IdentityFile: "~/keys/%r", ProxyJump: []string{"j@hop:2022", "hop2"}}
+	tests := []struct {
+		alias string
+		ov    *Override
+		want  Target
+	}{
+		{"web1", full, Target{
+			Alias: "web1", HostName: "10.1.1.1", User: "ops", Port: 2200,
+			IdentityFiles:  []string{filepath.Join(home, "keys/ops"), filepath.Join(home, ".ssh/web_key")},
+			ProxyJump:      []string{"j@hop:2022", "hop2"},
+			ConnectTimeout: 5 * time.Second, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
+			KnownHosts: []string{"/etc/kh"},
+		}},
+		// What the user typed wins over the override.
+		{"root@web1:22", full, Target{
+			Alias: "web1", HostName: "10.1.1.1", User: "root", Port: 22,
+			IdentityFiles:  []string{filepath.Join(home, "keys/root"), filepath.Join(home, ".ssh/web_key")},
+			ProxyJump:      []string{"j@hop:2022", "hop2"},
+			ConnectTimeout: 5 * time.Second, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
+			KnownHosts: []string{"/etc/kh"},
+		}},
+		// Zero fields leave the config's values; "none" drops its jump.
+		{"web1", &Override{ProxyJump: []string{"none"}}, Target{
+			Alias: "web1", HostName: "10.9.8.7", User: "deploy", Port: 2222,
+			IdentityFiles:  []string{filepath.Join(home, ".ssh/web_key")},
+			ConnectTimeout: 5 * time.Second, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
+			KnownHosts: []string{"/etc/kh"},
+		}},
+		{"web1", &Override{}, Target{
+			Alias: "web1", HostName: "10.9.8.7", User: "deploy", Port: 2222,
+			IdentityFiles:  []string{filepath.Join(home, ".ssh/web_key")},
+			ProxyJump:      []string{"bastion"},
+			ConnectTimeout: 5 * time.Second, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
+			KnownHosts: []string{"/etc/kh"},
+		}},
+		// A name the config does not know, reached by the override alone.
+		{"app7", &Override{HostName: "127.0.0.17", User: "u", Port: 2017, IdentityFile: "/k"}, Target{
+			Alias: "app7", HostName: "127.0.0.17", User: "u", Port: 2017,
+			IdentityFiles:  []string{"/k"},
+			ConnectTimeout: DefaultConnectTimeout, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
+			KnownHosts: []string{filepath.Join(home, ".ssh/known_hosts")},
+		}},
+	}
+	for _, tt := range tests {
+		got, err := Resolve(tt.alias, Options{ConfigFile: cfg, Override: tt.ov})
+		if err != nil {
+			t.Errorf("Resolve(%q, %+v): %v", tt.alias, tt.ov, err)
+			continue
+		}
+		if !reflect.DeepEqual(*got, tt.want) {
+			t.Errorf("Resolve(%q, %+v)\n got %+v\nwant %+v", tt.alias, tt.ov, *got, tt.want)
+		}
+	}
+
+	for _, ov := range []*Override{
+		{Port: 70000},
+		{HostName: "-oProxyCommand=x"},
+		{HostName: "a b"},
+		{User: "a@b"},
+		{ProxyJump: []string{"a b"}},
+		{ProxyJump: []string{"h:0"}},
+		{IdentityFile: "/k\n"},
+	} {
+		_, err := Resolve("web1", Options{ConfigFile: cfg, Override: ov})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "web1") {
+			t.Errorf("override %+v: got %v, want a ConfigError naming web1", ov, err)
+		}
+	}
+}
+
+// The keeper gets an Override over its control socket.
+func TestOverrideJSON(t *testing.T) {
+	ov := Override{HostName: "h", User: "u", Port: 2, IdentityFile: "/k", ProxyJump: []string{"a", "b@c:3"}}
+	b, err := json.Marshal(ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"hostname":"h","user":"u","port":2,"identity_file":"/k","proxy_jump":["a","b@c:3"]}`; string(b) != want {
+		t.Errorf("json %s, want %s", b, want)
+	}
+	var back Override
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, ov) {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+	if b, _ := json.Marshal(Override{}); string(b) != "{}" {
+		t.Errorf("empty override: %s", b)
+	}
+}
+
+// A jump host is resolved through the config alone, not the target's
+// override: the hop here refuses at once on 127.0.0.1, where the
+// override's address would only time out.
+func TestOverrideNotForHops(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := filepath.Join(t.TempDir(), "config")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("Host hop1\n  HostName 127.0.0.1\n  Port %d\n  ConnectTimeout 1\n", port)), 0o644)
+	o := Options{ConfigFile: cfg, Override: &Override{HostName: "192.0.2.1", Port: 2999, User: "x", ProxyJump: []string{"hop1"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, "app", o)
+	want := fmt.Sprintf("hop1: connect to 127.0.0.1:%d", port)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Dial through hop1: %v, want an error with %q", err, want)
 	}
 }

@@ -53,6 +53,9 @@ type Request struct {
 	// ConnectTimeout bounds up's connecting (retries included); 0 means
 	// 2 minutes.
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+	// Override, for up, is the host's own settings (an inventory's
+	// host vars), winning over the ssh config for this host alone.
+	Override *tunnel.Override `json:"override,omitempty"`
 }
 
 type Reply struct {
@@ -351,7 +354,7 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	}
 	k.mu.Unlock()
 
-	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Log: k.log.With("host", req.Host)}
+	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Override: req.Override, Log: k.log.With("host", req.Host)}
 	th := tunnel.NewHost(req.Host, opts)
 	progress("connecting")
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
