@@ -229,11 +229,13 @@ func refusal(err error) error {
 }
 
 // Permanent reports whether err is one that retrying does not mend: an
-// unknown, changed or revoked host key, refused authentication, or a bad
-// ssh config.
+// unknown, changed or revoked host key, refused authentication, a bad
+// ssh config, or a name that does not resolve (a typo, not an outage: a
+// resolver that cannot be reached fails otherwise).
 func Permanent(err error) bool {
 	var ce *ConfigError
-	return refusal(err) != nil || errors.As(err, &ce)
+	var dns *net.DNSError
+	return refusal(err) != nil || errors.As(err, &ce) || errors.As(err, &dns) && dns.IsNotFound
 }
 
 // Target returns what the client's alias resolved to.

@@ -1,6 +1,8 @@
 package tunnel
 
 import (
+	"fmt"
+	"net"
 	"testing"
 	"time"
 )
@@ -19,5 +21,17 @@ func TestJittered(t *testing.T) {
 	}
 	if len(seen) < 50 {
 		t.Errorf("200 waits took only %d values: not jittered", len(seen))
+	}
+}
+
+// TestPermanentNoSuchHost: a name that does not resolve is not retried
+// (a fleet's typo fails at once); a resolver that times out is.
+func TestPermanentNoSuchHost(t *testing.T) {
+	nx := fmt.Errorf("tunnel: web9: %w", &net.DNSError{Err: "no such host", Name: "web9", IsNotFound: true})
+	if !Permanent(nx) {
+		t.Error("a name that does not resolve is retried")
+	}
+	if Permanent(fmt.Errorf("dial: %w", &net.DNSError{Err: "i/o timeout", Name: "web9", IsTimeout: true})) {
+		t.Error("a resolver's time-out is taken as permanent")
 	}
 }

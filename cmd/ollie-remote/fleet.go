@@ -20,6 +20,7 @@ import (
 	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/fleet"
+	"ollie/tunnel/inventory"
 )
 
 const fleetUsage = `usage: ollie-remote fleet COMMAND ...
@@ -54,7 +55,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	fl.Usage = func() { fmt.Fprint(stderr, fleetUsage); fl.PrintDefaults() }
 	var targets []string
 	fl.Func("H", "hosts to run on: names, 'patterns', @FILE, @GROUP (repeatable)", func(s string) error { targets = append(targets, s); return nil })
-	inventory := fl.String("i", "", "Ansible `inventory` (file or directory) to take hosts and groups from")
+	invFile := fl.String("i", "", "Ansible `inventory` (file or directory) to take hosts and groups from")
 	profile := fl.String("profile", "", "agent `profile` for every host's agent")
 	model := fl.String("model", "", "`model` for every host's agent")
 	jobs := fl.Int("j", 32, "hosts connected to and set up at once")
@@ -84,7 +85,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "usage: ollie-remote fleet run [-H] TARGETS GOAL (ollie-remote fleet help)")
 			return 2
 		}
-		hosts, source, err := resolveTargets(targets, *inventory, c)
+		hosts, source, err := resolveTargets(context.Background(), targets, *invFile, c)
 		if err != nil {
 			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
 			return 2
@@ -160,24 +161,16 @@ func flagGiven(fl *flag.FlagSet, name string) bool {
 }
 
 // resolveTargets turns what the person typed into the run's hosts.
-func resolveTargets(targets []string, inventory string, c *common) ([]*fleet.Host, string, error) {
-	if inventory != "" {
-		return nil, "", errors.New("-i: inventories are not read yet")
+func resolveTargets(ctx context.Context, targets []string, inv string, c *common) ([]*fleet.Host, string, error) {
+	found, source, err := inventory.Resolve(ctx, targets, inventory.Options{Inventory: inv, SSHConfig: c.config})
+	if err != nil {
+		return nil, "", err
 	}
-	var hosts []*fleet.Host
-	seen := map[string]bool{}
-	for _, t := range targets {
-		for _, name := range strings.FieldsFunc(t, func(r rune) bool { return r == ',' || r == ' ' }) {
-			if !seen[name] {
-				seen[name] = true
-				hosts = append(hosts, &fleet.Host{Name: name})
-			}
-		}
+	hosts := make([]*fleet.Host, len(found))
+	for i, h := range found {
+		hosts[i] = &fleet.Host{Name: h.Name, Override: h.Override}
 	}
-	if len(hosts) == 0 {
-		return nil, "", errors.New("no hosts given")
-	}
-	return hosts, "command line", nil
+	return hosts, source, nil
 }
 
 func loadRun(store fleet.Store, rest []string, stderr io.Writer) (*fleet.Run, int) {

@@ -410,3 +410,49 @@ func waitScreen(t *testing.T, scr *terminalScreen, within time.Duration, what st
 	}
 	t.Fatalf("within %s the terminal showed no %q:\n%s", within, what, scr)
 }
+
+// TestFleetInventory: hosts known only to an Ansible inventory (address,
+// port, user and key in its vars; the ssh config has no entry for them)
+// run a goal by group; an empty group and a pattern that matches nothing
+// are usage errors that name them.
+func TestFleetInventory(t *testing.T) {
+	r, _ := fleetLab(t, "orfly", 3, 0)
+	var b strings.Builder
+	b.WriteString("[web]\n")
+	for i, h := range r.lab.Hosts {
+		if i == 2 {
+			b.WriteString("[db]\n")
+		}
+		fmt.Fprintf(&b, "%s-%c ansible_host=%s ansible_port=%d ansible_user=%s ansible_ssh_private_key_file=%s\n",
+			map[bool]string{true: "db", false: "web"}[i == 2], 'a'+rune(i), h.Addr, h.Port, h.User, r.lab.ClientKey)
+	}
+	b.WriteString("[prod:children]\nweb\ndb\n[empty]\n")
+	inv := filepath.Join(t.TempDir(), "hosts.ini")
+	os.WriteFile(inv, []byte(b.String()), 0644)
+
+	fleetCmd := func(args ...string) (string, int) {
+		cmd := r.cmd(append([]string{"-known-hosts", r.lab.KnownHosts, "fleet", "run", "-i", inv}, args...)...)
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	out, code := fleetCmd("-json", "@web", "check who runs here")
+	res := jsonResults(t, out)
+	if code != 0 || len(res) != 2 {
+		t.Fatalf("fleet run -i %s @web: exit %d, %d results, want 0 and 2:\n%s", inv, code, len(res), out)
+	}
+	for i, h := range []string{"web-a", "web-b"} {
+		if j := res[h]; j.Result != "done" || !strings.Contains(j.Answer, fmt.Sprintf("checked as orfly%d", 11+i)) {
+			t.Errorf("%s: %+v", h, j)
+		}
+	}
+	out, code = fleetCmd("@prod", "check who runs here")
+	if code != 0 || !strings.Contains(out, "on 3 hosts (hosts from ") || !strings.Contains(out, "db-c") {
+		t.Errorf("@prod (web and db as children): exit %d\n%s", code, out)
+	}
+	for _, bad := range []string{"@empty", "nope*"} {
+		out, code := fleetCmd(bad, "check who runs here")
+		if code != 2 || !strings.Contains(out, strings.TrimPrefix(bad, "@")) {
+			t.Errorf("fleet run %s: exit %d, want 2 with an error naming it:\n%s", bad, code, out)
+		}
+	}
+}

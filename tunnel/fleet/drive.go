@@ -213,7 +213,7 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 		timeout = 2 * time.Minute
 	}
 	req := keeper.Request{Op: "up", Host: h.Name, Config: r.Cfg.SSH.Config, Known: r.Cfg.SSH.Known, AcceptNew: r.Cfg.AcceptNew, Keep: r.Cfg.Keep,
-		Deadlines: r.Cfg.Deadlines, ConnectTimeout: timeout}
+		Deadlines: r.Cfg.Deadlines, ConnectTimeout: timeout, Override: h.Override}
 	if fresh {
 		req.Bundle = r.Cfg.Bundle
 	}
@@ -355,7 +355,7 @@ func Stop(ctx context.Context, run *Run, cfg Config, store Store) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := keeper.Request{Op: "up", Host: h.Name, Config: cfg.SSH.Config, Known: cfg.SSH.Known, Deadlines: cfg.Deadlines}
+			req := keeper.Request{Op: "up", Host: h.Name, Config: cfg.SSH.Config, Known: cfg.SSH.Known, Deadlines: cfg.Deadlines, Override: h.Override}
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			reply, err := keeper.Call(cctx, req, nil)

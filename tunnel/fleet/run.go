@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"ollie/internal/paths"
+	"ollie/tunnel"
 )
 
 // A Run is one goal given to many hosts, as the desktop keeps it.
@@ -51,7 +52,8 @@ type Run struct {
 
 // A Host is one host's part of a run.
 type Host struct {
-	Name string `json:"host"`
+	Name     string           `json:"host"`
+	Override *tunnel.Override `json:"override,omitempty"` // connection settings of its inventory entry
 	// State is what it does now: connecting, deploying, starting,
 	// thinking, running TOOL, waiting for approval, reconnecting, or the
 	// result once there is one.

@@ -272,7 +272,7 @@ func (k *keeper) serve(c net.Conn) {
 	case "up":
 		sock, dr, err := k.up(ctx, req, func(msg string) { send(Reply{Host: req.Host, Msg: msg}) })
 		var unreachable *connectError
-		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err), Result: dr, Unreachable: errors.As(err, &unreachable) && !tunnel.Permanent(err)})
+		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err), Result: dr, Unreachable: errors.As(err, &unreachable) && (!tunnel.Permanent(err) || errors.As(err, new(*net.DNSError)))})
 	case "down":
 		err := k.down(ctx, req.Host, req.Stop)
 		send(Reply{Host: req.Host, Done: true, Err: errString(err)})
