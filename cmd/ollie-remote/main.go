@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -26,6 +27,8 @@ import (
 	"ollie/internal/termsafe"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
+	deskns "ollie/tunnel/desk"
+	"ollie/tunnel/fleet"
 	"ollie/tunnel/keeper"
 )
 
@@ -104,9 +107,22 @@ func (c *common) options() tunnel.Options {
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == keeper.Command {
+		keeper.Desk = serveDesk
 		os.Exit(keeper.Main(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// serveDesk serves the desktop's namespace (ollie -H fleet) from the
+// keeper's hosts and the runs this desktop keeps.
+func serveDesk(ctx context.Context, dir string, held func() []keeper.HeldInfo, log *slog.Logger) error {
+	return deskns.Serve(ctx, dir, deskns.Config{Runs: fleet.DefaultStore(), Log: log, Held: func() []deskns.Host {
+		var hs []deskns.Host
+		for _, h := range held() {
+			hs = append(hs, deskns.Host{Name: h.Host, Socket: h.Socket, Tunnel: h.Tunnel})
+		}
+		return hs
+	}})
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

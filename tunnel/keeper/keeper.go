@@ -99,6 +99,11 @@ type HeldInfo struct {
 	Broker    string `json:"broker,omitempty"`
 }
 
+// Desk, when set, serves the desktop's own namespace (tunnel/desk) for
+// as long as the keeper runs, from the hosts it holds: ollie-remote sets
+// it, so that this package does not depend on the namespace.
+var Desk func(ctx context.Context, dir string, held func() []HeldInfo, log *slog.Logger) error
+
 // ControlSocket is where the keeper whose directory is dir listens.
 func ControlSocket(dir string) string { return filepath.Join(dir, "keeper.sock") }
 
@@ -207,6 +212,17 @@ func Main(args []string) int {
 			}()
 		}
 	}()
+	dctx, stopDesk := context.WithCancel(context.Background())
+	deskDone := make(chan struct{})
+	go func() {
+		defer close(deskDone)
+		if Desk == nil {
+			return
+		}
+		if err := Desk(dctx, *dir, k.list, log); err != nil {
+			log.Error("ollie-remote keeper: the desktop's namespace", "err", err)
+		}
+	}()
 	// A keeper holding no host and answering nothing has no reason to stay
 	// (an up that failed everywhere leaves one behind otherwise).
 	go func() {
@@ -239,6 +255,11 @@ func Main(args []string) int {
 		if active == 0 {
 			break
 		}
+	}
+	stopDesk()
+	select {
+	case <-deskDone:
+	case <-time.After(5 * time.Second):
 	}
 	k.mu.Lock()
 	for _, h := range k.hosts {

@@ -43,7 +43,7 @@ func TestUpDialsOverride(t *testing.T) {
 	req := Request{Op: "up", Host: "app", Config: cfg, Override: &tunnel.Override{HostName: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port, User: "nobody"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := k.up(ctx, req, func(string) {}); err == nil {
+	if _, _, err := k.up(ctx, req, func(string) {}); err == nil {
 		t.Fatal("up succeeded against a listener that is no sshd")
 	}
 	select {
