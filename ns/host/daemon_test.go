@@ -228,11 +228,12 @@ func TestSessions(t *testing.T) {
 
 	// Bad requests say what was wrong.
 	for req, want := range map[string]string{
-		"name=renamed":    "taken",
-		"colour=blue":     `unknown key "colour"`,
-		"name=a cwd=rel":  "not an absolute path",
-		"justaword":       "not key=value",
-		"name=" + id[:36]: "look like a session ID",
+		"name=renamed":       "taken",
+		"colour=blue":        `unknown key "colour"`,
+		"name=a cwd=rel":     "not an absolute path",
+		"justaword":          "not key=value",
+		"name=" + id[:36]:    "look like a session ID",
+		"name=x remote=web1": "ollie -H fleet rdwr session/new",
 	} {
 		if _, err := nstest.RdWr(fs, "session/new", req); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("session/new %q: %v, want error containing %q", req, err, want)

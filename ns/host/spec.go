@@ -236,6 +236,8 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 				return nil, fmt.Errorf("session/new: cwd %q is not a directory on this host", v)
 			}
 			opt.Cwd = v
+		case "remote":
+			return nil, fmt.Errorf("session/new: remote=%s: a host runs its own sessions; remote= is for the desktop's namespace, which makes the session on that host: ollie -H fleet rdwr session/new 'name=X remote=HOST'", v)
 		case "yolo":
 			switch v {
 			case "true":
