@@ -456,3 +456,37 @@ func TestFleetInventory(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetThroughBusyBastion: five hosts reached through one jump host
+// whose sshd takes one unauthenticated connection at a time (MaxStartups
+// 1; the others are dropped at once): every host still runs, since a
+// refused handshake is retried after a jittered wait rather than failing
+// the host. How many were dropped is logged: it depends on how the
+// handshakes overlapped.
+func TestFleetThroughBusyBastion(t *testing.T) {
+	r, _ := fleetLab(t, "orflm", 6, 0)
+	// h11 is the bastion for h12…h16; only it is strict.
+	cfg, _ := os.ReadFile(r.lab.Host(0).SshdConfig)
+	os.WriteFile(r.lab.Host(0).SshdConfig, append([]byte("MaxStartups 1\n"), cfg...), 0644)
+	r.lab.Host(0).Restart()
+	var b strings.Builder
+	for i := 1; i < 6; i++ {
+		h := r.lab.Host(i)
+		fmt.Fprintf(&b, "via-%d ansible_host=%s ansible_port=%d ansible_user=%s ansible_ssh_private_key_file=%s ansible_ssh_common_args='-J h11'\n",
+			i, h.Addr, h.Port, h.User, r.lab.ClientKey)
+	}
+	inv := filepath.Join(t.TempDir(), "hosts")
+	os.WriteFile(inv, []byte("[behind]\n"+b.String()), 0644)
+	out, err := r.cmd("-known-hosts", r.lab.KnownHosts, "fleet", "run", "-json", "-i", inv, "@behind", "check who runs here").CombinedOutput()
+	res := jsonResults(t, string(out))
+	if err != nil || len(res) != 5 {
+		t.Fatalf("fleet run through the bastion: %v, %d results:\n%s", err, len(res), out)
+	}
+	for i := 1; i < 6; i++ {
+		if j := res[fmt.Sprintf("via-%d", i)]; j.Result != "done" || !strings.Contains(j.Answer, fmt.Sprintf("orflm%d", 11+i)) {
+			t.Errorf("via-%d: %+v", i, j)
+		}
+	}
+	log, _ := os.ReadFile(r.lab.Host(0).Log)
+	t.Logf("the bastion dropped %d connections past MaxStartups", bytes.Count(log, []byte("past MaxStartups")))
+}
