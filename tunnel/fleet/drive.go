@@ -255,6 +255,13 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 	if !fresh {
 		return reply.Socket, true
 	}
+	r.mu.Lock()
+	interrupted := r.interrupted
+	r.mu.Unlock()
+	if interrupted {
+		r.fail(h, "interrupted", "interrupted before its agent started")
+		return "", false
+	}
 	r.update(h, func(h *Host) { h.State, h.Detail = "starting", "" })
 	c, err := dialHost(reply.Socket)
 	if err != nil {

@@ -30,7 +30,11 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if !once {
-		go r.follow(wctx, h, sock, agentDir+"chat")
+		// A fresh run shows its chat from the start; an attach from now.
+		r.mu.Lock()
+		fromStart := h.Steps == 0
+		r.mu.Unlock()
+		go r.follow(wctx, h, sock, agentDir+"chat", fromStart)
 	}
 
 	var c *client.Conn
@@ -268,8 +272,11 @@ func clip(s string, n int) string {
 
 // follow passes each line of the host's chat to the observer and keeps
 // the last one as the host's detail, across reconnects, until ctx ends.
-func (r *Runner) follow(ctx context.Context, h *Host, sock, name string) {
+func (r *Runner) follow(ctx context.Context, h *Host, sock, name string, fromStart bool) {
 	var off int64 = -1
+	if fromStart {
+		off = 0
+	}
 	for ctx.Err() == nil {
 		c, err := dialHost(sock)
 		if err != nil {
@@ -277,10 +284,7 @@ func (r *Runner) follow(ctx context.Context, h *Host, sock, name string) {
 			continue
 		}
 		if off < 0 {
-			// A fresh run shows its chat from the start; an attach from now.
-			if !h.Started.IsZero() && h.Steps == 0 {
-				off = 0
-			} else if off, err = c.Size(ctx, name); err != nil {
+			if off, err = c.Size(ctx, name); err != nil {
 				c.Close()
 				sleep(ctx, time.Second)
 				continue
