@@ -261,7 +261,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 			result, failed = "FAILED", failed+1
 		case len(r.Degraded) > 0:
 			result, degraded = "ok, degraded: "+termsafe.Field(strings.Join(r.Degraded, "; "), maxHostMessage), degraded+1
-		case r.Files == 0:
+		case r.Files == 0 && len(r.Changed) <= 1:
 			result = "ok, up to date"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), deploy.HumanBytes(r.Sent), r.Took.Seconds(), result)

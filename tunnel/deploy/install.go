@@ -502,8 +502,8 @@ func installOllieCommand(root, shell string) (changed, problems []string, err er
 			problems = append(problems, err.Error())
 			continue
 		}
-		if did {
-			changed = append(changed, "put ~/.local/bin on PATH in "+e.name)
+		if did != "" {
+			changed = append(changed, did)
 		}
 	}
 	return changed, problems, nil

@@ -215,41 +215,48 @@ func (e rcEdit) upToDate() bool {
 
 // apply writes the block into the file, atomically and keeping its mode;
 // a symlinked file (dotfiles kept in a repository) is written where the
-// link points, and the link stays. It reports whether anything changed.
-func (e rcEdit) apply() (bool, error) {
+// link points, and the link stays. It says what it did, "" when the file
+// was up to date.
+func (e rcEdit) apply() (string, error) {
 	target := e.path
 	if fi, err := os.Lstat(e.path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		real, err := filepath.EvalSymlinks(e.path)
 		if err != nil {
-			return false, fmt.Errorf("%s is a symlink to a missing file; left as it is", e.name)
+			return "", fmt.Errorf("%s is a symlink to a missing file; left as it is", e.name)
 		}
 		target = real
 	}
 	old, err := os.ReadFile(target)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("reading %s: %w", e.name, err)
+		return "", fmt.Errorf("reading %s: %w", e.name, err)
 	}
 	var content []byte
 	changed := true
+	did := "put ~/.local/bin on PATH in " + e.name
 	if e.own {
 		content = []byte(block(e.code))
 		changed = string(old) != string(content)
 	} else {
+		if findBlock(old) < 0 {
+			did = "put ~/.local/bin on PATH at the top of " + e.name
+		} else {
+			did = "updated the PATH line in " + e.name
+		}
 		content, changed = withBlock(old, e.code)
 	}
 	if !changed {
-		return false, nil
+		return "", nil
 	}
 	mode := fs.FileMode(0644)
 	if fi, err := os.Stat(target); err == nil {
 		mode = fi.Mode().Perm()
 	} else if err := os.MkdirAll(filepath.Dir(target), 0700); err != nil {
-		return false, fmt.Errorf("writing %s: %w", e.name, err)
+		return "", fmt.Errorf("writing %s: %w", e.name, err)
 	}
 	if err := paths.WriteFileAtomic(target, content, mode); err != nil {
-		return false, fmt.Errorf("writing %s: %w", e.name, err)
+		return "", fmt.Errorf("writing %s: %w", e.name, err)
 	}
-	return true, nil
+	return did, nil
 }
 
 // loginShell is this user's login shell: the password database's, as

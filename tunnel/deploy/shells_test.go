@@ -144,8 +144,8 @@ func TestRcEditsPerShell(t *testing.T) {
 			}
 			// A second deploy changes nothing.
 			for _, e := range rcEdits(home, "", kindOf(tc.shell)) {
-				if changed, err := e.apply(); err != nil || changed || !e.upToDate() {
-					t.Errorf("%s again: changed %v, %v", e.name, changed, err)
+				if did, err := e.apply(); err != nil || did != "" || !e.upToDate() {
+					t.Errorf("%s again: %q, %v", e.name, did, err)
 				}
 			}
 			if tc.shell != "" && len(tc.want) > 0 && kindOf(tc.shell) != shellBash {
