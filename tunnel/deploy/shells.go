@@ -350,7 +350,7 @@ func commandNote(host, shell, state, path string, rcProblems []string) string {
 		return fmt.Sprintf("ssh %s ollie runs %s, which is not ollie's; type ssh %s .local/bin/ollie", h, termsafe.Field(path, maxShellField), h)
 	case foundNone:
 	default:
-		return fmt.Sprintf("could not tell whether ssh %s ollie works (the host's answer made no sense); %s", h, do)
+		return fmt.Sprintf("could not tell whether ssh %s ollie finds the command; if it does not, %s", h, do)
 	}
 	if len(rcProblems) > 0 {
 		return fmt.Sprintf("ssh %s ollie is not found: %s; %s", h, termsafe.Field(strings.Join(rcProblems, "; "), MaxHostMessage), do)

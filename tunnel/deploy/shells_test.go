@@ -270,11 +270,28 @@ func TestCommandNote(t *testing.T) {
 			"ssh h1 ollie runs /usr/bin/ollie, which is not ollie's; type ssh h1 .local/bin/ollie"},
 		{"h1", "/bin/bash", foundNone, "", []string{"writing ~/.bashrc: permission denied"},
 			"ssh h1 ollie is not found: writing ~/.bashrc: permission denied; type ssh h1 .local/bin/ollie, or install it for every user with ollie-remote deploy -system h1"},
+		{"h1", "/bin/bash", "", "", nil,
+			"could not tell whether ssh h1 ollie finds the command; if it does not, type ssh h1 .local/bin/ollie, or install it for every user with ollie-remote deploy -system h1"},
 		{"h1", "/bin/\x1b[31mevil", foundNone, "", nil,
 			`ssh h1 ollie is not found: ollie does not know what the login shell /bin/\x1b[31mevil reads for ssh commands; type ssh h1 .local/bin/ollie, or install it for every user with ollie-remote deploy -system h1`},
 	} {
 		if got := commandNote(tc.host, tc.shell, tc.state, tc.path, tc.problems); got != tc.want {
 			t.Errorf("commandNote(%q, %q, %q):\n got %s\nwant %s", tc.host, tc.shell, tc.state, got, tc.want)
+		}
+	}
+}
+
+func TestParseSystemProbe(t *testing.T) {
+	for _, tc := range []struct{ out, state, detail string }{
+		{"none\n", "none", ""},
+		{"symlink /home/alice/.local/bin/ollie\n", "other", "a symlink to /home/alice/.local/bin/ollie"},
+		{"file -rwxr-xr-x 1 root root 200 Jan 1 00:00 /usr/local/bin/ollie\n" + systemWrapper, "same", ""},
+		{"file -rwxr-xr-x 1 root root 200 Jan 1 00:00 /usr/local/bin/ollie\n#!/bin/sh\n" + systemMark + " (an older one)\n", "ours", ""},
+		{"file -rwxr-xr-x 1 bob bob 20 Jan 1 00:00 /usr/local/bin/ollie\n#!/bin/sh\necho hi\n", "other", "-rwxr-xr-x 1 bob bob 20 Jan 1 00:00 /usr/local/bin/ollie"},
+		{"\x1b[2J", "other", "the host's answer made no sense"},
+	} {
+		if state, detail := parseSystemProbe([]byte(tc.out)); state != tc.state || detail != tc.detail {
+			t.Errorf("parseSystemProbe(%.40q) = %q, %q; want %q, %q", tc.out, state, detail, tc.state, tc.detail)
 		}
 	}
 }
