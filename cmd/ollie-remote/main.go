@@ -39,7 +39,9 @@ const usage = `usage: ollie-remote [FLAGS] COMMAND HOST...
 
 Commands:
   deploy HOST...   push olliesrv and data/ to each host (~/.local/share/ollie),
-                   install the ollie command there, restart an older daemon
+                   install the ollie command there, restart an older daemon;
+                   -system also installs /usr/local/bin/ollie for every user,
+                   with sudo approved here (as the hosts' requests are)
   up HOST...       start olliesrv on each host (or reuse it) and keep its
                    namespace forwarded to a local socket: ollie -H HOST ...
   down HOST...     stop forwarding (-stop-daemon: stop the host's olliesrv too);
@@ -71,6 +73,7 @@ type common struct {
 	keep      int
 	stop      bool
 	all       bool
+	system    bool
 	deadlines deploy.Deadlines
 }
 
@@ -143,6 +146,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.IntVar(&c.keep, "keep", 3, "versions kept on each host, the current one included")
 	fl.BoolVar(&c.stop, "stop-daemon", false, "down: stop the host's olliesrv as well")
 	fl.BoolVar(&c.all, "all", false, "down: every host held")
+	fl.BoolVar(&c.system, "system", false, "deploy: also install "+deploy.SystemCommand+" for every user, with sudo approved on this desktop")
 	fl.DurationVar(&c.deadlines.Step, "timeout", 30*time.Second, "deadline of each remote step (probe, start, status); an upload gets it plus 1s per 32 KiB, a commit 3 times it")
 	// Flags may come before or after the command.
 	if err := fl.Parse(args); err != nil {
@@ -214,7 +218,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // deployMain deploys to every host, a few at once, printing each host's
 // progress as it happens and a table at the end. One host failing never
-// stops the others.
+// stops the others; a degraded host (ssh HOST ollie does not find the
+// command, -system was not approved) is not a failure, and its row says
+// why.
 func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
 	b, err := deploy.LoadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
 	if err != nil {
@@ -230,6 +236,21 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		defer mu.Unlock()
 		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
 	}
+	// -system asks for sudo as the keeper asks for the hosts' requests:
+	// the policy file, the terminal broker, askpass or a dialog, and, as
+	// deploy runs in the foreground, this terminal last.
+	var sudo *desktop.Broker
+	if c.system {
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		sudo = &desktop.Broker{Approver: desktop.NewHandoff(&desktop.Queue{Approver: desktop.Auto(os.Stdin, stderr)}, log), Log: log}
+		if r := desktop.OpenRules(log, func(p *desktop.Policy, err error) {
+			if err != nil {
+				log.Error("ollie-remote: the broker policy is broken", "problem", desktop.PolicyProblem(p, err))
+			}
+		}); r != nil {
+			sudo.Rules = r
+		}
+	}
 	results := make([]deploy.Result, len(hosts))
 	sem := make(chan struct{}, c.parallel)
 	var wg sync.WaitGroup
@@ -239,7 +260,12 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i] = deployOne(ctx, c, h, b, func(msg string) { say(h, msg) })
+			progress := func(msg string) { say(h, msg) }
+			if sudo != nil {
+				results[i] = deploySystem(ctx, c, h, b, sudo, progress)
+			} else {
+				results[i] = deployOne(ctx, c, h, b, progress)
+			}
 			r := results[i]
 			if r.Err != "" {
 				say(h, "FAILED: "+r.Err)
@@ -248,23 +274,32 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 			for _, ch := range r.Changed {
 				say(h, ch)
 			}
+			for _, d := range r.Degraded {
+				say(h, "degraded: "+d)
+			}
 		}()
 	}
 	wg.Wait()
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tOS/ARCH\tVERSION\tSENT\tTIME\tRESULT")
-	failed := 0
+	failed, degraded := 0, 0
 	for _, r := range results {
 		result := "ok"
-		if r.Err != "" {
+		switch {
+		case r.Err != "":
 			result, failed = "FAILED", failed+1
-		} else if r.Files == 0 {
+		case len(r.Degraded) > 0:
+			result, degraded = "ok, degraded: "+termsafe.Field(strings.Join(r.Degraded, "; "), maxHostMessage), degraded+1
+		case r.Files == 0 && len(r.Changed) <= 1:
 			result = "ok, up to date"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), deploy.HumanBytes(r.Sent), r.Took.Seconds(), result)
 	}
 	tw.Flush()
+	if degraded > 0 {
+		fmt.Fprintf(stderr, "ollie-remote: %d of %d hosts are degraded (what to do is above)\n", degraded, len(hosts))
+	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "ollie-remote: %d of %d hosts failed (their errors are above)\n", failed, len(hosts))
 		return 1

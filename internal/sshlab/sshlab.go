@@ -68,6 +68,12 @@ type Config struct {
 	// Sshd holds extra sshd_config lines for every host. They come first,
 	// so they win over the lab's own settings (sshd takes the first value).
 	Sshd []string
+	// Shell gives a host's user another login shell than /bin/bash, by
+	// host index: a path sshd can execute, which runs commands as
+	// SHELL -c CMD with argv[0] its base name (so busybox's ash is a
+	// symlink named ash to busybox). Users are shared between labs: each
+	// lab sets its users' shells, and puts /bin/bash back when it stops.
+	Shell map[int]string
 }
 
 // Lab is a set of running hosts and the client files that reach them.
@@ -221,8 +227,8 @@ func (l *Lab) setup() error {
 	}
 	// useradd and chpasswd lock /etc/passwd and /etc/shadow, so users are
 	// made one after another; the sshds then start in parallel.
-	for _, h := range l.Hosts {
-		if err := l.user(h); err != nil {
+	for i, h := range l.Hosts {
+		if err := l.user(h, l.shell(i)); err != nil {
 			return err
 		}
 	}
@@ -276,17 +282,31 @@ func writeKey(path, comment string) (string, error) {
 // own lock covers other processes.
 var userMu sync.Mutex
 
-func (l *Lab) user(h *Host) error {
+// defaultShell is a lab user's login shell unless Config.Shell says.
+const defaultShell = "/bin/bash"
+
+// shell is the login shell of the i'th host's user.
+func (l *Lab) shell(i int) string {
+	if s := l.cfg.Shell[i]; s != "" {
+		return s
+	}
+	return defaultShell
+}
+
+func (l *Lab) user(h *Host, shell string) error {
 	userMu.Lock()
 	defer userMu.Unlock()
 	if _, _, _, err := lookupUser(h.User); err != nil {
-		out, err := exec.Command("useradd", "-m", "-s", "/bin/bash", h.User).CombinedOutput()
+		out, err := exec.Command("useradd", "-m", "-s", shell, h.User).CombinedOutput()
 		// Another test process may have made it in the meantime.
 		if err != nil {
 			if _, _, _, err2 := lookupUser(h.User); err2 != nil {
 				return fmt.Errorf("useradd %s: %v: %s", h.User, err, out)
 			}
 		}
+	}
+	if err := setShell(h.User, shell); err != nil {
+		return err
 	}
 	var err error
 	if h.Home, h.UID, h.GID, err = lookupUser(h.User); err != nil {
@@ -331,6 +351,31 @@ func (l *Lab) user(h *Host) error {
 }
 
 func sudoersFile(user string) string { return "/etc/sudoers.d/ollie-sshlab-" + user }
+
+// setShell makes shell the user's login shell, unless it is already.
+func setShell(user, shell string) error {
+	if s, err := userShell(user); err == nil && s == shell {
+		return nil
+	}
+	if out, err := exec.Command("usermod", "-s", shell, user).CombinedOutput(); err != nil {
+		return fmt.Errorf("usermod -s %s %s: %v: %s", shell, user, err, out)
+	}
+	return nil
+}
+
+// userShell is the user's login shell in /etc/passwd.
+func userShell(name string) (string, error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Split(line, ":"); len(f) >= 7 && f[0] == name {
+			return f[6], nil
+		}
+	}
+	return "", fmt.Errorf("no user %s", name)
+}
 
 func lookupUser(name string) (home string, uid, gid int, err error) {
 	b, err := os.ReadFile("/etc/passwd")
@@ -425,6 +470,14 @@ func (l *Lab) stop() {
 	if l.cfg.Sudoers {
 		for _, h := range l.Hosts {
 			os.Remove(sudoersFile(h.User))
+		}
+	}
+	// A shell of the test's (a symlink it made) may be gone after it.
+	for i, h := range l.Hosts {
+		if l.shell(i) != defaultShell {
+			userMu.Lock()
+			setShell(h.User, defaultShell)
+			userMu.Unlock()
 		}
 	}
 	if l.t.Failed() {

@@ -83,3 +83,25 @@ func TestKillConnections(t *testing.T) {
 		t.Errorf("after Restart: %v: %s", err, out)
 	}
 }
+
+// TestShell: a host's user gets the login shell the lab is given, and the
+// others keep bash; the lab puts bash back when it stops.
+func TestShell(t *testing.T) {
+	var l *Lab
+	t.Run("lab", func(t *testing.T) {
+		l = Start(t, Config{Hosts: 2, UserPrefix: "olabsh", Shell: map[int]string{1: "/bin/dash"}})
+		for i, want := range []string{"bash", "dash"} {
+			// $0 is the shell sshd ran the command with.
+			out, err := l.SSH(l.Host(i).Name, `echo $0`).CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != want {
+				t.Errorf("ssh %s: %q %v, want %s", l.Host(i).Name, out, err, want)
+			}
+		}
+	})
+	if l == nil {
+		return
+	}
+	if s, err := userShell(l.Host(1).User); err != nil || s != "/bin/bash" {
+		t.Errorf("after the lab, %s's shell is %q %v", l.Host(1).User, s, err)
+	}
+}

@@ -35,8 +35,9 @@ type Manifest struct {
 	Current   string            `json:"current"`   // the version current points to
 	Versions  map[string]string `json:"versions"`  // version -> sha256 of its olliesrv ("" when missing)
 	Data      map[string]File   `json:"data"`      // path under data/ -> file
-	Installed bool              `json:"installed"` // ~/.local/bin/ollie and the PATH line are in place
+	Installed bool              `json:"installed"` // ~/.local/bin/ollie and the login shell's PATH line are in place
 	Daemon    string            `json:"daemon"`    // the running daemon's binary, "" when none
+	Shell     string            `json:"shell"`     // the user's login shell, "" when unknown
 }
 
 // File is one file's content hash and permission bits.
@@ -69,6 +70,10 @@ type PlannedFile struct {
 type Report struct {
 	Changed []string `json:"changed"`
 	Bad     []string `json:"bad,omitempty"` // files whose upload arrived damaged: not committed
+	Shell   string   `json:"shell,omitempty"`
+	// Problems are the login shell's files that could not be edited, and
+	// why: ssh HOST ollie may then not find the command.
+	Problems []string `json:"problems,omitempty"`
 }
 
 const installUsage = `usage: olliesrv install manifest ROOT [VERSION...]   describe what ROOT holds, as JSON
@@ -146,7 +151,8 @@ func ReadManifest(root string, versions []string) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Installed = ollieCommandInstalled(root)
+	m.Shell = loginShell()
+	m.Installed = ollieCommandInstalled(root, m.Shell)
 	m.Daemon = runningDaemonExe()
 	return m, nil
 }
@@ -277,11 +283,13 @@ func Commit(plan Plan) (*Report, error) {
 		rep.Changed = append(rep.Changed, changed)
 	}
 	rep.Changed = append(rep.Changed, pruneVersions(plan.Root, plan.Version, plan.Keep)...)
-	installed, err := installOllieCommand(plan.Root)
+	rep.Shell = loginShell()
+	installed, problems, err := installOllieCommand(plan.Root, rep.Shell)
 	if err != nil {
 		return nil, err
 	}
 	rep.Changed = append(rep.Changed, installed...)
+	rep.Problems = problems
 	if plan.Restart {
 		msg, err := restartIfStale(filepath.Join(plan.Root, plan.Version, "olliesrv"))
 		if err != nil {
@@ -435,20 +443,24 @@ func hasTmpOnly(dir string) bool {
 }
 
 // The ollie command is a script in ~/.local/bin that runs the current
-// binary as the client and starts the daemon on first use. sshd runs "ssh
-// host ollie" through the login shell without reading ~/.profile, so the
-// directory is put on PATH at the top of ~/.bashrc (bash reads it for ssh
-// commands, and Debian's returns early when not interactive, hence the top)
-// and in ~/.zshenv when the user has one.
-const pathMarker = "# added by ollie-remote: ssh HOST ollie"
-
-var pathLine = pathMarker + "\ncase \":$PATH:\" in *\":$HOME/.local/bin:\"*) ;; *) PATH=\"$HOME/.local/bin:$PATH\"; export PATH;; esac\n"
+// binary as the client and starts the daemon on first use; the login
+// shell's files put the directory on PATH for "ssh HOST ollie" (shells.go).
 
 func ollieScript(root string) string {
-	return "#!/bin/sh\n# installed by ollie-remote deploy\nexec " + ShellQuote(filepath.Join(root, "current", "olliesrv")) + " ollie -start \"$@\"\n"
+	return "#!/bin/sh\n" + ollieMark + "\nexec " + ShellQuote(filepath.Join(root, "current", "olliesrv")) + " ollie -start \"$@\"\n"
 }
 
-func ollieCommandInstalled(root string) bool {
+// commandEdits are the files that put ~/.local/bin on PATH for this
+// user's login shell.
+func commandEdits(home, shell string) []rcEdit {
+	cfg := os.Getenv("XDG_CONFIG_HOME")
+	if !filepath.IsAbs(cfg) {
+		cfg = ""
+	}
+	return rcEdits(home, cfg, kindOf(shell))
+}
+
+func ollieCommandInstalled(root, shell string) bool {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return false
@@ -456,50 +468,45 @@ func ollieCommandInstalled(root string) bool {
 	if b, err := os.ReadFile(filepath.Join(home, ".local", "bin", "ollie")); err != nil || string(b) != ollieScript(root) {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(home, ".bashrc"))
-	return err == nil && strings.Contains(string(b), pathMarker)
+	for _, e := range commandEdits(home, shell) {
+		if !e.upToDate() {
+			return false
+		}
+	}
+	return true
 }
 
-func installOllieCommand(root string) ([]string, error) {
+// installOllieCommand installs the script and edits the login shell's
+// files. A file that cannot be edited is not an error: the command is
+// still there by its path, and problems says why ssh HOST ollie may not
+// find it.
+func installOllieCommand(root, shell string) (changed, problems []string, err error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var changed []string
 	bin := filepath.Join(home, ".local", "bin")
 	if err := os.MkdirAll(bin, 0755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd, script := filepath.Join(bin, "ollie"), ollieScript(root)
 	if b, err := os.ReadFile(cmd); err != nil || string(b) != script {
 		if err := paths.WriteFileAtomic(cmd, []byte(script), 0755); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		changed = append(changed, "installed ~/.local/bin/ollie (runs "+filepath.Join(root, "current", "olliesrv")+" ollie)")
 	}
-	rcs := []string{".bashrc"}
-	if _, err := os.Stat(filepath.Join(home, ".zshenv")); err == nil {
-		rcs = append(rcs, ".zshenv")
-	}
-	for _, rc := range rcs {
-		p := filepath.Join(home, rc)
-		b, err := os.ReadFile(p)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		if strings.Contains(string(b), pathMarker) {
+	for _, e := range commandEdits(home, shell) {
+		did, err := e.apply()
+		if err != nil {
+			problems = append(problems, err.Error())
 			continue
 		}
-		mode := fs.FileMode(0644)
-		if fi, err := os.Stat(p); err == nil {
-			mode = fi.Mode().Perm()
+		if did != "" {
+			changed = append(changed, did)
 		}
-		if err := paths.WriteFileAtomic(p, append([]byte(pathLine), b...), mode); err != nil {
-			return nil, err
-		}
-		changed = append(changed, "put ~/.local/bin on PATH at the top of ~/"+rc)
 	}
-	return changed, nil
+	return changed, problems, nil
 }
 
 // restartIfStale restarts a running daemon whose binary is not exe, so that

@@ -122,12 +122,23 @@ type Result struct {
 	Took     time.Duration `json:"took"`
 	Changed  []string      `json:"changed"`
 	Err      string        `json:"err,omitempty"`
+	// Shell is the user's login shell on the host, which runs "ssh HOST
+	// CMD": the host's word, "" when it did not say.
+	Shell string `json:"shell,omitempty"`
+	// Degraded says why the host works less well than it could, each a
+	// sentence naming what to do: "ssh HOST ollie" does not find the
+	// command (and what to type instead), or -system did not install it
+	// (and why). Empty when all is well. The host's words in it are made
+	// terminal-safe.
+	Degraded []string `json:"degraded,omitempty"`
 }
 
-// probeScript prints the host's Platform and home, then what the installed
-// olliesrv (if any) says the host holds. It runs under /bin/Sh whatever the
-// user's login shell is.
-const probeScript = `uname -sm; printf '%s\n' "$HOME"; r="$HOME/.local/share/ollie"
+// probeScript prints the host's Platform and home, where the login
+// shell finds "ollie", then what the installed olliesrv (if any) says the
+// host holds. It runs under /bin/sh whatever the user's login shell is.
+const probeScript = `uname -sm; printf '%s\n' "$HOME"
+` + resolveScript + `
+r="$HOME/.local/share/ollie"
 if [ -x "$r/current/olliesrv" ] && "$r/current/olliesrv" install manifest "$r" "$@" 2>/dev/null; then :; else echo '{}'; fi`
 
 // Platform maps uname -sm to Go's names.
@@ -145,13 +156,40 @@ func Platform(uname string) (string, error) {
 	return osName + "/" + arch, nil
 }
 
-// Sh runs a script under /bin/Sh with arguments, whatever the login shell.
+// Sh is a command line that runs script under /bin/sh with args, whatever
+// the login shell that sshd hands it to. fish and csh read quotes,
+// backslashes, "!" and newlines otherwise than sh does (tcsh refuses a
+// newline inside quotes, and expands "!" in them), so the script and its
+// arguments travel as printf escapes inside one single-quoted word that
+// holds none of those: every login shell passes it to sh as it is, and
+// sh's printf turns it back into the script.
 func Sh(script string, args ...string) string {
-	q := []string{"exec", "/bin/sh", "-c", ShellQuote(script), "sh"}
+	var b strings.Builder
+	b.WriteString("set --")
 	for _, a := range args {
-		q = append(q, ShellQuote(a))
+		b.WriteString(" " + ShellQuote(a))
 	}
-	return strings.Join(q, " ")
+	b.WriteString("\n")
+	b.WriteString(script)
+	return `exec /bin/sh -c 'eval "$(printf "` + printfEscape(b.String()) + `")"'`
+}
+
+// printfEscape writes s as a printf format that prints s: letters,
+// digits and a few plain marks as they are, "%" doubled, every other byte
+// as an octal escape.
+func printfEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', strings.IndexByte(" _./,:=+@-", c) >= 0:
+			b.WriteByte(c)
+		case c == '%':
+			b.WriteString("%%")
+		default:
+			fmt.Fprintf(&b, "\\%03o", c)
+		}
+	}
+	return b.String()
 }
 
 // Deadlines bound each remote step, so that one host that stops answering
@@ -201,7 +239,28 @@ func Within(ctx context.Context, d time.Duration) (context.Context, context.Canc
 }
 
 // Push brings one host up to date over c and says what it did.
-func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlines, progress func(string)) (res Result) {
+func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlines, progress func(string)) Result {
+	return PushWith(ctx, c, b, Options{Keep: keep, Deadlines: dl, Progress: progress})
+}
+
+// Options say how PushWith deploys.
+type Options struct {
+	Keep      int // versions kept on the host, the current one included; 0 means 3
+	Deadlines Deadlines
+	Progress  func(string) // hears each step; nil: nobody
+	// System, when set, also installs the ollie command for every user
+	// of the host (SystemCommand) with sudo, as System approves and
+	// gives the password for (see InstallSystem).
+	System Approver
+}
+
+// PushWith brings one host up to date over c, and says what it did and
+// whether "ssh HOST ollie" finds the command (Result.Degraded).
+func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res Result) {
+	keep, dl, progress := o.Keep, o.Deadlines, o.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
 	start := time.Now()
 	res.Host = c.Target().Alias
 	defer func() { res.Took = time.Since(start) }()
@@ -221,8 +280,8 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 	if err != nil {
 		return fail(RemoteError("probing the host", err))
 	}
-	lines := strings.SplitN(string(out), "\n", 3)
-	if len(lines) < 3 {
+	lines := strings.SplitN(string(out), "\n", 4)
+	if len(lines) < 4 {
 		return fail(fmt.Errorf("probing the host: unexpected answer %q", out))
 	}
 	plat, err := Platform(lines[0])
@@ -235,7 +294,8 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 		return fail(fmt.Errorf("the host gave no home directory (HOME=%q)", home))
 	}
 	var m Manifest
-	if err := json.Unmarshal([]byte(lines[2]), &m); err != nil {
+	found, foundPath := parseFound(lines[2])
+	if err := json.Unmarshal([]byte(lines[3]), &m); err != nil {
 		return fail(fmt.Errorf("reading the host's manifest: %w", err))
 	}
 	bin, ok := b.Bins[plat]
@@ -264,10 +324,49 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 	}
 	sort.Strings(remove)
 	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
+	res.Shell = termsafe.Field(m.Shell, maxShellField)
+	var rcProblems []string
 	if len(up) == 0 && len(remove) == 0 && m.Current == ver && m.Installed && daemonOK {
 		res.Changed = []string{"up to date: no file sent"}
-		return res
+	} else {
+		rep, err := commitFiles(ctx, c, &res, root, ver, up, remove, keep, dl, progress)
+		if err != nil {
+			return fail(err)
+		}
+		if rep.Shell != "" {
+			res.Shell = termsafe.Field(rep.Shell, maxShellField)
+		}
+		rcProblems = hostLines(rep.Problems)
+		if !m.Installed {
+			// The command or the login shell's files changed: ask it again.
+			if found, foundPath, err = resolveOllie(ctx, c, dl); err != nil {
+				found, foundPath = "", ""
+			}
+		}
 	}
+	if o.System != nil {
+		did, problem := InstallSystem(ctx, c, res.Host, o.System, dl, progress)
+		res.Changed = append(res.Changed, did...)
+		if problem != "" {
+			res.Degraded = append(res.Degraded, problem)
+		}
+		if len(did) > 0 {
+			if found, foundPath, err = resolveOllie(ctx, c, dl); err != nil {
+				found, foundPath = "", ""
+			}
+		}
+	}
+	if note := commandNote(res.Host, res.Shell, found, foundPath, rcProblems); note != "" {
+		res.Degraded = append([]string{note}, res.Degraded...)
+	}
+	return res
+}
+
+// commitFiles uploads what the host lacks and commits it with the host's
+// olliesrv, sending again once what arrived damaged; res counts what was
+// sent and hears what changed.
+func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver string, up []upload, remove []string, keep int, dl Deadlines, progress func(string)) (*Report, error) {
+	plat := res.Platform
 
 	if len(up) > 0 {
 		var total int64
@@ -288,7 +387,7 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 		res.Sent += sent
 		res.Files += len(up)
 		if err != nil {
-			return fail(fmt.Errorf("uploading: %w", err))
+			return nil, fmt.Errorf("uploading: %w", err)
 		}
 		plan.Files = plan.Files[:0]
 		for _, u := range up {
@@ -307,18 +406,21 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 		out, err := c.RunLimit(cctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)), maxReport)
 		cancel()
 		if err != nil {
-			return fail(RemoteError("committing on the host", err))
+			return nil, RemoteError("committing on the host", err)
 		}
 		var rep Report
 		if err := json.Unmarshal(out, &rep); err != nil {
-			return fail(fmt.Errorf("reading the host's report %q: %w", out, err))
+			return nil, fmt.Errorf("reading the host's report %q: %w", out, err)
 		}
 		res.Changed = append(res.Changed, rep.Changed...)
 		if len(rep.Bad) == 0 {
-			break
+			if res.Files > 0 {
+				res.Changed = append([]string{fmt.Sprintf("%d files sent", res.Files)}, res.Changed...)
+			}
+			return &rep, nil
 		}
 		if attempt == 2 {
-			return fail(fmt.Errorf("%s arrived damaged twice; check the host's disk (df -h ~) and run deploy again", strings.Join(rep.Bad, ", ")))
+			return nil, fmt.Errorf("%s arrived damaged twice; check the host's disk (df -h ~) and run deploy again", strings.Join(rep.Bad, ", "))
 		}
 		progress(fmt.Sprintf("%d files arrived damaged, sending them again", len(rep.Bad)))
 		var again []upload
@@ -331,10 +433,35 @@ func Push(ctx context.Context, c *tunnel.Client, b *Bundle, keep int, dl Deadlin
 		}
 		up, plan.Remove = again, nil
 	}
-	if res.Files > 0 {
-		res.Changed = append([]string{fmt.Sprintf("%d files sent", res.Files)}, res.Changed...)
+}
+
+// resolveOllie asks the login shell where it finds "ollie" now.
+func resolveOllie(ctx context.Context, c *tunnel.Client, dl Deadlines) (state, path string, err error) {
+	rctx, cancel := Within(ctx, dl.ForStep())
+	defer cancel()
+	out, err := c.RunLimit(rctx, Sh(resolveScript), nil, MaxSmallReply)
+	if err != nil {
+		return "", "", RemoteError("asking the login shell for ollie", err)
 	}
-	return res
+	state, path = parseFound(string(out))
+	return state, path, nil
+}
+
+// maxHostLines bounds how many lines of a host's account a note takes.
+const maxHostLines = 8
+
+// hostLines are a host's lines as a note may hold them: a few, each one
+// line, made safe and clipped.
+func hostLines(ls []string) []string {
+	var out []string
+	for i, l := range ls {
+		if i == maxHostLines {
+			out = append(out, fmt.Sprintf("(%d more)", len(ls)-i))
+			break
+		}
+		out = append(out, termsafe.Field(l, MaxHostMessage))
+	}
+	return out
 }
 
 type upload struct {
