@@ -29,7 +29,11 @@ import (
 // the shell tool, the answer after it names the user it printed, so that
 // each host's answer is its own.
 func fleetLab(t *testing.T, prefix string, n int, think time.Duration) (*remote, *fakellm.Server) {
-	lab := sshlab.Start(t, sshlab.Config{Hosts: n, UserPrefix: prefix})
+	return fleetLabOf(t, sshlab.Config{Hosts: n, UserPrefix: prefix}, think)
+}
+
+func fleetLabOf(t *testing.T, cfg sshlab.Config, think time.Duration) (*remote, *fakellm.Server) {
+	lab := sshlab.Start(t, cfg)
 	r := newRemote(t, lab)
 	llm := fakellm.Start(t)
 	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
@@ -127,9 +131,10 @@ func TestFleetRun(t *testing.T) {
 
 // TestFleetLines: without a terminal, a host-prefixed line per change of
 // state; with -follow, every line of every host's chat too; then the
-// results table.
+// results table, and under it why h12 is degraded (its user's login
+// shell, dash, reads no file for ssh commands).
 func TestFleetLines(t *testing.T) {
-	r, _ := fleetLab(t, "orfll", 2, 300*time.Millisecond)
+	r, _ := fleetLabOf(t, sshlab.Config{Hosts: 2, UserPrefix: "orfll", Shell: map[int]string{1: "/bin/dash"}}, 300*time.Millisecond)
 	out := r.must("fleet", "run", "-follow", "h11,h12", "check who runs here")
 	for _, want := range []string{"h11: [connecting]", "h12: [thinking]", "h11: [done in ", "h11| → shell", "h12| checked as orfll12",
 		"HOST", "RESULT", "TOOL CALLS"} {
@@ -140,6 +145,9 @@ func TestFleetLines(t *testing.T) {
 	row := tableRow(out, "h12")
 	if len(row) < 7 || row[1] != "done" || row[3] != "2" || row[4] != "1" {
 		t.Errorf("the results row of h12 is %q, want done with 2 steps and 1 tool call:\n%s", row, out)
+	}
+	if !strings.Contains(out, "h12: degraded: ssh h12 ollie is not found") || !strings.Contains(out, "ssh h12 .local/bin/ollie") || strings.Contains(out, "h11: degraded") {
+		t.Errorf("the table does not say h12 (and only h12) is degraded, and what to type:\n%s", out)
 	}
 }
 

@@ -235,7 +235,14 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 		err = errors.New(reply.Err)
 	}
 	if dr := reply.Result; dr != nil {
-		r.update(h, func(h *Host) { h.Version = dr.Version })
+		r.update(h, func(h *Host) {
+			h.Version = dr.Version
+			// Degraded is not failed: the host runs the goal, and the
+			// table says what works less well there and what to do.
+			for _, d := range dr.Degraded {
+				h.Notes = append(h.Notes, "degraded: "+d)
+			}
+		})
 	}
 	if err != nil {
 		result := "failed"
