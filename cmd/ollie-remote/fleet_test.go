@@ -498,3 +498,30 @@ func TestFleetThroughBusyBastion(t *testing.T) {
 	log, _ := os.ReadFile(r.lab.Host(0).Log)
 	t.Logf("the bastion dropped %d connections past MaxStartups", bytes.Count(log, []byte("past MaxStartups")))
 }
+
+// TestFleetStop: fleet stop interrupts the agents of a run nobody
+// watches; the run is kept as stopped.
+func TestFleetStop(t *testing.T) {
+	r, _ := fleetLab(t, "orfls", 2, 4*time.Second)
+	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
+	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
+	cmd.Process.Signal(syscall.SIGTERM)
+	<-done
+	id := runIDRE.FindString(lw.String())
+	out, err := r.run("fleet", "stop", id)
+	if err != nil || !strings.Contains(out, "run "+id+" stopped") {
+		t.Fatalf("fleet stop %s: %v\n%s", id, err, out)
+	}
+	for _, h := range []string{"h11", "h12"} {
+		if row := tableRow(out, h); len(row) < 2 || row[1] != "interrupted" {
+			t.Errorf("%s's row after stop: %q", h, row)
+		}
+		st, err := r.lab.SSH(h, ".local/bin/ollie", "read", "session/fleet-"+id+"/agent/a/state").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(st)) != "idle" {
+			t.Errorf("%s's agent after stop: %q %v, want idle", h, st, err)
+		}
+	}
+	if ls := r.must("fleet", "ls"); !strings.Contains(ls, id) || !strings.Contains(ls, "stopped") {
+		t.Errorf("fleet ls after stop:\n%s", ls)
+	}
+}
