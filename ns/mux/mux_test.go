@@ -95,10 +95,10 @@ func TestDotDotIsLexical(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{
-		"host/web1/../web2/name":              "web2\n",
-		"host/web1/session/../name":           "web1\n",
+		"host/web1/../web2/name":               "web2\n",
+		"host/web1/session/../name":            "web1\n",
 		"host/web1/session/s1/../../../../idx": "[down web1 web2]\n",
-		"../../host/web2/name":                "web2\n",
+		"../../host/web2/name":                 "web2\n",
 	} {
 		fid, err := fs.Open(path, plan9.OREAD)
 		if err != nil {
