@@ -184,10 +184,18 @@ func TestBlockedMountHoldsNoOther(t *testing.T) {
 		}
 	}
 	// The same connection, too.
-	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer rcancel()
-	if b, err := c.RdWr(rctx, "host/web1/upper", []byte("x")); err != nil || string(b) != "web1 X" {
-		t.Fatalf("rdwr beside a blocked read = %q, %v", b, err)
+	rdwr := make(chan string, 1)
+	go func() {
+		b, err := c.RdWr(context.Background(), "host/web1/upper", []byte("x"))
+		rdwr <- fmt.Sprintf("%q, %v", b, err)
+	}()
+	select {
+	case got := <-rdwr:
+		if want := `"web1 X", <nil>`; got != want {
+			t.Fatalf("rdwr beside a blocked read = %s, want %s", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("rdwr on the connection of a blocked read did not return")
 	}
 	select {
 	case err := <-blocked:
