@@ -387,3 +387,38 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 var _ net.Conn // net is used by the hostile tests
+
+// Without its local tree a client's connection has no root: it ends, at
+// once, and ServeConn says why.
+func TestLocalLostEndsConnection(t *testing.T) {
+	m := fuzzMux(t)
+	var local net.Conn
+	dial := m.Local
+	m.Local = func(ctx context.Context) (net.Conn, error) {
+		c, err := dial(ctx)
+		local = c
+		return c, err
+	}
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	served := make(chan error, 1)
+	go func() { served <- m.ServeConn(sc) }()
+	cc.SetDeadline(time.Now().Add(5 * time.Second))
+	for _, tx := range frameList(frames(
+		&plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192, Version: "9P2000"},
+		&plan9.Fcall{Type: plan9.Tattach, Tag: 1, Fid: 0, Afid: plan9.NOFID, Uname: "glenda"})) {
+		cc.Write(tx)
+		if rx, err := plan9.ReadFcall(cc); err != nil || rx.Type == plan9.Rerror {
+			t.Fatalf("handshake: %v %v", rx, err)
+		}
+	}
+	local.Close()
+	select {
+	case err := <-served:
+		if err == nil || !strings.Contains(err.Error(), "local tree") {
+			t.Errorf("ServeConn returned %v, want the local tree lost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's connection outlived its local tree")
+	}
+}

@@ -88,7 +88,10 @@ func newSession(m *Mux, c net.Conn) *session {
 // run serves the client until it goes away, and returns why.
 func (s *session) run() error {
 	err := s.readLoop()
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+	switch {
+	case s.local != nil && !s.local.alive() && s.ctx.Err() == nil:
+		err = s.local.lost()
+	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
 		err = nil
 	}
 	if err != nil {
@@ -133,9 +136,6 @@ func (s *session) readLoop() error {
 		}
 		if err := s.dispatch(m); err != nil {
 			return err
-		}
-		if s.local != nil && !s.local.alive() {
-			return s.local.lost()
 		}
 	}
 }
@@ -254,6 +254,17 @@ func (s *session) version(m *plan9.Fcall) error {
 	}
 	s.local = be
 	s.msize = be.msize
+	// The local tree is the namespace's root: without it the client's
+	// connection ends, at once rather than at its next request.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		select {
+		case <-be.dead:
+			s.cc.Close()
+		case <-s.ctx.Done():
+		}
+	}()
 	s.replyNow(m.Tag, &plan9.Fcall{Type: plan9.Rversion, Msize: s.msize, Version: "9P2000"})
 	return nil
 }
