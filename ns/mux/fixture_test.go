@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,9 +30,11 @@ import (
 //	chat              stream
 //	wait              wait: blocks until release is closed, or the read is flushed
 //	session/S/agent/A/state   read: "S A NAME"
+//	event             subscribe: write patterns, read the events of bus
 type host struct {
 	name    string
 	sock    string
+	bus     ns.Bus
 	chat    *stream.Stream
 	release chan struct{}
 	flushed chan struct{} // a wait read was interrupted (by a Tflush)
@@ -72,6 +75,9 @@ func (h *host) tree(t *testing.T) *ns.Tree {
 				return nil, ctx.Err()
 			}
 		}),
+		&ns.Node{Name: "event", Mode: 0666, Subscribe: func(_ context.Context, _ *ns.Call, filter []byte) (ns.Source, error) {
+			return h.bus.Subscribe(strings.Fields(string(filter))...), nil
+		}},
 		ns.Dir("session", 0555, "",
 			ns.Dynamic("s", 0555, "", list("s1", "s2"),
 				ns.Dir("agent", 0555, "",

@@ -158,6 +158,33 @@ func TestRdWrAndStreamThroughMount(t *testing.T) {
 	}
 }
 
+// A subscription through a mount gets what the host publishes after the
+// filter reached it, filtered there.
+func TestSubscribeThroughMount(t *testing.T) {
+	f := newFleet(t, "web1")
+	c := f.dial(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	subscribed := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.SubscribeFrom(ctx, "host/web1/event", []byte("agent.*\n"), func() { close(subscribed) }, &out)
+	}()
+	<-subscribed
+	bus := &f.hosts["web1"].bus
+	bus.Publish("session.new", "no")
+	bus.Publish("agent.state", "thinking")
+	waitFor(t, func() bool { return strings.Contains(out.String(), "agent.state thinking") })
+	if strings.Contains(out.String(), "session.new") {
+		t.Errorf("the host's filter let session.new through: %q", out.String())
+	}
+	cancel()
+	if err := <-done; !client.IsInterrupted(err) {
+		t.Errorf("subscription ended with %v, want interrupted", err)
+	}
+}
+
 // A read blocked in one host holds nothing of another's, nor of the local
 // tree; flushing it reaches the host that holds it.
 func TestBlockedMountHoldsNoOther(t *testing.T) {
