@@ -30,7 +30,7 @@ func TestWalkAcrossMounts(t *testing.T) {
 		t.Errorf("ls host = %q, want %q", got, want)
 	}
 	// The mount point is the host's root.
-	if got, want := names(t, c, "host/web1"), []string{"chat", "name", "session", "upper", "wait"}; !slices.Equal(got, want) {
+	if got, want := names(t, c, "host/web1"), []string{"chat", "event", "name", "session", "upper", "wait"}; !slices.Equal(got, want) {
 		t.Errorf("ls host/web1 = %q, want %q", got, want)
 	}
 	d, err := c.Stat(ctx, "host/web1")

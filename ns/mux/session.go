@@ -344,21 +344,28 @@ func (s *session) replyNow(tag uint16, v any) {
 }
 
 func errorReply(err error) *plan9.Fcall {
-	// Well under any msize: a server's own error text is bounded by its
-	// msize, and the mux's errors wrap it.
-	const maxError = 200
-	msg := err.Error()
-	if len(msg) > maxError {
-		msg = msg[:maxError-3] + "..."
-	}
-	return &plan9.Fcall{Type: plan9.Rerror, Ename: msg}
+	return &plan9.Fcall{Type: plan9.Rerror, Ename: err.Error()}
 }
+
+// maxError bounds the text of an error the mux answers, whatever the
+// msize: the mux's errors wrap what a server said.
+const maxError = 8 << 10
 
 // writeLocked writes one reply. A reply too large for the client's msize
 // (a mount's Rstat grown by the mount point's name, say) is replaced by an
 // error; a client that cannot take it is cut off.
 func (s *session) writeLocked(tag uint16, rx *plan9.Fcall) {
 	rx.Tag = tag
+	if rx.Type == plan9.Rerror {
+		// The header and the string's length take 9 bytes.
+		n := maxError
+		if s.msize != 0 {
+			n = min(n, int(s.msize)-9)
+		}
+		if len(rx.Ename) > n {
+			rx.Ename = rx.Ename[:n-3] + "..."
+		}
+	}
 	b, err := encode(rx)
 	if err == nil && s.msize != 0 && uint32(len(b)) > s.msize {
 		err = fmt.Errorf("mux: a reply of %d bytes exceeds msize %d", len(b), s.msize)
