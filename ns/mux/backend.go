@@ -461,31 +461,21 @@ func (b *backend) clunk(bfid uint32) {
 // is cut off.
 func (b *backend) root(ctx context.Context, uname, aname string) (uint32, plan9.Qid, error) {
 	k := rootKey{uname, aname}
-	for {
-		b.mu.Lock()
-		r := b.roots[k]
-		if r == nil {
-			r = &root{ready: make(chan struct{})}
-			b.roots[k] = r
-			b.mu.Unlock()
-			b.attach(r, uname, aname)
-		} else {
-			b.mu.Unlock()
-		}
-		select {
-		case <-r.ready:
-		case <-ctx.Done():
-			return 0, plan9.Qid{}, errInterrupted
-		}
-		if r.err == nil {
-			return r.bfid, r.qid, nil
-		}
-		var re remoteError
-		if errors.As(r.err, &re) || !b.alive() {
-			return 0, plan9.Qid{}, r.err
-		}
-		// An attach interrupted by nothing of this caller's: try again.
+	b.mu.Lock()
+	r := b.roots[k]
+	if r == nil {
+		r = &root{ready: make(chan struct{})}
+		b.roots[k] = r
+		go b.attach(r, uname, aname)
 	}
+	b.mu.Unlock()
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+		return 0, plan9.Qid{}, errInterrupted
+	}
+	// A failed attach is forgotten (see attach): the next walk tries again.
+	return r.bfid, r.qid, r.err
 }
 
 func (b *backend) attach(r *root, uname, aname string) {
