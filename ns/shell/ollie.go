@@ -1,9 +1,13 @@
 // Package shell is the ollie command: the namespace client ("ollie ls",
 // "read", "write", "rdwr", "stat", with stable exit statuses) and the
-// interactive shell over it, with completion, history and ^C as Tflush. It
-// is a client only: it trusts the server it dials no further than to show
-// its text made safe (internal/termsafe), and it serves no files, so the
-// appliance listener can run it over SSH as readily as a terminal does.
+// interactive shell over it, with completion, history and ^C as Tflush.
+// ls, read (the shell's cat) and stat take globs, expanded against the
+// server's listings by ns/client's Glob, and prefix each line of output
+// with the path of the file it came from (glob.go); commands that write
+// refuse them, since a request goes to one file. It is a client only: it
+// trusts the server it dials no further than to show its text made safe
+// (internal/termsafe), and it serves no files, so the appliance listener
+// can run it over SSH as readily as a terminal does.
 package shell
 
 import (
@@ -54,6 +58,15 @@ Commands:
                   talk to an agent (default: the agent "chat" of the session
                   named after this directory, made if need be); /help there
   help            print this help (read /help for the namespace reference)
+
+PATH may be a glob for ls, read and stat: *, ? and [...] ([^...] negates)
+match within one element of the path, against the names its directory
+lists (\ quotes them), so 'host/*/session/*/agent/*/state' names every
+agent's state on every host of a fleet. The files matched are taken in
+lexical order, each line of output prefixed with the file's path and
+": " (ls shows a file as its path). A directory that cannot be listed
+matches nothing; no match at all is an error (exit 1). A glob in write,
+rdwr or rdwrs is refused.
 
 With no command ollie is a shell on the namespace: interactive on a
 terminal (type help there), otherwise it runs the commands on standard
@@ -145,6 +158,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if len(args) != 1 {
 			return ollieUsageError(stderr, "usage: ollie "+cmd+" PATH")
 		}
+		if cmd != "read" && cmd != "stat" && client.HasGlob(args[0]) {
+			return ollieUsageError(stderr, globRefused(cmd))
+		}
 	case "chat":
 		where := ""
 		if *host != "" {
@@ -188,22 +204,25 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer rcancel()
 
 	content, flush := contentWriter(stdout)
-	switch cmd {
-	case "ls":
+	switch {
+	case client.HasGlob(name):
+		step := func() (context.Context, context.CancelFunc) { return bounded(ctx, c, server, requestTimeout()) }
+		err = globCmd(ctx, step, c, cmd, name, client.Clean(name), "/", long, content, stdout, stderr)
+	case cmd == "ls":
 		err = ollieLs(rctx, c, name, name, long, stdout)
-	case "read":
+	case cmd == "read":
 		if _, err = c.Stat(rctx, name); err == nil {
 			err = c.Follow(ctx, name, content)
 		}
-	case "write":
+	case cmd == "write":
 		err = c.Write(rctx, name, input)
-	case "rdwr":
+	case cmd == "rdwr":
 		var reply []byte
 		reply, err = c.RdWr(rctx, name, input)
 		content.Write(reply)
-	case "rdwrs":
+	case cmd == "rdwrs":
 		err = c.Subscribe(ctx, name, input, content)
-	case "stat":
+	case cmd == "stat":
 		err = ollieStat(rctx, c, name, stdout)
 	}
 	if te := timedOut(rctx); te != nil && err != nil {
@@ -255,6 +274,8 @@ func ollieReport(ctx context.Context, err error, stderr io.Writer) int {
 		return ollieExitOK
 	case ctx.Err() != nil:
 		return ollieExitInterrupted
+	case errors.Is(err, errReported):
+		return ollieExitFailed
 	}
 	ollieError(stderr, err)
 	if errors.Is(err, client.ErrConnLost) {

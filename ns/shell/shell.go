@@ -34,6 +34,8 @@ const shellHelp = `ollie shell: paths are relative to the working directory; / i
                             the directory ollie started in); /help there
   help                      this help; cat /help prints the namespace reference
   exit [N]                  leave the shell
+ls, cat and stat take globs (* ? [...] within one element, 'host/*/name'):
+each file matched in lexical order, each line prefixed with its path.
 Quote with '...' or "..."; # starts a comment. ^C interrupts a command; ^D leaves.
 Control characters the server sent are shown escaped (\x1b); content only on a terminal.
 `
@@ -230,6 +232,8 @@ func (sh *ollieShell) runLine(line string) (quit bool, status int) {
 	case errors.Is(err, client.ErrConnLost):
 		ollieError(sh.stderr, err)
 		return true, ollieExitNoServer
+	case errors.Is(err, errReported):
+		sh.failed = true
 	default:
 		ollieError(sh.stderr, err)
 		sh.failed = true
@@ -296,6 +300,9 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		}
 		dir := "/"
 		if len(args) == 1 {
+			if client.HasGlob(args[0]) {
+				return errors.New("cd: a glob in cd: name one directory")
+			}
 			dir = sh.abs(args[0])
 		}
 		d, err := sh.conn.Stat(ctx, dir)
@@ -322,11 +329,19 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 				}
 				fmt.Fprintf(out, "%s:\n", termsafe.Line(a))
 			}
-			if err := ollieLs(ctx, sh.conn, sh.abs(a), a, long, out); err != nil {
+			var err error
+			if client.HasGlob(a) {
+				err = sh.glob(ctx, "ls", a, long, out)
+			} else {
+				err = ollieLs(ctx, sh.conn, sh.abs(a), a, long, out)
+			}
+			if err != nil {
 				if ctx.Err() != nil || errors.Is(err, client.ErrConnLost) {
 					return err
 				}
-				ollieError(sh.stderr, err)
+				if !errors.Is(err, errReported) {
+					ollieError(sh.stderr, err)
+				}
 				failed = err
 			}
 		}
@@ -340,6 +355,12 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		content, flush := sh.content()
 		defer flush()
 		for _, a := range args {
+			if client.HasGlob(a) {
+				if err := sh.glob(ctx, "read", a, false, content); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := sh.conn.Follow(ctx, sh.abs(a), content); err != nil {
 				return err
 			}
@@ -354,12 +375,18 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 			io.WriteString(out, text)
 			return nil
 		}
+		if client.HasGlob(target) {
+			return errors.New("echo: " + globRefused("echo"))
+		}
 		// Every write to a namespace file is one request: > and >>
 		// both send it, the server keeps no file contents to truncate.
 		return sh.conn.Write(ctx, sh.abs(target), []byte(text))
 	case "rdwr", "rdwrs":
 		if len(args) == 0 {
 			return fmt.Errorf("usage: %s FILE [TEXT...]", name)
+		}
+		if client.HasGlob(args[0]) {
+			return errors.New(name + ": " + globRefused(name))
 		}
 		var req []byte
 		if len(args) > 1 {
@@ -381,7 +408,13 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 			if i > 0 {
 				fmt.Fprintln(out)
 			}
-			if err := ollieStat(ctx, sh.conn, sh.abs(a), out); err != nil {
+			var err error
+			if client.HasGlob(a) {
+				err = sh.glob(ctx, "stat", a, false, out)
+			} else {
+				err = ollieStat(ctx, sh.conn, sh.abs(a), out)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -392,6 +425,13 @@ func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
 		return fmt.Errorf("%s: unknown command (type help)", name)
 	}
 	return nil
+}
+
+// glob runs ls, read or stat on the files pattern matches (globCmd),
+// content going to w.
+func (sh *ollieShell) glob(ctx context.Context, cmd, pattern string, long bool, w io.Writer) error {
+	step := func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+	return globCmd(ctx, step, sh.conn, cmd, pattern, sh.abs(pattern), sh.cwd, long, w, w, sh.stderr)
 }
 
 // content is where a file's content goes: as is when standard output is
