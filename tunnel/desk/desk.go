@@ -61,8 +61,8 @@ const (
 	maxFile = 64 << 10
 )
 
-// Spec declares the desktop's namespace.
-func Spec(cfg Config) *ns.Node {
+// spec declares the desktop's namespace.
+func spec(cfg Config) (*desk, *ns.Node) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 3 * time.Second
 	}
@@ -72,7 +72,7 @@ func Spec(cfg Config) *ns.Node {
 	runs := ns.Listing(func(context.Context, *ns.Call) ([]*fleet.Run, error) { runs, _ := cfg.Runs.List(); return runs, nil },
 		func(r *fleet.Run) ns.Entry { return ns.Entry{Name: r.ID, Key: r.ID} })
 	pending := ns.Listing(d.pendingList, func(p pendingEntry) ns.Entry { return ns.Entry{Name: p.host + "." + p.id, Key: p.host + "." + p.id} })
-	return ns.Dir("", 0555, "",
+	return d, ns.Dir("", 0555, "",
 		ns.Dir("host", 0555, "The hosts this desktop holds (ollie-remote up, fleet run).",
 			ns.ReadFile("idx", 0444, "Held hosts: name<TAB>state (the tunnel's)<TAB>version<TAB>round-trip time (ms; - when it does not answer).", d.hostIdx),
 			ns.Dynamic("hname", 0555, "A host's whole namespace.", hosts),

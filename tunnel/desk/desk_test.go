@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,7 @@ func serveTree(t *testing.T, dir, name string, root *ns.Node) string {
 }
 
 type rig struct {
+	sock  string // the desk's
 	hosts map[string]*fakeHost
 	socks map[string]string
 	c     *client.Conn
@@ -147,6 +149,7 @@ func newRig(t *testing.T, names ...string) *rig {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-served })
+	r.sock = Socket(dir)
 	for i := 0; ; i++ {
 		if r.c, err = client.DialAs(Socket(dir), ""); err == nil {
 			break
@@ -288,5 +291,68 @@ func TestRuns(t *testing.T) {
 	}
 	if _, err := r.c.ReadAll(context.Background(), "run/rnothere1/status"); err == nil {
 		t.Error("a run that does not exist was read")
+	}
+}
+
+// TestHostsMounted: host/NAME is that host's whole namespace, and a glob
+// across hosts reads each.
+func TestHostsMounted(t *testing.T) {
+	r := newRig(t, "web1", "web2")
+	ctx := context.Background()
+	dirs, err := r.c.Ls(ctx, "host/web2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range dirs {
+		names = append(names, d.Name)
+	}
+	if strings.Join(names, " ") != "status session bypass" {
+		t.Errorf("ls host/web2 = %v, want the host's root: status session bypass", names)
+	}
+	if got := r.read(t, "host/web2/status"); !strings.HasPrefix(got, "version v1.1\n") {
+		t.Errorf("host/web2/status = %q", got)
+	}
+	if got, err := r.c.RdWr(ctx, "host/web1/session/new", []byte("name=direct")); err != nil || strings.TrimSpace(string(got)) != "direct" {
+		t.Errorf("session/new through the mount: %q %v", got, err)
+	}
+	matches, err := r.c.Glob(ctx, "host/*/status")
+	if err != nil || strings.Join(matches, " ") != "/host/web1/status /host/web2/status" {
+		t.Errorf("glob host/*/status = %v, %v", matches, err)
+	}
+}
+
+// TestSandboxedRefused: a process of this user that runs sandboxed
+// (no_new_privs, as every Landlock tool does) is not served: the
+// namespace decides every host's pending approvals.
+func TestSandboxedRefused(t *testing.T) {
+	if sock := os.Getenv("DESK_TEST_DIAL"); sock != "" {
+		c, err := client.DialTimeout(sock, "", 2*time.Second)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err = c.ReadAll(ctx, "host/idx")
+		}
+		fmt.Printf("dial: %v\n", err)
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv to run a no_new_privs process")
+	}
+	r := newRig(t, "web1")
+	sock := r.sock
+	for _, nnp := range []bool{false, true} {
+		args := []string{os.Args[0], "-test.run=^TestSandboxedRefused$"}
+		if nnp {
+			args = append([]string{setpriv, "--no-new-privs"}, args...)
+		}
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = append(os.Environ(), "DESK_TEST_DIAL="+sock)
+		out, _ := cmd.CombinedOutput()
+		served := strings.Contains(string(out), "dial: <nil>")
+		if served == nnp {
+			t.Errorf("no_new_privs %v: served %v:\n%s", nnp, served, out)
+		}
 	}
 }
