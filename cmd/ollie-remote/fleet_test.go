@@ -525,3 +525,43 @@ func TestFleetStop(t *testing.T) {
 		t.Errorf("fleet ls after stop:\n%s", ls)
 	}
 }
+
+// TestFleetNamespace: after a run, the desktop's namespace (ollie -H
+// fleet) shows the hosts, the run, and every host's namespace under
+// host/NAME, which a glob reads across; a session made there with
+// remote=HOST runs on that host, and the index says so.
+func TestFleetNamespace(t *testing.T) {
+	r, _ := fleetLab(t, "orfln", 2, 0)
+	out := r.must("fleet", "run", "-json", "h11,h12", "check who runs here")
+	id := runIDRE.FindString(out)
+	ollie := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(binDir, "olliesrv"), append([]string{"ollie", "-H", "fleet"}, args...)...)
+		cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "XDG_STATE_HOME="+filepath.Join(r.dir, "state"))
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+	got, err := ollie("read", "host/*/session/*/agent/*/state")
+	want := fmt.Sprintf("host/h11/session/fleet-%s/agent/a/state: idle\nhost/h12/session/fleet-%s/agent/a/state: idle\n", id, id)
+	if err != nil || got != want {
+		t.Errorf("ollie -H fleet read 'host/*/session/*/agent/*/state': %v\n%s\nwant:\n%s", err, got, want)
+	}
+	if got, err := ollie("read", "host/idx"); err != nil || !strings.Contains(got, "h11\tconnected\t") || !strings.Contains(got, "h12\tconnected\t") {
+		t.Errorf("host/idx: %v\n%s", err, got)
+	}
+	if got, err := ollie("read", "run/"+id+"/status"); err != nil || !strings.Contains(got, "state finished\n") || !strings.Contains(got, "finished 2\n") {
+		t.Errorf("run/%s/status: %v\n%s", id, err, got)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "olliesrv"), "ollie", "-H", "fleet", "rdwr", "session/new")
+	cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir)
+	cmd.Stdin = strings.NewReader("name=adhoc remote=h12")
+	if b, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "adhoc" {
+		t.Fatalf("session/new remote=h12: %v %s", err, b)
+	}
+	idx, err := ollie("read", "session/idx")
+	if err != nil || !strings.Contains(idx, "\tadhoc\tfalse\ttrue\th12\t") || !strings.Contains(idx, "\tfleet-"+id+"\tfalse\ttrue\th11\t") {
+		t.Errorf("session/idx: %v\n%s", err, idx)
+	}
+	if b, err := r.lab.SSH("h12", ".local/bin/ollie", "ls", "session/adhoc").CombinedOutput(); err != nil {
+		t.Errorf("h12 has no session adhoc: %v %s", err, b)
+	}
+}
