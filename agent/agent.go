@@ -57,17 +57,21 @@ type Config struct {
 	ID        string // immutable UUID
 	Name      string
 	SessionID string
-	Backend   backend.Backend
-	Model     string // "" means the backend's default
-	System    string // the resolved system prompt
-	Tools     Tools  // nil: the agent has no tools
-	Cwd       string
-	MaxSteps  int                      // model requests per prompt (default 50)
-	Publish   func(topic, data string) // state and chat events (may be nil)
-	Journal   Journal                  // may be nil
-	Hooks     *Hooks                   // nil runs none
-	Now       func() time.Time         // time.Now when nil
-	History   []backend.Message        // restored history
+	// Run is the session's name as the agent was made: requests to the
+	// desktop's model are counted and budgeted by it (a fleet run's
+	// session is named after the run).
+	Run      string
+	Backend  backend.Backend
+	Model    string // "" means the backend's default
+	System   string // the resolved system prompt
+	Tools    Tools  // nil: the agent has no tools
+	Cwd      string
+	MaxSteps int                      // model requests per prompt (default 50)
+	Publish  func(topic, data string) // state and chat events (may be nil)
+	Journal  Journal                  // may be nil
+	Hooks    *Hooks                   // nil runs none
+	Now      func() time.Time         // time.Now when nil
+	History  []backend.Message        // restored history
 	// TurnNote, when set, is written to the chat at the start of every
 	// turn, as a line in brackets: what a person reading any turn must
 	// know (a yolo session's tools run unsandboxed and unapproved).

@@ -147,7 +147,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		a.setState(StateThinking)
 		steps++
 		a.raw("<assistant>\n")
-		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model}, func(d backend.Delta) {
+		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model, Run: a.cfg.Run}, func(d backend.Delta) {
 			if d.Restart {
 				a.say("\n[the model's stream broke off; asking again]\n")
 			}

@@ -52,6 +52,7 @@ type Tool struct {
 // Params tune one request.
 type Params struct {
 	Model       string   // "" means the backend's default model
+	Run         string   // the session's name: the desktop's model counts usage and budgets by it
 	MaxTokens   int      // 0 means the server's default
 	Temperature *float64 // nil means the server's default
 }

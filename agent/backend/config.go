@@ -55,10 +55,19 @@ type Config struct {
 	// For Ollama it is the window the server runs models with (see
 	// ollama.go).
 	Context int `json:"context,omitempty"`
+	// Socket, when set, is a Unix socket every request goes to, whatever
+	// URL's host says: the desktop's model, forwarded to this host over
+	// its SSH connection (ollie-remote up -model-via desktop).
+	Socket string `json:"socket,omitempty"`
 	// Source says where the backend was configured: the file's path, an
 	// environment variable, or "default".
 	Source string `json:"-"`
 }
+
+// DesktopFile is the backend configuration ollie-remote writes on a host
+// beside backends.json: the desktop's model through the tunnel. The
+// host's own file wins on a name, and on the default.
+const DesktopFile = "backends.desktop.json"
 
 // A Registry holds the configured backends.
 type Registry struct {
@@ -109,6 +118,26 @@ func LoadEnv(lookup func(string) (string, bool)) (*Registry, error) {
 		}
 	}
 
+	var desk *fileConfig
+	if r.path != "" {
+		dpath := filepath.Join(filepath.Dir(r.path), DesktopFile)
+		data, err := os.ReadFile(dpath)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("backend: %v", err)
+		default:
+			if desk, err = parseFile(dpath, data); err != nil {
+				return nil, err
+			}
+			for _, c := range desk.backends {
+				if _, mine := r.configs[c.Name]; !mine {
+					r.configs[c.Name] = c
+				}
+			}
+		}
+	}
+
 	if _, ok := r.configs["openai"]; !ok && (env("OPENAI_API_KEY") != "" || env("OPENAI_BASE_URL") != "") {
 		c := Config{Name: "openai", Type: TypeOpenAI, URL: DefaultOpenAIURL, KeyEnv: "OPENAI_API_KEY", Model: env("OPENAI_MODEL"), Source: "OPENAI_API_KEY"}
 		if u := env("OPENAI_BASE_URL"); u != "" {
@@ -149,6 +178,12 @@ func LoadEnv(lookup func(string) (string, bool)) (*Registry, error) {
 		return nil, fmt.Errorf("backend: %s: default: missing; the file names %d backends, so say which one is the default", r.path, len(file.backends))
 	case file != nil && len(file.backends) == 1:
 		r.def = file.backends[0].Name
+	case desk != nil && len(desk.backends) > 0:
+		// A host with no backends of its own uses the desktop's.
+		r.def = desk.backends[0].Name
+		if desk.def != "" {
+			r.def = desk.def
+		}
 	case r.configs["openai"].Source != "" && r.configs["openai"].Source != r.path:
 		r.def = "openai"
 	default:
@@ -434,10 +469,17 @@ func (p *fileParser) backend(e field) (Config, error) {
 				return c, p.errorf(f.off, f.path, "want a positive whole number of tokens, got %s", clip(string(f.raw), 40))
 			}
 			c.Context = int(n64)
+		case "socket":
+			if c.Socket, err = p.str(f); err != nil {
+				return c, err
+			}
+			if !filepath.IsAbs(c.Socket) {
+				return c, p.errorf(f.off, f.path, "%q is not an absolute path", c.Socket)
+			}
 		case "key", "api_key", "apikey":
 			return c, p.errorf(f.off, f.path, "API keys are not kept in this file: put the key in an environment variable and name the variable in \"key_env\"")
 		default:
-			return c, p.errorf(f.off, f.path, "unknown field (want type, url, key_env, model, context)")
+			return c, p.errorf(f.off, f.path, "unknown field (want type, url, key_env, model, context, socket)")
 		}
 	}
 	if c.Type == "" {

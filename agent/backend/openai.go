@@ -70,7 +70,7 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 		b.root = strings.TrimSuffix(b.base, "/v1")
 		b.base = b.root + "/v1"
 	}
-	b.client = &http.Client{Transport: &http.Transport{
+	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
@@ -78,7 +78,14 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 		MaxIdleConnsPerHost:   64, // many agents talk to one server
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
-	}}
+	}
+	var rt http.RoundTripper = tr
+	if c.Socket != "" {
+		tr.Proxy = nil
+		tr.DialContext = socketDialer(c.Socket)
+		rt = runHeader{tr}
+	}
+	b.client = &http.Client{Transport: rt}
 	// The services are built without openai.NewClient, which would add
 	// OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS and the like
 	// from the environment to requests for every backend.
@@ -127,6 +134,9 @@ func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Param
 		return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
 	}
 
+	if b.cfg.Socket != "" && p.Run != "" {
+		ctx = context.WithValue(ctx, runKey{}, p.Run)
+	}
 	var warnings []string
 	var win ollamaWindow
 	if b.cfg.Type == TypeOllama {

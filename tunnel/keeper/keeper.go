@@ -35,6 +35,7 @@ import (
 	"ollie/ns/resume"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
+	"ollie/tunnel/models"
 )
 
 const Command = "__keeper"
@@ -50,6 +51,8 @@ type Request struct {
 	Bundle    *deploy.Bundle   `json:"bundle,omitempty"`
 	Keep      int              `json:"keep,omitempty"`
 	Deadlines deploy.Deadlines `json:"deadlines,omitempty"`
+	// Models, for up, gives the host the desktop's model from now on.
+	Models *ModelsRoute `json:"models,omitempty"`
 	// ConnectTimeout bounds up's connecting (retries included); 0 means
 	// 2 minutes.
 	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
@@ -75,6 +78,8 @@ type Reply struct {
 	// Unreachable, for up, is that the host could not be connected to
 	// at all (as opposed to a step after the connection failing).
 	Unreachable bool `json:"unreachable,omitempty"`
+	// Runs, for list, is each run's model usage through the desktop.
+	Runs map[string]models.Usage `json:"runs,omitempty"`
 }
 
 // sameSSH checks that req was given the ssh configuration the keeper
@@ -97,6 +102,11 @@ type HeldInfo struct {
 	// missing: why); Broker the host-side socket registered for it.
 	Approvals string `json:"approvals,omitempty"`
 	Broker    string `json:"broker,omitempty"`
+	// Models is the desktop's model channel (ok: ROUTE, missing: why),
+	// "" when the host was not given the desktop's model; ModelUsage what
+	// the host used through it.
+	Models     string       `json:"models,omitempty"`
+	ModelUsage models.Usage `json:"model_usage,omitzero"`
 }
 
 // Desk, when set, serves the desktop's own namespace (tunnel/desk) for
@@ -116,13 +126,14 @@ type keeper struct {
 	dir    string          // its directory: control socket, log, a socket per host
 	ssh    paths.SSHConfig // the ssh configuration its hosts are held with
 
-	mu     sync.Mutex
-	hosts  map[string]*heldHost
-	active int // control requests in progress
-	log    *slog.Logger
-	ln     net.Listener
-	quit   chan struct{}
-	once   sync.Once
+	mu      sync.Mutex
+	hosts   map[string]*heldHost
+	proxies map[string]*models.Proxy // the desktop's model, per upstream and limits
+	active  int                      // control requests in progress
+	log     *slog.Logger
+	ln      net.Listener
+	quit    chan struct{}
+	once    sync.Once
 }
 
 type heldHost struct {
@@ -145,6 +156,12 @@ type heldHost struct {
 	approvals  string         // the approval channel's state: ok, registering, missing: why
 	brokerSock string         // the host-side socket forwarded to our broker now
 	lastClient *tunnel.Client // the connection dial last ran olliesrv start on
+
+	models     string        // the model channel's state, for status
+	route      *ModelsRoute  // the desktop's model given to the host; nil when none
+	modelProxy *models.Proxy // the proxy carrying it
+	stopModels func()        // ends carryModels
+	modelsDone chan struct{}
 }
 
 func Main(args []string) int {
@@ -298,7 +315,7 @@ func (k *keeper) serve(c net.Conn) {
 		err := k.down(ctx, req.Host, req.Stop)
 		send(Reply{Host: req.Host, Done: true, Err: errString(err)})
 	case "list":
-		send(Reply{Done: true, Held: k.list(), Policy: desktop.PolicyState(k.broker)})
+		send(Reply{Done: true, Held: k.list(), Policy: desktop.PolicyState(k.broker), Runs: k.runUsage()})
 	case "deploy":
 		k.mu.Lock()
 		h := k.hosts[req.Host]
@@ -364,6 +381,9 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	if h := k.hosts[req.Host]; h != nil {
 		k.mu.Unlock()
 		progress("already up")
+		if req.Models != nil {
+			k.startModels(h, req.Models)
+		}
 		if req.Bundle == nil {
 			return h.sock, nil, nil
 		}
@@ -426,6 +446,9 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	}
 	k.hosts[req.Host] = h
 	k.mu.Unlock()
+	if req.Models != nil {
+		k.startModels(h, req.Models)
+	}
 	return h.sock, dr, nil
 }
 
@@ -488,6 +511,7 @@ func (h *heldHost) letApprovalsGo() {
 }
 
 func (h *heldHost) close() {
+	h.endModels()
 	h.letApprovalsGo()
 	if h.proxy != nil {
 		h.proxy.Close()
@@ -553,8 +577,12 @@ func (k *keeper) list() []HeldInfo {
 	var out []HeldInfo
 	for _, h := range k.hosts {
 		h.mu.Lock()
-		out = append(out, HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
-			Approvals: h.approvals, Broker: h.brokerSock})
+		hi := HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
+			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models}
+		if h.modelProxy != nil {
+			hi.ModelUsage = h.modelProxy.UsageOf(h.name)
+		}
+		out = append(out, hi)
 		h.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })

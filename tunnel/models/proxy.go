@@ -87,6 +87,7 @@ type Proxy struct {
 
 	once     sync.Once
 	mu       sync.Mutex
+	key      string // SetKey's, in place of Upstream.Key once set
 	inflight map[string]int
 	hosts    map[string]*Usage
 	runs     map[string]*Usage
@@ -110,6 +111,24 @@ func (p *Proxy) init() {
 			p.Log = slog.New(slog.DiscardHandler)
 		}
 	})
+}
+
+// SetKey replaces the upstream's key for the requests from now on (a
+// rotated key given to the keeper again).
+func (p *Proxy) SetKey(key string) {
+	p.init()
+	p.mu.Lock()
+	p.key = key
+	p.mu.Unlock()
+}
+
+func (p *Proxy) upstreamKey() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.key != "" {
+		return p.key
+	}
+	return p.Upstream.Key
 }
 
 // UsageOf returns what a host has used, and a run.
@@ -248,8 +267,9 @@ func (p *Proxy) serve(host string, w http.ResponseWriter, r *http.Request) {
 	up.URL.RawQuery = r.URL.RawQuery
 	up.Header.Set("Content-Type", "application/json")
 	up.Header.Set("Accept", r.Header.Get("Accept"))
-	if p.Upstream.Key != "" {
-		up.Header.Set("Authorization", "Bearer "+p.Upstream.Key)
+	key := p.upstreamKey()
+	if key != "" {
+		up.Header.Set("Authorization", "Bearer "+key)
 	}
 	p.count(host, run, func(u *Usage) { u.Requests++ })
 	resp, err := p.Client.Do(up)
@@ -258,8 +278,8 @@ func (p *Proxy) serve(host string, w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the host went away: nobody to answer
 		}
-		p.Log.Warn("ollie-remote: the desktop's model backend failed", "host", host, "backend", p.Upstream.Name, "err", redact(err, p.Upstream.Key))
-		apiError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("the desktop's backend %s did not answer: %v", p.Upstream.Name, redact(err, p.Upstream.Key)))
+		p.Log.Warn("ollie-remote: the desktop's model backend failed", "host", host, "backend", p.Upstream.Name, "err", redact(err, key))
+		apiError(w, http.StatusBadGateway, "upstream_error", fmt.Sprintf("the desktop's backend %s did not answer: %v", p.Upstream.Name, redact(err, key)))
 		return
 	}
 	defer resp.Body.Close()

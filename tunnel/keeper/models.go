@@ -1,0 +1,257 @@
+package keeper
+
+// The model channel: for as long as it holds a host that was given the
+// desktop's model, the keeper forwards a socket on the host to the
+// desktop's model proxy (tunnel/models), over each SSH connection, and
+// keeps the host's backend configuration pointing at it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"ollie/tunnel"
+	"ollie/tunnel/models"
+)
+
+// ModelsRoute gives a host the desktop's model. It comes over the
+// keeper's private control socket with the upstream's key, which stays in
+// the keeper's memory.
+type ModelsRoute struct {
+	Upstream models.Upstream `json:"upstream"`
+	Model    string          `json:"model,omitempty"` // the host's default model through it
+	Limits   models.Limits   `json:"limits"`
+}
+
+// Describe names the route for people, without its key.
+func (r *ModelsRoute) Describe() string {
+	if r == nil {
+		return ""
+	}
+	s := "desktop:" + r.Upstream.Name
+	if r.Model != "" {
+		s += " " + r.Model
+	}
+	return s
+}
+
+// DesktopBackend is the name the host's namespace gives the desktop's
+// model (ollie read backends).
+const DesktopBackend = "desktop"
+
+// DesktopBackendsFile is the host's backend configuration the keeper
+// writes, beside the host's own backends.json, which wins on a name.
+const DesktopBackendsFile = "backends.desktop.json"
+
+// modelsSocket is where, on the host, the desktop's model is reached:
+// beside the namespace's socket.
+func (h *heldHost) modelsSocket() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return path.Join(path.Dir(h.remoteSock), "models.sock")
+}
+
+// proxyFor is the keeper's proxy to an upstream, one per upstream and
+// limits, so that a run's usage adds up across its hosts.
+func (k *keeper) proxyFor(r *ModelsRoute) *models.Proxy {
+	key := fmt.Sprintf("%s\x00%s\x00%d\x00%d", r.Upstream.Name, r.Upstream.URL, r.Limits.Concurrent, r.Limits.RunTokens)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.proxies == nil {
+		k.proxies = map[string]*models.Proxy{}
+	}
+	p := k.proxies[key]
+	if p == nil {
+		p = &models.Proxy{Upstream: r.Upstream, Limits: r.Limits, Log: k.log}
+		k.proxies[key] = p
+	}
+	// A key given again (rotated) is used from now on.
+	p.SetKey(r.Upstream.Key)
+	return p
+}
+
+// carryModels forwards, for every SSH connection to the host, the host's
+// models socket to p, and writes the host's desktop backend configuration
+// once per connection, until the host is let go or the route changes.
+func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *models.Proxy, log *slog.Logger) {
+	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
+		c, err := h.th.Client(ctx)
+		if err != nil {
+			if ctx.Err() != nil || tunnel.Permanent(err) {
+				return
+			}
+			h.setModels("missing: no SSH connection: " + err.Error())
+			sleepCtx(ctx, delay)
+			continue
+		}
+		sock := h.modelsSocket()
+		// A socket left by an earlier connection would make sshd refuse
+		// the forward: this desktop's route replaces it.
+		if sc, err := c.SFTP(); err == nil {
+			sc.Remove(sock)
+		}
+		ln, err := c.ListenUnix(sock)
+		if err == nil {
+			err = h.writeDesktopBackend(ctx, c, route, sock)
+		}
+		if err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			log.Warn("ollie-remote: the desktop's model cannot reach this host", "err", err)
+			h.setModels("missing: " + err.Error())
+			select {
+			case <-c.Done():
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 10*time.Second)
+			continue
+		}
+		delay = 250 * time.Millisecond
+		h.setModels("ok: " + route.Describe())
+		served := make(chan struct{})
+		sctx, stop := context.WithCancel(ctx)
+		go func() {
+			defer close(served)
+			p.Serve(sctx, h.name, ln)
+		}()
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+		}
+		stop()
+		ln.Close()
+		<-served
+	}
+}
+
+// writeDesktopBackend writes the host's desktop backend configuration and
+// has the daemon read its backends again.
+func (h *heldHost) writeDesktopBackend(ctx context.Context, c *tunnel.Client, route *ModelsRoute, sock string) error {
+	b, _ := json.MarshalIndent(map[string]any{
+		"backends": map[string]any{DesktopBackend: map[string]any{
+			"type": "openai", "url": "http://desktop/v1", "socket": sock, "model": route.Model,
+		}},
+	}, "", "  ")
+	sc, err := c.SFTP()
+	if err != nil {
+		return err
+	}
+	home, err := sc.Getwd()
+	if err != nil {
+		return err
+	}
+	dir := path.Join(home, ".config", "ollie")
+	sc.MkdirAll(dir)
+	tmp := path.Join(dir, "."+DesktopBackendsFile+".tmp")
+	f, err := sc.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return fmt.Errorf("writing %s on the host: %w", path.Join(dir, DesktopBackendsFile), err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	f.Chmod(0600)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = sc.PosixRename(tmp, path.Join(dir, DesktopBackendsFile))
+	}
+	if werr != nil {
+		sc.Remove(tmp)
+		return fmt.Errorf("writing %s on the host: %w", path.Join(dir, DesktopBackendsFile), werr)
+	}
+	nc, err := h.nsConn(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := nc.RdWr(cctx, "ctl", []byte("invalidate")); err != nil {
+		return fmt.Errorf("olliesrv did not take the desktop's backend: %w", err)
+	}
+	return nil
+}
+
+func (h *heldHost) setModels(s string) {
+	h.mu.Lock()
+	h.models = s
+	h.mu.Unlock()
+}
+
+// startModels carries route to the host from now on, in place of any
+// route it had.
+func (k *keeper) startModels(h *heldHost, route *ModelsRoute) {
+	p := k.proxyFor(route)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	h.mu.Lock()
+	old, oldDone := h.stopModels, h.modelsDone
+	h.stopModels, h.modelsDone, h.route, h.modelProxy = cancel, done, route, p
+	h.mu.Unlock()
+	if old != nil {
+		old()
+		<-oldDone
+	}
+	go func() {
+		defer close(done)
+		h.carryModels(ctx, route, p, k.log.With("host", h.name))
+	}()
+}
+
+// endModels stops carrying the host's route.
+func (h *heldHost) endModels() {
+	h.mu.Lock()
+	stop, done := h.stopModels, h.modelsDone
+	h.stopModels = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// RunUsage is the model usage of every run through the desktop, from every
+// proxy of the keeper.
+func (k *keeper) runUsage() map[string]models.Usage {
+	k.mu.Lock()
+	var ps []*models.Proxy
+	for _, p := range k.proxies {
+		ps = append(ps, p)
+	}
+	k.mu.Unlock()
+	out := map[string]models.Usage{}
+	for _, p := range ps {
+		for run, u := range p.Runs() {
+			t := out[run]
+			t.Requests += u.Requests
+			t.Refused += u.Refused
+			t.Failed += u.Failed
+			t.PromptTokens += u.PromptTokens
+			t.CompletionTokens += u.CompletionTokens
+			out[run] = t
+		}
+	}
+	return out
+}
+
+// usageLine is a host's model usage through the desktop, for status.
+func usageLine(u models.Usage) string {
+	if u.Requests == 0 && u.Refused == 0 {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%d requests", u.Requests), fmt.Sprintf("%d tokens", u.Tokens())}
+	if u.Refused > 0 {
+		parts = append(parts, fmt.Sprintf("%d refused", u.Refused))
+	}
+	return strings.Join(parts, ", ")
+}
