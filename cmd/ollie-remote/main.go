@@ -75,6 +75,11 @@ type common struct {
 	all       bool
 	system    bool
 	deadlines deploy.Deadlines
+	// The desktop's model for the hosts (up, fleet run): -model-via.
+	modelVia        string
+	model           string
+	modelConcurrent int
+	runTokens       int
 }
 
 // ssh is the ssh configuration the flags name: it picks the keeper.
@@ -146,6 +151,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.IntVar(&c.keep, "keep", 3, "versions kept on each host, the current one included")
 	fl.BoolVar(&c.stop, "stop-daemon", false, "down: stop the host's olliesrv as well")
 	fl.BoolVar(&c.all, "all", false, "down: every host held")
+	fl.StringVar(&c.modelVia, "model-via", "", "up: give the hosts this desktop's model through the tunnel: desktop, or desktop:BACKEND (a backend of this desktop's backends.json); its API key stays here")
+	fl.StringVar(&c.model, "model", "", "up -model-via: the hosts' default model through it (default: the backend's)")
+	fl.IntVar(&c.modelConcurrent, "model-concurrent", 0, "up -model-via: model requests at once per host (default 4)")
+	fl.IntVar(&c.runTokens, "run-tokens", 0, "up -model-via: tokens one run (a session, across hosts) may spend through the desktop (default: no cap)")
 	fl.BoolVar(&c.system, "system", false, "deploy: also install "+deploy.SystemCommand+" for every user, with sudo approved on this desktop")
 	fl.DurationVar(&c.deadlines.Step, "timeout", 30*time.Second, "deadline of each remote step (probe, start, status); an upload gets it plus 1s per 32 KiB, a commit 3 times it")
 	// Flags may come before or after the command.

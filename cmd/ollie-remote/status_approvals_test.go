@@ -78,9 +78,11 @@ func TestStatusApprovals(t *testing.T) {
 		{"missing", "connected; approvals: olliesrv does not answer on the host"},
 		{"registering", "connected"},
 	} {
-		cell, rest, _ := strings.Cut(lines[i+1][col:], " ")
-		if cell != want.cell || strings.TrimSpace(rest) != want.tunnel {
-			t.Errorf("%s: APPROVALS %q, then %q; want %q, then %q", held[i].Host, cell, strings.TrimSpace(rest), want.cell, want.tunnel)
+		cell, _, _ := strings.Cut(lines[i+1][col:], " ")
+		tunnel := strings.TrimSpace(lines[i+1][strings.Index(lines[0], "TUNNEL"):])
+		model := strings.TrimSpace(lines[i+1][strings.Index(lines[0], "MODEL"):strings.Index(lines[0], "TUNNEL")])
+		if cell != want.cell || tunnel != want.tunnel || model != "host's own" {
+			t.Errorf("%s: APPROVALS %q, MODEL %q, TUNNEL %q; want %q, host's own, %q", held[i].Host, cell, model, tunnel, want.cell, want.tunnel)
 		}
 	}
 }

@@ -28,6 +28,11 @@ func (c *common) request(op, host string) keeper.Request {
 // upMain has the keeper bring each host up, a few at once, and says where
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
+	route, err := c.modelsRoute()
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
+		return 2
+	}
 	if err := keeper.Ensure(ctx, c.ssh()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
@@ -49,7 +54,9 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r, err := keeper.Call(ctx, c.request("up", h), func(r keeper.Reply) { say(h, r.Msg) })
+			req := c.request("up", h)
+			req.Models = route
+			r, err := keeper.Call(ctx, req, func(r keeper.Reply) { say(h, r.Msg) })
 			if err == nil && r.Err != "" {
 				err = fmt.Errorf("%s", r.Err)
 			}
@@ -61,6 +68,9 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 				return
 			}
 			say(h, fmt.Sprintf("up: ollie -H %s (socket %s)", h, r.Socket))
+			if route != nil {
+				say(h, "its agents may use this desktop's model: backend "+keeper.DesktopBackend+" ("+route.Describe()+")")
+			}
 		}()
 	}
 	wg.Wait()
@@ -130,16 +140,17 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		fmt.Fprintln(stdout, "nothing is up: ollie-remote up HOST...")
 		return 0
 	}
-	type row struct{ host, version, uptime, sessions, agents, approvals, tunnel string }
+	type row struct{ host, version, uptime, sessions, agents, approvals, models, tunnel string }
 	rows := make([]row, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := row{host: h, version: "-", uptime: "-", sessions: "-", agents: "-", approvals: "-", tunnel: "down"}
+			r := row{host: h, version: "-", uptime: "-", sessions: "-", agents: "-", approvals: "-", models: "-", tunnel: "down"}
 			if info, ok := held[h]; ok {
 				r.tunnel = info.Tunnel
+				r.models = modelsCell(info)
 				if info.Proxy != "" && info.Proxy != "connected" {
 					r.tunnel += "; " + info.Proxy
 				}
@@ -166,12 +177,12 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	}
 	wg.Wait()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tAPPROVALS\tTUNNEL")
+	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tAPPROVALS\tMODEL\tTUNNEL")
 	// Version, sessions, agents and the namespace's errors are the
 	// host's words.
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.host), cell(r.version), r.uptime, cell(r.sessions), cell(r.agents),
-			termsafe.Line(r.approvals), termsafe.Field(r.tunnel, maxHostMessage))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.host), cell(r.version), r.uptime, cell(r.sessions), cell(r.agents),
+			termsafe.Line(r.approvals), termsafe.Field(r.models, maxHostMessage), termsafe.Field(r.tunnel, maxHostMessage))
 	}
 	tw.Flush()
 	return 0
@@ -251,4 +262,21 @@ func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.
 		return deploy.Result{}, false
 	}
 	return *r.Result, true
+}
+
+// modelsCell is the MODEL column of status: the host's own backends, or
+// the desktop's model it was given, its channel's state and what it used.
+func modelsCell(info keeper.HeldInfo) string {
+	if info.Models == "" {
+		return "host's own"
+	}
+	s := strings.TrimPrefix(info.Models, "ok: ")
+	if u := info.ModelUsage; u.Requests > 0 || u.Refused > 0 {
+		s += fmt.Sprintf(" (%d requests, %d tokens", u.Requests, u.Tokens())
+		if u.Refused > 0 {
+			s += fmt.Sprintf(", %d refused", u.Refused)
+		}
+		s += ")"
+	}
+	return strings.ReplaceAll(s, "\t", " ")
 }
