@@ -66,7 +66,7 @@ const RunHeader = "X-Ollie-Run"
 
 // Usage counts requests and tokens.
 type Usage struct {
-	Requests         int `json:"requests"`
+	Requests         int `json:"requests"` // chat requests sent upstream
 	Refused          int `json:"refused,omitempty"` // by a cap
 	Failed           int `json:"failed,omitempty"`  // the upstream failed or the host went away
 	PromptTokens     int `json:"prompt_tokens"`
@@ -271,7 +271,9 @@ func (p *Proxy) serve(host string, w http.ResponseWriter, r *http.Request) {
 	if key != "" {
 		up.Header.Set("Authorization", "Bearer "+key)
 	}
-	p.count(host, run, func(u *Usage) { u.Requests++ })
+	if chat {
+		p.count(host, run, func(u *Usage) { u.Requests++ })
+	}
 	resp, err := p.Client.Do(up)
 	if err != nil {
 		p.count(host, run, func(u *Usage) { u.Failed++ })

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/agent/fakellm"
+	"ollie/internal/sshlab"
+)
+
+// TestDesktopModel: a host with no model of its own gets the desktop's
+// through the tunnel (up -model-via desktop:deskllm). Its agent's turn
+// reaches the scripted server on the desktop, which sees the desktop's
+// API key; the host lists the backend; status shows the route and its
+// usage. The key is then nowhere on the host: no file (its session file
+// included), no process's argv or environment.
+func TestDesktopModel(t *testing.T) {
+	kb := make([]byte, 16)
+	rand.Read(kb)
+	key := "sk-desk-" + hex.EncodeToString(kb)
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "ormod"})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	r.must("deploy", "h11")
+
+	llm := fakellm.Start(t)
+	llm.RequireKey(key)
+	llm.Push(fakellm.Text("the desktop's model ", "answers"))
+	deskCfg := filepath.Join(t.TempDir(), "config")
+	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
+	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
+		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "key_env": "DESK_LLM_KEY", "model": "desk-model"}}}`), 0600)
+	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
+	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg, "DESK_LLM_KEY="+key)
+	if out, err := up.CombinedOutput(); err != nil || !strings.Contains(string(out), "this desktop's model: backend desktop (desktop:deskllm desk-model)") {
+		t.Fatalf("up -model-via: %v\n%s", err, out)
+	}
+	ollie := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ssh h11 ollie %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	// The keeper writes the host's backend and has the daemon read it.
+	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
+		if i == 100 {
+			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ollie("name=m", "rdwr", "session/new")
+	ollie("name=a", "rdwr", "session/m/agent/new")
+	ollie("say something", "write", "session/m/agent/a/prompt")
+	for i := 0; !strings.Contains(ollie("", "read", "session/m/agent/a/log"), "the desktop's model answers"); i++ {
+		if i == 150 {
+			t.Fatalf("no reply through the desktop's model; log:\n%s\nstats:\n%s", ollie("", "read", "session/m/agent/a/log"), ollie("", "read", "session/m/agent/a/stats"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	reqs := llm.Requests()
+	last := reqs[len(reqs)-1]
+	if got := last.Header.Get("Authorization"); got != "Bearer "+key || last.Header.Get("X-Ollie-Run") != "" {
+		t.Errorf("the upstream got Authorization %q and X-Ollie-Run %q", got, last.Header.Get("X-Ollie-Run"))
+	}
+	st := r.must("status", "h11")
+	if !strings.Contains(st, "desktop:deskllm desk-model (1 requests, ") {
+		t.Errorf("status does not show the route and its usage:\n%s", st)
+	}
+	r.must("down", "-stop-daemon", "h11")
+
+	searchFor(t, key, h.Home, "/tmp", "/var/log")
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(key)) {
+				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+				if !bytes.Contains(cmd, []byte("ollie-remote")) && !bytes.Contains(cmd, []byte(".test")) {
+					t.Errorf("the key is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+				}
+			}
+		}
+	}
+	if sessions, _ := filepath.Glob(filepath.Join(h.Home, ".local/state/ollie/sessions/*")); len(sessions) == 0 {
+		t.Error("no session file to search")
+	}
+}
