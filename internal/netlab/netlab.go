@@ -13,6 +13,16 @@
 // of sends that found no route (the internet), as the proof that the host
 // opened no connection of its own. See Outbound for what counts.
 //
+// A test uses it through internal/sshlab (Config.Isolated puts each host's
+// sshd in a namespace of its own), or alone:
+//
+//	n := netlab.New(t)                        // removed when t ends
+//	srv := n.Command("/path/to/server", "-listen", "127.0.0.1:11434")
+//	// ... the host's commands reach 127.0.0.1:11434; the desktop does not
+//	if a, d := n.Outbound(); a != 0 {
+//		t.Errorf("the host tried to get out: %d: %s", a, d)
+//	}
+//
 // It needs root, iproute2 (ip) and nftables (nft); without them New skips
 // the test in plain go test and fails it in the lab tier (internal/lab).
 // Namespaces are named after the test process (olab-PID-N), so that a
@@ -63,12 +73,30 @@ func Check() error {
 		return errors.New("netlab: needs root (it makes network namespaces)")
 	}
 	for _, p := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(p); err != nil {
+		if tool(p) == "" {
 			return fmt.Errorf("netlab: %s not found", p)
 		}
 	}
 	return nil
 }
+
+// tool is the path of an administration command, looked for on PATH and
+// then in /usr/sbin and /sbin, which a root PATH may lack; "" if missing.
+func tool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin"} {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// ip returns the command ip args...
+func ip(args ...string) *exec.Cmd { return exec.Command(tool("ip"), args...) }
 
 // New makes a namespace for t, and removes it, with every process in it,
 // when the test ends.
@@ -97,7 +125,7 @@ func Create() (*Net, error) {
 	}
 	RemoveStale()
 	n := &Net{Name: fmt.Sprintf("%s%d-%d", prefix, os.Getpid(), seq.Add(1))}
-	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
+	if out, err := ip("netns", "add", n.Name).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("netlab: ip netns add %s: %v: %s", n.Name, err, out)
 	}
 	if err := n.setup(); err != nil {
@@ -112,16 +140,18 @@ func (n *Net) setup() error {
 	// addresses: ip link add fails if another lab, in this process or
 	// another, holds it.
 	var x int
+	var last []byte
 	for x = 1; x <= 254; x++ {
 		link := linkPrefix + strconv.Itoa(x)
-		err := exec.Command("ip", "link", "add", link, "type", "veth", "peer", "name", DevName, "netns", n.Name).Run()
+		out, err := ip("link", "add", link, "type", "veth", "peer", "name", DevName, "netns", n.Name).CombinedOutput()
 		if err == nil {
 			n.Link = link
 			break
 		}
+		last = out
 	}
 	if n.Link == "" {
-		return fmt.Errorf("netlab: %s: no free link olnet1–254", n.Name)
+		return fmt.Errorf("netlab: %s: no free link olnet1–254: ip link add: %s", n.Name, last)
 	}
 	n.Addr = fmt.Sprintf("10.201.%d.2", x)
 	n.Peer = fmt.Sprintf("10.201.%d.1", x)
@@ -134,13 +164,13 @@ func (n *Net) setup() error {
 	// namespace is its own, empty loopback). ip netns exec bind-mounts
 	// /etc/netns/NAME/resolv.conf over /etc/resolv.conf.
 	steps := [][]string{
-		{"ip", "netns", "exec", n.Name, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/" + DevName + "/disable_ipv6"},
-		{"ip", "netns", "exec", n.Name, "nft", "-f", "-"},
-		{"ip", "addr", "add", n.Peer + "/30", "dev", n.Link},
-		{"ip", "-n", n.Name, "addr", "add", n.Addr + "/30", "dev", DevName},
-		{"ip", "-n", n.Name, "link", "set", "lo", "up"},
-		{"ip", "-n", n.Name, "link", "set", DevName, "up"},
-		{"ip", "link", "set", n.Link, "up"},
+		{"netns", "exec", n.Name, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/" + DevName + "/disable_ipv6"},
+		{"netns", "exec", n.Name, tool("nft"), "-f", "-"},
+		{"addr", "add", n.Peer + "/30", "dev", n.Link},
+		{"-n", n.Name, "addr", "add", n.Addr + "/30", "dev", DevName},
+		{"-n", n.Name, "link", "set", "lo", "up"},
+		{"-n", n.Name, "link", "set", DevName, "up"},
+		{"link", "set", n.Link, "up"},
 	}
 	etc := filepath.Join("/etc/netns", n.Name)
 	if err := os.MkdirAll(etc, 0o755); err != nil {
@@ -150,12 +180,12 @@ func (n *Net) setup() error {
 		return fmt.Errorf("netlab: %v", err)
 	}
 	for _, s := range steps {
-		cmd := exec.Command(s[0], s[1:]...)
+		cmd := ip(s...)
 		if s[len(s)-1] == "-" {
 			cmd.Stdin = strings.NewReader(ruleset)
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("netlab: %s: %s: %v: %s", n.Name, strings.Join(s, " "), err, out)
+			return fmt.Errorf("netlab: %s: ip %s: %v: %s", n.Name, strings.Join(s, " "), err, out)
 		}
 	}
 	return nil
@@ -165,11 +195,11 @@ func (n *Net) setup() error {
 // (ip netns exec NAME name args...), as root. It shares the machine's
 // files: a Unix socket it binds is reached from any namespace.
 func (n *Net) Command(name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	return ip(append([]string{"netns", "exec", n.Name, name}, args...)...)
 }
 
 // Pids lists the processes inside the namespace.
-func (n *Net) Pids() []int { return nsPids(n.Name) }
+func (n *Net) Pids() []int { return pidsIn(nsInode(n.Name)) }
 
 // Close kills every process inside the namespace and removes it, its link
 // and its /etc/netns directory. Closing twice does nothing.
@@ -180,27 +210,47 @@ func (n *Net) Close() error {
 	return remove(n.Name)
 }
 
-func nsPids(name string) []int {
-	out, _ := exec.Command("ip", "netns", "pids", name).Output()
+// nsInode is the inode of the namespace named name, which
+// /proc/PID/ns/net shows for each process inside; 0 if there is none.
+func nsInode(name string) uint64 {
+	fi, err := os.Stat(filepath.Join("/run/netns", name))
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
+
+// pidsIn lists the processes whose network namespace has inode ino.
+func pidsIn(ino uint64) []int {
+	if ino == 0 {
+		return nil
+	}
+	want := fmt.Sprintf("net:[%d]", ino)
 	var pids []int
-	for _, f := range strings.Fields(string(out)) {
-		if p, err := strconv.Atoi(f); err == nil && p != os.Getpid() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil && l == want {
 			pids = append(pids, p)
 		}
 	}
 	return pids
 }
 
-// remove kills what runs in the namespace and deletes it. The veth pair
-// goes with it: the kernel destroys both ends when the namespace holding
-// one of them is gone.
-func remove(name string) error {
-	// A process may fork while it is being killed: kill until none is left.
+// killIn kills the processes in namespace ino until none is left: one may
+// fork while it is being killed.
+func killIn(name string, ino uint64) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		pids := nsPids(name)
+		pids := pidsIn(ino)
 		if len(pids) == 0 {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("netlab: %s: processes %v still running after SIGKILL", name, pids)
@@ -210,14 +260,26 @@ func remove(name string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// remove kills what runs in the namespace and deletes it. The veth pair
+// goes with it: the kernel destroys both ends when the namespace holding
+// one of them is gone.
+func remove(name string) error {
 	os.RemoveAll(filepath.Join("/etc/netns", name))
-	if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
+	ino := nsInode(name)
+	if ino == 0 {
 		return nil
 	}
-	if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+	if err := killIn(name, ino); err != nil {
+		return err
+	}
+	if out, err := ip("netns", "del", name).CombinedOutput(); err != nil {
 		return fmt.Errorf("netlab: ip netns del %s: %v: %s", name, err, out)
 	}
-	return nil
+	// A process that opened the namespace before it was deleted (ip netns
+	// exec starting) may have entered it since.
+	return killIn(name, ino)
 }
 
 // RemoveStale removes the namespaces of test processes that are gone

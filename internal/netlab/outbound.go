@@ -51,7 +51,7 @@ table inet ollie_lab {
 // "none". When the counters cannot be read, attempts is -1 and detail
 // says why: a test that wants 0 fails.
 func (n *Net) Outbound() (attempts int, detail string) {
-	out, err := n.Command("nft", "-j", "list", "table", "inet", "ollie_lab").Output()
+	out, err := n.Command(tool("nft"), "-j", "list", "table", "inet", "ollie_lab").Output()
 	if err != nil {
 		return -1, fmt.Sprintf("netlab: %s: nft list table: %v", n.Name, err)
 	}
