@@ -53,7 +53,8 @@ const Root = "/var/lib/ollie-sshlab"
 // Config says what hosts a lab has.
 type Config struct {
 	// Hosts is how many hosts to start, on 127.0.0.11, 127.0.0.12, …
-	// (at most MaxHosts)
+	// (with Isolated, each on 10.201.X.2 in a namespace of its own;
+	// at most MaxHosts either way).
 	// 0 means 1.
 	Hosts int
 	// UserPrefix names the hosts' users: prefix + last address byte
