@@ -8,6 +8,11 @@
 // test and fails it in the lab tier (internal/lab), since a skipped SSH
 // test in CI would hide a broken setup.
 //
+// With Config.Isolated each host's sshd runs in a network namespace of its
+// own with no way out (internal/netlab): its address is the namespace's
+// end of a veth pair (10.201.X.2, port 22), and Host.Outbound proves what
+// the host tried to reach besides its SSH sessions.
+//
 // Several labs may run at once, in one test process or in parallel test
 // processes: each sshd listens on a port of its own, so the addresses are
 // shared, and each lab keeps its client key and authorized_keys in its own
@@ -37,6 +42,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"ollie/internal/lab"
+	"ollie/internal/netlab"
 )
 
 // Root holds every lab's directory. It is not under /tmp: sshd's StrictModes
@@ -47,7 +53,8 @@ const Root = "/var/lib/ollie-sshlab"
 // Config says what hosts a lab has.
 type Config struct {
 	// Hosts is how many hosts to start, on 127.0.0.11, 127.0.0.12, …
-	// (at most MaxHosts)
+	// (with Isolated, each on 10.201.X.2 in a namespace of its own;
+	// at most MaxHosts either way).
 	// 0 means 1.
 	Hosts int
 	// UserPrefix names the hosts' users: prefix + last address byte
@@ -74,6 +81,15 @@ type Config struct {
 	// symlink named ash to busybox). Users are shared between labs: each
 	// lab sets its users' shells, and puts /bin/bash back when it stops.
 	Shell map[int]string
+	// Isolated runs each host's sshd in a network namespace of its own
+	// (internal/netlab) whose only link leads to the test's namespace,
+	// with no default route: the host reaches nothing but the desktop's
+	// end of that link, and its firewall refuses and counts even that.
+	// The host's Addr is the namespace's end of the link, its Port 22,
+	// and its Netns and Net name the namespace. Everything its sessions
+	// run (olliesrv too) runs in that namespace; the file system is the
+	// machine's, so Unix sockets, forwarded ones too, work as before.
+	Isolated bool
 }
 
 // Lab is a set of running hosts and the client files that reach them.
@@ -101,6 +117,12 @@ type Host struct {
 	HostKeyPub string // public host key line ("ssh-ed25519 AAAA…")
 	Log        string // sshd log file
 	SshdConfig string // sshd_config file
+	// Netns is the network namespace of an isolated host
+	// (Config.Isolated), for ip netns exec; "" for a host on loopback.
+	Netns string
+	// Net is that namespace: Net.Command runs a command inside it, as
+	// root; nil for a host on loopback.
+	Net *netlab.Net
 
 	lab *Lab
 	mu  sync.Mutex
@@ -118,6 +140,11 @@ func Start(t testing.TB, cfg Config) *Lab {
 	t.Helper()
 	if err := check(); err != nil {
 		lab.Need(t, false, fmt.Sprintf("sshlab: %v (run .ci/run, or apt-get install openssh-server sudo, as root)", err))
+	}
+	if cfg.Isolated {
+		if err := netlab.Check(); err != nil {
+			lab.Need(t, false, fmt.Sprintf("sshlab: isolated hosts: %v (run .ci/run, or apt-get install iproute2 nftables, as root)", err))
+		}
 	}
 	if cfg.Hosts <= 0 {
 		cfg.Hosts = 1
@@ -224,6 +251,12 @@ func (l *Lab) setup() error {
 			return err
 		}
 		l.Hosts = append(l.Hosts, h)
+		if l.cfg.Isolated {
+			if h.Net, err = netlab.Create(); err != nil {
+				return err
+			}
+			h.Netns, h.Addr = h.Net.Name, h.Net.Addr
+		}
 	}
 	// useradd and chpasswd lock /etc/passwd and /etc/shadow, so users are
 	// made one after another; the sshds then start in parallel.
@@ -410,9 +443,13 @@ func locked(name string) bool {
 }
 
 func (l *Lab) writeSshdConfig(i int, h *Host) error {
-	port, err := freePort(h.Addr)
-	if err != nil {
-		return err
+	// An isolated host has its namespace's ports to itself.
+	port := 22
+	if h.Net == nil {
+		var err error
+		if port, err = freePort(h.Addr); err != nil {
+			return err
+		}
 	}
 	h.Port = port
 	var b bytes.Buffer
@@ -466,6 +503,13 @@ func (l *Lab) SSH(args ...string) *exec.Cmd {
 func (l *Lab) stop() {
 	for _, h := range l.Hosts {
 		h.Stop()
+	}
+	for _, h := range l.Hosts {
+		if h.Net != nil {
+			if err := h.Net.Close(); err != nil {
+				l.t.Errorf("sshlab: %s: %v", h.Name, err)
+			}
+		}
 	}
 	if l.cfg.Sudoers {
 		for _, h := range l.Hosts {
@@ -546,6 +590,10 @@ func (h *Host) run() error {
 	}
 	defer logf.Close()
 	cmd := exec.Command("/usr/sbin/sshd", "-D", "-e", "-f", h.SshdConfig)
+	if h.Net != nil {
+		// ip execs sshd in place, so that cmd's process is sshd.
+		cmd = h.Net.Command("/usr/sbin/sshd", "-D", "-e", "-f", h.SshdConfig)
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// Pdeathsig: a test binary killed before its cleanup takes its sshds along.
@@ -585,12 +633,21 @@ func (l *Lab) writeClientFiles() error {
 	for _, h := range l.Hosts {
 		fmt.Fprintf(&cfg, "Host %s\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n\n",
 			h.Name, h.Addr, h.Port, h.User, l.ClientKey, l.KnownHosts)
-		fmt.Fprintf(&kh, "[%s]:%d %s\n", h.Addr, h.Port, h.HostKeyPub)
+		fmt.Fprintf(&kh, "%s %s\n", knownHost(h.Addr, h.Port), h.HostKeyPub)
 	}
 	if err := os.WriteFile(l.ConfigFile, cfg.Bytes(), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(l.KnownHosts, kh.Bytes(), 0o644)
+}
+
+// knownHost is how known_hosts names addr:port: OpenSSH looks a host on
+// port 22 up by its bare address, any other as [addr]:port.
+func knownHost(addr string, port int) string {
+	if port == 22 {
+		return addr
+	}
+	return fmt.Sprintf("[%s]:%d", addr, port)
 }
 
 // Stop stops the host's sshd and every connection it serves, as a host
@@ -608,6 +665,17 @@ func (h *Host) Stop() {
 	}
 	<-h.exited
 	h.cmd = nil
+}
+
+// Outbound reports what an isolated host tried to reach besides its SSH
+// sessions and loopback (netlab.Net.Outbound): attempts is 0 and detail
+// "none" when it tried nothing. A host on loopback has no such proof:
+// attempts is -1.
+func (h *Host) Outbound() (attempts int, detail string) {
+	if h.Net == nil {
+		return -1, fmt.Sprintf("sshlab: %s is not isolated (Config.Isolated)", h.Name)
+	}
+	return h.Net.Outbound()
 }
 
 // Restart stops and starts the host's sshd.
@@ -679,12 +747,15 @@ func (h *Host) signalConnections(sig syscall.Signal) int {
 // established TCP connection to the host's address and port.
 func (h *Host) connectionHolders() []int {
 	ip := net.ParseIP(h.Addr).To4()
-	if ip == nil {
+	pid := h.Pid()
+	if ip == nil || pid == 0 {
 		return nil
 	}
 	// /proc/net/tcp writes the address as little-endian hex, then the port.
+	// The listener's own view holds the connections of its network
+	// namespace, an isolated host's too.
 	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], h.Port)
-	b, err := os.ReadFile("/proc/net/tcp")
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
 	if err != nil {
 		return nil
 	}
