@@ -545,7 +545,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	} else if restored == nil {
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
-	cfg := agent.Config{ID: m.ID, Name: m.Name, SessionID: s.ID, Backend: be, Model: m.Model, System: system,
+	cfg := agent.Config{ID: m.ID, Name: m.Name, SessionID: s.ID, Run: s.Name(), Backend: be, Model: m.Model, System: system,
 		Tools: tools, Cwd: m.Cwd, MaxSteps: prof.MaxSteps, Publish: n.bus.Publish, Hooks: hooks}
 	if s.Yolo {
 		cfg.TurnNote = yoloNote

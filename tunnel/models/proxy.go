@@ -66,7 +66,7 @@ const RunHeader = "X-Ollie-Run"
 
 // Usage counts requests and tokens.
 type Usage struct {
-	Requests         int `json:"requests"` // chat requests sent upstream
+	Requests         int `json:"requests"`          // chat requests sent upstream
 	Refused          int `json:"refused,omitempty"` // by a cap
 	Failed           int `json:"failed,omitempty"`  // the upstream failed or the host went away
 	PromptTokens     int `json:"prompt_tokens"`
