@@ -94,3 +94,72 @@ func TestDesktopModel(t *testing.T) {
 		t.Error("no session file to search")
 	}
 }
+
+// TestAirGappedHost: a host whose sshd runs in a network namespace with no
+// route out (internal/netlab): deploy, then an agent on the desktop's
+// model through the tunnel makes tool calls, one of which tries the
+// internet and is refused. Afterwards the namespace's counters show that
+// the host opened no connection at all but the SSH session.
+func TestAirGappedHost(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orgap", Isolated: true})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	r.must("deploy", "h11")
+
+	llm := fakellm.Start(t)
+	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		var tools []string
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				tools = append(tools, strings.TrimSpace(m.Text()))
+			}
+		}
+		switch len(tools) {
+		case 0:
+			return fakellm.ToolCall("shell", `{"command": "uname -s"}`)
+		case 1:
+			return fakellm.ToolCall("shell", `{"command": "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 443), 3); print('REACHED' + '-NET')\""}`)
+		}
+		return fakellm.Text("done: ", strings.Join(tools, " | "))
+	})
+	deskCfg := filepath.Join(t.TempDir(), "config")
+	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
+	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
+		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
+	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("up -model-via: %v\n%s", err, out)
+	}
+	ollie := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
+		if i == 100 {
+			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ollie("name=m", "rdwr", "session/new")
+	ollie("name=a", "rdwr", "session/m/agent/new")
+	ollie("look around", "write", "session/m/agent/a/prompt")
+	var log string
+	for i := 0; !strings.Contains(log, "done: "); i++ {
+		if i == 300 {
+			t.Fatalf("the agent did not finish; log:\n%s", log)
+		}
+		time.Sleep(100 * time.Millisecond)
+		log = ollie("", "read", "session/m/agent/a/log")
+	}
+	if !strings.Contains(log, "Linux") || strings.Contains(log, "REACHED-NET") || !strings.Contains(log, "Permission denied") {
+		t.Errorf("the tools' results: want uname's answer and the internet refused:\n%s", log)
+	}
+	r.must("down", "-stop-daemon", "h11")
+	if n, detail := h.Outbound(); n != 0 {
+		t.Errorf("the air-gapped host opened %d connections besides the SSH session: %s", n, detail)
+	}
+}
