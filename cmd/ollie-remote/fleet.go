@@ -61,6 +61,9 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	jobs := fl.Int("j", 32, "hosts connected to and set up at once")
 	follow := fl.Bool("follow", false, "stream every host's chat, each line prefixed by its host")
 	asJSON := fl.Bool("json", false, "print one JSON object per host at the end, nothing while it runs")
+	fl.StringVar(&c.modelVia, "model-via", c.modelVia, "give the hosts this desktop's model through the tunnel: desktop, or desktop:BACKEND; its API key stays here")
+	fl.IntVar(&c.modelConcurrent, "model-concurrent", c.modelConcurrent, "with -model-via: model requests at once per host (default 4)")
+	fl.IntVar(&c.runTokens, "run-tokens", c.runTokens, "with -model-via: tokens the run may spend through the desktop, all hosts together (default: no cap)")
 	askBecome := fl.Bool("ask-become-pass", false, "ask the sudo password once for the run (Ansible's -K); otherwise each host asks")
 	fl.BoolVar(&c.acceptNew, "accept-new", c.acceptNew, "add the key of a host seen for the first time to known_hosts")
 	lostAfter := fl.Duration("lost-after", 2*time.Minute, "report a host lost when it stays unreachable this long")
@@ -96,6 +99,11 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 			return 1
 		}
 		cfg.Bundle = b
+		c.model = *model
+		if cfg.Models, err = c.modelsRoute(); err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+			return 2
+		}
 		run := fleet.NewRun(goal, targets, hosts)
 		run.Source, run.Profile, run.Model, run.SSH = source, *profile, *model, cfg.SSH
 		if err := store.Save(run); err != nil {

@@ -163,3 +163,53 @@ func TestAirGappedHost(t *testing.T) {
 		t.Errorf("the air-gapped host opened %d connections besides the SSH session: %s", n, detail)
 	}
 }
+
+// TestFleetDesktopModel: a fleet run whose hosts have no model of their
+// own runs on the desktop's (-model-via); its results say what the run
+// used. A second run with a token budget too small for its work is cut
+// off by the desktop, and each host's result says why.
+func TestFleetDesktopModel(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "orfmd"})
+	r := newRemote(t, lab)
+	llm := fakellm.Start(t)
+	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+			return fakellm.Response{Text: []string{"checked as ", strings.TrimSpace(last.Text())}, Usage: &fakellm.Usage{PromptTokens: 100, CompletionTokens: 10}}
+		}
+		return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "shell", Args: `{"command": "id -un"}`}}, Usage: &fakellm.Usage{PromptTokens: 100, CompletionTokens: 10}}
+	})
+	deskCfg := filepath.Join(t.TempDir(), "config")
+	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
+	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
+		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	fleetRun := func(args ...string) (string, int) {
+		cmd := r.cmd(append([]string{"fleet", "run", "-json", "-model-via", "desktop:deskllm"}, args...)...)
+		cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+deskCfg)
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	out, code := fleetRun("h11,h12", "check who runs here")
+	res := jsonResults(t, out)
+	if code != 0 || res["h11"].Result != "done" || !strings.Contains(res["h12"].Answer, "checked as orfmd12") {
+		t.Fatalf("fleet run -model-via: exit %d\n%s", code, out)
+	}
+	id := runIDRE.FindString(res["h11"].Run)
+	if st := r.must("fleet", "status", id); !strings.Contains(st, "the desktop's model: 4 requests, 440 tokens") {
+		t.Errorf("the run's model usage is not in its results:\n%s", st)
+	}
+
+	out, code = fleetRun("-run-tokens", "150", "h11,h12", "check who runs here")
+	res = jsonResults(t, out)
+	if code != 1 {
+		t.Errorf("a run past its budget exited %d, want 1:\n%s", code, out)
+	}
+	cut := 0
+	for _, h := range []string{"h11", "h12"} {
+		if j := res[h]; j.Result == "error" && strings.Contains(j.Error, "token budget for run fleet-") {
+			cut++
+		}
+	}
+	if cut == 0 {
+		t.Errorf("no host was told the run's budget was spent:\n%s", out)
+	}
+}

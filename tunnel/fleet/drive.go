@@ -13,6 +13,7 @@ import (
 	"ollie/ns/client"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/keeper"
+	"ollie/tunnel/models"
 )
 
 // Config is how a Runner reaches the hosts.
@@ -33,6 +34,9 @@ type Config struct {
 	// LostAfter is how long a host that was reached may stay unreachable
 	// before it is reported lost. 0 means 2 minutes.
 	LostAfter time.Duration
+	// Models, when set, gives every host the desktop's model through
+	// its tunnel (the run's agents use it: backend desktop).
+	Models *keeper.ModelsRoute
 	// Waiting, when set, names the tool a host's request for approval
 	// waits on, "" when none does: the run's broker knows.
 	Waiting func(host string) string
@@ -110,7 +114,11 @@ func (r *Runner) drive(ctx context.Context, fresh bool) error {
 	wg.Wait()
 	stopSaving()
 	<-saved
+	usage := r.modelUsage()
 	r.mu.Lock()
+	if usage != nil {
+		r.Run.ModelUsage = usage
+	}
 	switch {
 	case ctx.Err() != nil:
 		r.Run.State = "detached"
@@ -216,6 +224,7 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 		Deadlines: r.Cfg.Deadlines, ConnectTimeout: timeout, Override: h.Override}
 	if fresh {
 		req.Bundle = r.Cfg.Bundle
+		req.Models = r.Cfg.Models
 	}
 	reply, err := keeper.Call(ctx, req, func(rep keeper.Reply) {
 		if strings.HasPrefix(rep.Msg, "olliesrv serves") || rep.Msg == "already up" {
@@ -293,6 +302,22 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 		return "", false
 	}
 	return reply.Socket, true
+}
+
+// modelUsage is what the run's agents used of the desktop's model, as the
+// keeper counted it; nil when the run did not go through the desktop.
+func (r *Runner) modelUsage() *models.Usage {
+	if r.Cfg.Models == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rep, err := keeper.Call(ctx, keeper.Request{Op: "list", Config: r.Cfg.SSH.Config, Known: r.Cfg.SSH.Known}, nil)
+	if err != nil {
+		return nil
+	}
+	u := rep.Runs[r.Run.Session]
+	return &u
 }
 
 // agentRequest is what agent/new is written: values quoted as the host's

@@ -30,6 +30,7 @@ import (
 
 	"ollie/internal/paths"
 	"ollie/tunnel"
+	"ollie/tunnel/models"
 )
 
 // A Run is one goal given to many hosts, as the desktop keeps it.
@@ -48,6 +49,9 @@ type Run struct {
 	State string    `json:"state"`
 	Ended time.Time `json:"ended,omitzero"`
 	Hosts []*Host   `json:"hosts"`
+	// ModelUsage is what the run used of the desktop's model, when its
+	// hosts were given it.
+	ModelUsage *models.Usage `json:"model_usage,omitempty"`
 }
 
 // A Host is one host's part of a run.

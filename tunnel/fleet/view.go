@@ -324,6 +324,13 @@ func WriteTable(w io.Writer, run *Run) {
 			h.Steps, h.ToolCalls, h.Tokens, orDash(termsafe.Field(text, maxAnswerCell)))
 	}
 	tw.Flush()
+	if u := run.ModelUsage; u != nil {
+		line := fmt.Sprintf("the desktop's model: %d requests, %d tokens (%d prompt, %d completion)", u.Requests, u.Tokens(), u.PromptTokens, u.CompletionTokens)
+		if u.Refused > 0 {
+			line += fmt.Sprintf(", %d refused by the desktop's caps", u.Refused)
+		}
+		fmt.Fprintln(w, line)
+	}
 	for _, h := range run.Hosts {
 		for _, n := range h.Notes {
 			fmt.Fprintf(w, "%s: %s\n", termsafe.Line(h.Name), termsafe.Field(n, 200))

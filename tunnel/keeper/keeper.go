@@ -382,7 +382,9 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 		k.mu.Unlock()
 		progress("already up")
 		if req.Models != nil {
-			k.startModels(h, req.Models)
+			if err := h.waitModels(ctx, k.startModels(h, req.Models), progress); err != nil {
+				return h.sock, nil, err
+			}
 		}
 		if req.Bundle == nil {
 			return h.sock, nil, nil
@@ -447,7 +449,9 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 	k.hosts[req.Host] = h
 	k.mu.Unlock()
 	if req.Models != nil {
-		k.startModels(h, req.Models)
+		if err := h.waitModels(ctx, k.startModels(h, req.Models), progress); err != nil {
+			return h.sock, dr, err
+		}
 	}
 	return h.sock, dr, nil
 }

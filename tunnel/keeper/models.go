@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"ollie/tunnel"
@@ -78,7 +79,7 @@ func (k *keeper) proxyFor(r *ModelsRoute) *models.Proxy {
 // carryModels forwards, for every SSH connection to the host, the host's
 // models socket to p, and writes the host's desktop backend configuration
 // once per connection, until the host is let go or the route changes.
-func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *models.Proxy, log *slog.Logger) {
+func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *models.Proxy, ready func(), log *slog.Logger) {
 	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
 		c, err := h.th.Client(ctx)
 		if err != nil {
@@ -115,6 +116,7 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 		}
 		delay = 250 * time.Millisecond
 		h.setModels("ok: " + route.Describe())
+		ready()
 		served := make(chan struct{})
 		sctx, stop := context.WithCancel(ctx)
 		go func() {
@@ -186,8 +188,9 @@ func (h *heldHost) setModels(s string) {
 }
 
 // startModels carries route to the host from now on, in place of any
-// route it had.
-func (k *keeper) startModels(h *heldHost, route *ModelsRoute) {
+// route it had. The channel it returns is closed once the host's daemon
+// has the desktop's backend, so that agents made after up use it.
+func (k *keeper) startModels(h *heldHost, route *ModelsRoute) <-chan struct{} {
 	p := k.proxyFor(route)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -199,10 +202,31 @@ func (k *keeper) startModels(h *heldHost, route *ModelsRoute) {
 		old()
 		<-oldDone
 	}
+	ready := make(chan struct{})
+	var once sync.Once
 	go func() {
 		defer close(done)
-		h.carryModels(ctx, route, p, k.log.With("host", h.name))
+		h.carryModels(ctx, route, p, func() { once.Do(func() { close(ready) }) }, k.log.With("host", h.name))
 	}()
+	return ready
+}
+
+// waitModels waits for the host's daemon to have the desktop's backend, at
+// most a minute; after that the route is said to be missing, and status
+// says why.
+func (h *heldHost) waitModels(ctx context.Context, ready <-chan struct{}, progress func(string)) error {
+	progress("giving the host this desktop's model")
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		h.mu.Lock()
+		state := h.models
+		h.mu.Unlock()
+		return fmt.Errorf("the desktop's model did not reach the host within a minute (%s)", state)
+	}
 }
 
 // endModels stops carrying the host's route.
