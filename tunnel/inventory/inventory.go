@@ -22,6 +22,10 @@ type Host struct {
 	// Groups are the inventory groups the host is in, directly or through
 	// children, sorted, without "all": Ansible's group_names.
 	Groups []string
+	// Vars are the host's variables named ollie_* with a string value
+	// (group vars included, as Ansible resolves them): ollie's own
+	// settings for the host, such as ollie_model_via.
+	Vars map[string]string
 }
 
 // Errors a TargetError carries, for errors.Is.

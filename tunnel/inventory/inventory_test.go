@@ -60,8 +60,8 @@ var fleet = []inventory.Host{
 	{Name: "web2", Override: &tunnel.Override{User: "alice", Port: 2222, IdentityFile: "~/.ssh/web_key", ProxyJump: []string{"bastion"}}, Groups: []string{"prod", "web"}},
 	{Name: "web04", Override: &tunnel.Override{User: "deploy", Port: 2222, IdentityFile: "~/.ssh/web_key"}, Groups: []string{"prod", "web"}},
 	{Name: "web05", Override: &tunnel.Override{User: "deploy", Port: 2222, IdentityFile: "~/.ssh/web_key"}, Groups: []string{"prod", "web"}},
-	{Name: "db1", Override: &tunnel.Override{User: "dba", Port: 2222, ProxyJump: []string{"ops@10.0.0.2:2022"}}, Groups: []string{"db", "prod"}},
-	{Name: "db2", Override: &tunnel.Override{User: "dba", Port: 22, ProxyJump: []string{"bastion", "db1"}}, Groups: []string{"db", "prod"}},
+	{Name: "db1", Override: &tunnel.Override{User: "dba", Port: 2222, ProxyJump: []string{"ops@10.0.0.2:2022"}}, Groups: []string{"db", "prod"}, Vars: dbVars},
+	{Name: "db2", Override: &tunnel.Override{User: "dba", Port: 22, ProxyJump: []string{"bastion", "db1"}}, Groups: []string{"db", "prod"}, Vars: dbVars},
 }
 
 func pick(names ...string) []inventory.Host {
@@ -83,6 +83,10 @@ func show(hosts []inventory.Host) string {
 	}
 	return b.String()
 }
+
+// dbVars are the ollie_* string vars group_vars/db gives its hosts (its
+// ollie_count, a number, is not one).
+var dbVars = map[string]string{"ollie_model_via": "desktop:openrouter"}
 
 // TestInventories reads an INI and a YAML inventory of the same fleet
 // (groups, children, group and host vars, group_vars/ and host_vars/,

@@ -96,6 +96,7 @@ func Resolve(ctx context.Context, targets []string, o Options) (hosts []Host, so
 					return nil, source, err
 				}
 				h.Groups = r.inv.groupNames(base)
+				h.Vars = ollieVars(r.inv.vars[base])
 			}
 		}
 		hosts = append(hosts, h)

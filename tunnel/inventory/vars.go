@@ -269,3 +269,20 @@ func plainWord(s string) bool {
 	}
 	return true
 }
+
+// ollieVars are a host's ollie_* variables with a string value; nil when
+// it has none.
+func ollieVars(vars map[string]any) map[string]string {
+	var out map[string]string
+	for k, v := range vars {
+		s, ok := v.(string)
+		if !ok || !strings.HasPrefix(k, "ollie_") || notTemplate(s) != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = strings.TrimSpace(s)
+	}
+	return out
+}
