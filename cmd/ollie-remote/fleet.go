@@ -88,7 +88,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "usage: ollie-remote fleet run [-H] TARGETS GOAL (ollie-remote fleet help)")
 			return 2
 		}
-		hosts, source, err := resolveTargets(context.Background(), targets, *invFile, c)
+		hosts, groupsOf, varsOf, source, err := resolveTargets(context.Background(), targets, *invFile, c)
 		if err != nil {
 			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
 			return 2
@@ -100,9 +100,21 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		}
 		cfg.Bundle = b
 		c.model = *model
-		if cfg.Models, err = c.modelsRoute(); err != nil {
+		rules, err := loadModelRules(modelsFile())
+		if err != nil {
 			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
 			return 2
+		}
+		rs := routes{}
+		for _, h := range hosts {
+			choice := c.choose(h.Name, groupsOf[h.Name], varsOf[h.Name], rules)
+			if h.Route, err = rs.get(choice); err != nil {
+				fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
+				return 2
+			}
+			if h.Route != nil {
+				h.Model = &fleet.ModelSpec{Via: choice.via, Model: choice.model, Concurrent: choice.concurrent, RunTokens: choice.tokens}
+			}
 		}
 		run := fleet.NewRun(goal, targets, hosts)
 		run.Source, run.Profile, run.Model, run.SSH = source, *profile, *model, cfg.SSH
@@ -117,6 +129,18 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 			return code
 		}
 		cfg.SSH = run.SSH
+		// The desktop's model goes to each host again: the keeper may be
+		// new (a reboot), and the key is only ever in memory.
+		rs := routes{}
+		for _, h := range run.Hosts {
+			if m := h.Model; m != nil {
+				var err error
+				if h.Route, err = rs.get(modelChoice{via: m.Via, model: m.Model, concurrent: m.Concurrent, tokens: m.RunTokens, why: "run " + run.ID}); err != nil {
+					fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
+					return 1
+				}
+			}
+		}
 		return watchRun(run, cfg, store, false, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
 	case "ls":
 		return fleetList(store, stdout, stderr)
@@ -168,17 +192,20 @@ func flagGiven(fl *flag.FlagSet, name string) bool {
 	return given
 }
 
-// resolveTargets turns what the person typed into the run's hosts.
-func resolveTargets(ctx context.Context, targets []string, inv string, c *common) ([]*fleet.Host, string, error) {
+// resolveTargets turns what the person typed into the run's hosts, and
+// says each one's inventory groups and ollie_* vars.
+func resolveTargets(ctx context.Context, targets []string, inv string, c *common) ([]*fleet.Host, map[string][]string, map[string]map[string]string, string, error) {
 	found, source, err := inventory.Resolve(ctx, targets, inventory.Options{Inventory: inv, SSHConfig: c.config})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, nil, "", err
 	}
 	hosts := make([]*fleet.Host, len(found))
+	groups, vars := map[string][]string{}, map[string]map[string]string{}
 	for i, h := range found {
 		hosts[i] = &fleet.Host{Name: h.Name, Override: h.Override}
+		groups[h.Name], vars[h.Name] = h.Groups, h.Vars
 	}
-	return hosts, source, nil
+	return hosts, groups, vars, source, nil
 }
 
 func loadRun(store fleet.Store, rest []string, stderr io.Writer) (*fleet.Run, int) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -212,4 +214,37 @@ func TestFleetDesktopModel(t *testing.T) {
 	if cut == 0 {
 		t.Errorf("no host was told the run's budget was spent:\n%s", out)
 	}
+
+	// Chosen per host: h11 is in an inventory group whose var sends it to
+	// the desktop's model; h12 is not, and uses its own backend (the same
+	// scripted server, reached directly).
+	h12cfg := filepath.Join(lab.Host(1).Home, ".config", "ollie")
+	os.MkdirAll(h12cfg, 0700)
+	os.WriteFile(filepath.Join(h12cfg, "backends.json"),
+		[]byte(`{"backends": {"own": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "own-model"}}}`), 0600)
+	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", lab.Host(1).UID, lab.Host(1).GID), filepath.Join(lab.Host(1).Home, ".config")).Run()
+	r.must("down", "-stop-daemon", "-all")
+	inv := filepath.Join(t.TempDir(), "hosts.ini")
+	os.WriteFile(inv, []byte("[airgapped]\nh11\n[airgapped:vars]\nollie_model_via=desktop:deskllm\n[lan]\nh12\n"), 0644)
+	cmd := r.cmd("fleet", "run", "-json", "-i", inv, "@airgapped,@lan", "check who runs here")
+	cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+deskCfg)
+	b, err := cmd.CombinedOutput()
+	res = jsonResults(t, string(b))
+	if err != nil || res["h11"].Result != "done" || res["h12"].Result != "done" {
+		t.Fatalf("a run with the model chosen per host: %v\n%s", err, b)
+	}
+	st := r.must("status", "h11", "h12")
+	if !strings.Contains(tableLine(st, "h11"), "desktop:deskllm desk-model (2 requests") || !strings.Contains(tableLine(st, "h12"), "host's own") {
+		t.Errorf("status after the run:\n%s", st)
+	}
+}
+
+// tableLine is the line of a table that begins with host.
+func tableLine(table, host string) string {
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, host+" ") {
+			return l
+		}
+	}
+	return ""
 }

@@ -28,10 +28,18 @@ func (c *common) request(op, host string) keeper.Request {
 // upMain has the keeper bring each host up, a few at once, and says where
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	route, err := c.modelsRoute()
+	rules, err := loadModelRules(modelsFile())
 	if err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 2
+	}
+	hostRoutes := map[string]*keeper.ModelsRoute{}
+	rs := routes{}
+	for _, h := range hosts {
+		if hostRoutes[h], err = rs.get(c.choose(h, nil, nil, rules)); err != nil {
+			fmt.Fprintf(stderr, "ollie-remote: %s: %s\n", termsafe.Line(h), termsafe.Line(err.Error()))
+			return 2
+		}
 	}
 	if err := keeper.Ensure(ctx, c.ssh()); err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
@@ -55,6 +63,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			req := c.request("up", h)
+			route := hostRoutes[h]
 			req.Models = route
 			r, err := keeper.Call(ctx, req, func(r keeper.Reply) { say(h, r.Msg) })
 			if err == nil && r.Err != "" {

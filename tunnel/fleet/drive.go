@@ -34,9 +34,6 @@ type Config struct {
 	// LostAfter is how long a host that was reached may stay unreachable
 	// before it is reported lost. 0 means 2 minutes.
 	LostAfter time.Duration
-	// Models, when set, gives every host the desktop's model through
-	// its tunnel (the run's agents use it: backend desktop).
-	Models *keeper.ModelsRoute
 	// Waiting, when set, names the tool a host's request for approval
 	// waits on, "" when none does: the run's broker knows.
 	Waiting func(host string) string
@@ -222,9 +219,9 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 	}
 	req := keeper.Request{Op: "up", Host: h.Name, Config: r.Cfg.SSH.Config, Known: r.Cfg.SSH.Known, AcceptNew: r.Cfg.AcceptNew, Keep: r.Cfg.Keep,
 		Deadlines: r.Cfg.Deadlines, ConnectTimeout: timeout, Override: h.Override}
+	req.Models = h.Route
 	if fresh {
 		req.Bundle = r.Cfg.Bundle
-		req.Models = r.Cfg.Models
 	}
 	reply, err := keeper.Call(ctx, req, func(rep keeper.Reply) {
 		if strings.HasPrefix(rep.Msg, "olliesrv serves") || rep.Msg == "already up" {
@@ -307,7 +304,11 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 // modelUsage is what the run's agents used of the desktop's model, as the
 // keeper counted it; nil when the run did not go through the desktop.
 func (r *Runner) modelUsage() *models.Usage {
-	if r.Cfg.Models == nil {
+	routed := false
+	for _, h := range r.Run.Hosts {
+		routed = routed || h.Route != nil
+	}
+	if !routed {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

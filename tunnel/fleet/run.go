@@ -30,6 +30,7 @@ import (
 
 	"ollie/internal/paths"
 	"ollie/tunnel"
+	"ollie/tunnel/keeper"
 	"ollie/tunnel/models"
 )
 
@@ -58,6 +59,11 @@ type Run struct {
 type Host struct {
 	Name     string           `json:"host"`
 	Override *tunnel.Override `json:"override,omitempty"` // connection settings of its inventory entry
+	// Route gives the host the desktop's model (its key is in it: never
+	// kept in the run's file); Model says what was chosen, for people and
+	// for an attach, which makes the route again.
+	Route *keeper.ModelsRoute `json:"-"`
+	Model *ModelSpec          `json:"model,omitempty"`
 	// State is what it does now: connecting, deploying, starting,
 	// thinking, running TOOL, waiting for approval, reconnecting, or the
 	// result once there is one.
@@ -78,6 +84,15 @@ type Host struct {
 	// Notes say why a host was degraded or what happened to it on the
 	// way (a restart of its daemon the run picked up).
 	Notes []string `json:"notes,omitempty"`
+}
+
+// ModelSpec is the desktop's model a host was given: a backend of the
+// desktop (via desktop or desktop:BACKEND), the model, the caps.
+type ModelSpec struct {
+	Via        string `json:"via"`
+	Model      string `json:"model,omitempty"`
+	Concurrent int    `json:"concurrent,omitempty"`
+	RunTokens  int    `json:"run_tokens,omitempty"`
 }
 
 // Results of a host that finished its work; the others failed.
