@@ -119,9 +119,12 @@ func transientNet(err error) bool {
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
 	var dns *net.DNSError
+	var gone *notConnected
 	switch {
 	case errors.As(err, &cert), errors.As(err, &unknown), errors.As(err, &host):
 		return false
+	case errors.As(err, &gone):
+		return true
 	case errors.As(err, &dns):
 		return dns.IsTemporary || dns.IsTimeout
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),

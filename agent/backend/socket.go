@@ -27,11 +27,25 @@ func socketDialer(path string) func(ctx context.Context, network, addr string) (
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, "unix", path)
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("the desktop's model is not connected to this host (%s): ollie-remote up on the desktop carries it: %w", path, err)
+			return nil, &notConnected{path: path, err: err}
 		}
 		return c, err
 	}
 }
+
+// notConnected is a socket backend whose socket nobody serves now: the
+// desktop let the host go, or its keeper is reconnecting. It is retried
+// (transientNet): a keeper that reconnects serves it again in a second.
+type notConnected struct {
+	path string
+	err  error
+}
+
+func (e *notConnected) Error() string {
+	return fmt.Sprintf("the desktop's model is not connected to this host (%s): ollie-remote up on the desktop carries it: %v", e.path, e.err)
+}
+
+func (e *notConnected) Unwrap() error { return e.err }
 
 // runHeader adds the run a request is for.
 type runHeader struct{ rt http.RoundTripper }
