@@ -248,3 +248,57 @@ func tableLine(table, host string) string {
 	}
 	return ""
 }
+
+// TestDesktopModelDrop: the SSH connection drops while the desktop's
+// model streams a reply: the upstream request is cancelled, the host's
+// turn does not hang, and it is asked again once the keeper has
+// reconnected, which the chat says.
+func TestDesktopModelDrop(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "ormdd"})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	r.must("deploy", "h11")
+	llm := fakellm.Start(t)
+	// The first reply streams a little, then hangs until its client is
+	// gone: only a cancelled upstream request lets it go.
+	llm.Push(fakellm.Hang("word0 ", "word1 "), fakellm.Text("asked again after the drop"))
+	deskCfg := filepath.Join(t.TempDir(), "config")
+	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
+	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
+		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
+	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("up -model-via: %v\n%s", err, out)
+	}
+	ollie := func(stdin string, args ...string) string {
+		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	ollie("name=m", "rdwr", "session/new")
+	ollie("name=a", "rdwr", "session/m/agent/new")
+	ollie("count", "write", "session/m/agent/a/prompt")
+	for i := 0; llm.Served() == 0; i++ {
+		if i == 100 {
+			t.Fatal("the model was never asked")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the stream is under way
+	if h.KillConnections() == 0 {
+		t.Fatal("no SSH connection to cut")
+	}
+	var log string
+	for i := 0; !strings.Contains(log, "asked again after the drop"); i++ {
+		if i == 300 {
+			t.Fatalf("the turn did not end with the reply asked again; log:\n%s\nstats:\n%s", log, ollie("", "read", "session/m/agent/a/stats"))
+		}
+		time.Sleep(100 * time.Millisecond)
+		log = ollie("", "read", "session/m/agent/a/log")
+	}
+	if llm.Abandoned() == 0 {
+		t.Error("the upstream stream went on after the host's connection dropped")
+	}
+}
