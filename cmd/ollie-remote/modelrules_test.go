@@ -20,7 +20,7 @@ func TestModelRules(t *testing.T) {
 	for text, want := range map[string]string{
 		"- hosts: web*\n  via: desktop\n  modle: x\n":      `:3: unknown key "modle"`,
 		"- via: desktop\n":                                 ":1: a rule names hosts: or group:",
-		"- hosts: a\n  group: b\n  via: host\n":           ":1: a rule names hosts: or group:",
+		"- hosts: a\n  group: b\n  via: host\n":            ":1: a rule names hosts: or group:",
 		"- hosts: web*\n  via: laptop\n":                   `:1: via "laptop": want host, desktop or desktop:BACKEND`,
 		"- hosts: '[web'\n  via: host\n":                   `:1: hosts "[web"`,
 		"- group: g\n  via: desktop\n  run_tokens: -1\n":   ":1: concurrent and run_tokens are counts",
