@@ -155,10 +155,24 @@ func (d *demoFleet) up(tb testing.TB, n int) time.Duration {
 	before := d.cpuNow()
 	out, took, ph, err := d.timedRun(append([]string{"-j", strconv.Itoa(n), "up"}, d.hosts(n)...)...)
 	if got := strings.Count(out, ": up: ollie -H "); err != nil || got != n {
-		tb.Fatalf("up: %v; %d hosts up, want %d\n%s", err, got, n, tailString(out, 4000))
+		tb.Fatalf("up: %v; %d hosts up, want %d\n%s", err, got, n, failedLines(out))
 	}
 	tb.Logf("up, %d hosts: %.2fs; up's own CPU %.1fs; %s", n, took.Seconds(), ph.cpu.Seconds(), d.cpuNow().since(before))
 	return took
+}
+
+// failedLines are the lines of out that say FAILED, or its tail.
+func failedLines(out string) string {
+	var failed []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "FAILED") {
+			failed = append(failed, line)
+		}
+	}
+	if len(failed) == 0 {
+		return tailString(out, 4000)
+	}
+	return strings.Join(failed, "\n")
 }
 
 // peerFiles are what parallel-ssh and ansible are given to reach the
