@@ -50,10 +50,12 @@ fuzz:
 	$(GO) test ./internal/termsafe -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./ns/mux -run '^$$' -fuzz '^FuzzClient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 
-# Every benchmark, each beside its peer (raw socket, bare exec, bare HTTP);
-# figures and their commands are in docs/benchmarks.md.
+# Every benchmark, each beside its peer (raw socket, bare exec, bare HTTP,
+# parallel-ssh, ansible); figures and their commands are in
+# docs/benchmarks.md. The fleet's take minutes on two cores: hence the
+# timeout.
 bench:
-	CGO_ENABLED=0 $(GO) test ./ns ./ns/chat ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./cmd/ollie-remote -run '^$$' -bench . -benchtime 2s
+	CGO_ENABLED=0 $(GO) test ./ns ./ns/chat ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./cmd/ollie-remote -run '^$$' -bench . -benchtime 2s -timeout 60m
 
 # Start a local olliesrv (or reuse the running one) and show its namespace.
 run: build
