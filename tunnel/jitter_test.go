@@ -3,6 +3,9 @@ package tunnel
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -33,5 +36,18 @@ func TestPermanentNoSuchHost(t *testing.T) {
 	}
 	if Permanent(fmt.Errorf("dial: %w", &net.DNSError{Err: "i/o timeout", Name: "web9", IsTimeout: true})) {
 		t.Error("a resolver's time-out is taken as permanent")
+	}
+}
+
+// TestConfigReadAgainWhenChanged: the parsed config is kept by content:
+// an edit of the file is seen at the next Resolve.
+func TestConfigReadAgainWhenChanged(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "config")
+	for i, port := range []string{"2201", "2202", "2201"} {
+		os.WriteFile(f, []byte("Host web1\n  Port "+port+"\n"), 0600)
+		tg, err := Resolve("web1", Options{ConfigFile: f})
+		if err != nil || strconv.Itoa(tg.Port) != port {
+			t.Errorf("edit %d: port %v (%v), want %s", i, tg, err, port)
+		}
 	}
 }
