@@ -32,9 +32,12 @@ package netlab
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -313,4 +316,35 @@ func stale(name string) bool {
 		return false
 	}
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// Listen opens a listener inside the namespace, served by this process:
+// a scripted server the host's commands reach (on its loopback, say) and
+// the desktop does not. The socket belongs to the namespace it was made
+// in, whichever thread later accepts on it.
+func (n *Net) Listen(network, addr string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread enters the namespace, makes the socket and is
+		// thrown away: it is never put back into the scheduler's pool.
+		runtime.LockOSThread()
+		ns, err := os.Open("/run/netns/" + n.Name)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("setns %s: %w", n.Name, err)}
+			return
+		}
+		ln, err := net.Listen(network, addr)
+		done <- result{ln, err}
+	}()
+	r := <-done
+	return r.ln, r.err
 }

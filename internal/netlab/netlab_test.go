@@ -307,3 +307,30 @@ func greeting(addr string) string {
 func execOut(name string, args ...string) ([]byte, error) {
 	return exec.Command(name, args...).CombinedOutput()
 }
+
+// TestListenInside: a listener this process opens in the namespace is
+// reached from inside on its loopback, not from the desktop.
+func TestListenInside(t *testing.T) {
+	n := New(t)
+	ln, err := n.Listen("tcp", "127.0.0.1:7072")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello from inside\n"))
+			c.Close()
+		}
+	}()
+	if got, _ := inside(t, n, "dial 127.0.0.1:7072"); got != "ok" {
+		t.Errorf("inside, 127.0.0.1:7072: %q", got)
+	}
+	if got := greeting("127.0.0.1:7072"); got == "hello from inside" {
+		t.Error("the desktop's loopback reached the listener made in the namespace")
+	}
+}
