@@ -99,6 +99,13 @@ func New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewListener(l), nil
+}
+
+// NewListener starts a server on l, which it closes with the server: for
+// a listener made elsewhere, e.g. on Ollama's own 127.0.0.1:11434 in a
+// test's network namespace. URL is "http://" and l's address.
+func NewListener(l net.Listener) *Server {
 	s := &Server{
 		done:   make(chan struct{}),
 		models: []Model{{ID: "fake-model"}},
@@ -119,7 +126,7 @@ func New() (*Server, error) {
 	s.ts = &httptest.Server{Listener: l, Config: &http.Server{Handler: mux}}
 	s.ts.Start()
 	s.URL = s.ts.URL
-	return s, nil
+	return s
 }
 
 // Close releases hanging responses and shuts the server down, waiting for
