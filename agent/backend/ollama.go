@@ -46,13 +46,6 @@ import (
 // memory on the Ollama host; "context" lowers or raises it.
 const OllamaContext = 32768
 
-// OllamaDefaultContext is the window Ollama runs a model with when
-// nothing sets num_ctx, OLLAMA_CONTEXT_LENGTH and the Modelfile included,
-// on a host with less than 23 GiB of VRAM (Ollama 0.6.4 and later; 32768
-// or 262144 with more VRAM). ollie sets num_ctx, so it only matters to a
-// client that does not.
-const OllamaDefaultContext = 4096
-
 // ollamaWindow is the context window of one model on one Ollama server.
 type ollamaWindow struct {
 	size    int    // tokens: the num_ctx sent with every chat
@@ -287,7 +280,7 @@ func (b *OpenAI) ollamaClassify(err error, rec *capture, model string) *attemptE
 	switch {
 	case errors.As(err, &se):
 		e.api.Status = se.StatusCode
-		e.api.Message = se.ErrorMessage
+		e.api.Message = clip(strings.TrimSpace(se.ErrorMessage), 1000)
 		if e.api.Message == "" {
 			e.api.Message = http.StatusText(se.StatusCode)
 		}
