@@ -100,6 +100,8 @@ type Agent struct {
 	steps    int    // the model's replies, every turn's
 	toolRuns int    // the tool calls it made
 	running  string // the tools running now, "" when none
+	window   int    // the context window at the last reply, 0 if unknown
+	lastIn   int    // the prompt tokens of the last reply
 	lastErr  string
 	closed   bool
 	procs    []*bgProc  // background calls whose output is still coming
@@ -318,6 +320,12 @@ type Stats struct {
 	Steps     int    `json:"steps"`
 	ToolCalls int    `json:"tool_calls"`
 	Running   string `json:"running,omitempty"`
+	// ContextWindow is the model's context window in tokens, as the
+	// backend gave it at the last reply (for Ollama the num_ctx ollie
+	// sets), and PromptTokensLast the size of that reply's prompt: how
+	// full the window was. The loop compacts past half. 0 is unknown.
+	ContextWindow    int `json:"context_window"`
+	PromptTokensLast int `json:"prompt_tokens_last"`
 }
 
 // Stats returns the agent's statistics.
@@ -326,7 +334,8 @@ func (a *Agent) Stats() Stats {
 	defer a.mu.Unlock()
 	return Stats{Turns: a.turns, PromptTokens: a.usage.PromptTokens, CompletionTokens: a.usage.CompletionTokens,
 		Messages: len(a.history), LastError: a.lastErr, State: a.state, Queued: len(a.queue),
-		Steps: a.steps, ToolCalls: a.toolRuns, Running: a.running}
+		Steps: a.steps, ToolCalls: a.toolRuns, Running: a.running,
+		ContextWindow: a.window, PromptTokensLast: a.lastIn}
 }
 
 // Close interrupts the running turn, stops the agent and ends its streams.

@@ -136,7 +136,7 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		tools[i] = backend.Tool{Name: d.Name, Description: d.Description, Parameters: d.Parameters}
 	}
 
-	failures, nudged, repeats, compacted := 0, false, 0, false
+	failures, nudged, repeats, compacted, toldText := 0, false, 0, false, false
 	lastRound := ""
 	rounds, replanned, stalled, sameAction := 0, false, false, 0
 	for step := 0; ; step++ {
@@ -179,12 +179,14 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			a.fail("model error: " + err.Error())
 			return
 		}
+		limit := a.cfg.Backend.ContextLength(ctx, a.Model())
 		a.mu.Lock()
 		a.usage.PromptTokens += reply.Usage.PromptTokens
 		a.usage.CompletionTokens += reply.Usage.CompletionTokens
 		a.steps++
+		a.window, a.lastIn = limit, reply.Usage.PromptTokens
 		a.mu.Unlock()
-		if limit := a.cfg.Backend.ContextLength(ctx, a.Model()); limit > 0 && reply.Usage.PromptTokens > limit/2 {
+		if limit > 0 && reply.Usage.PromptTokens > limit/2 {
 			fill = fmt.Sprintf("%d of %d tokens", reply.Usage.PromptTokens, limit)
 		}
 		for _, w := range reply.Warnings {
@@ -192,6 +194,15 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 		}
 		a.appendMsg(reply.Message)
 		calls := a.lastCalls()
+		if len(calls) == 0 && reply.TextToolCall != "" && !toldText {
+			// The model meant to call a tool but wrote the call as text:
+			// tell it how to call it, once a turn.
+			toldText = true
+			nudge := fmt.Sprintf("Your last reply wrote %s as plain text, so it was not run. Call the tool through the tools API (a tool call), not as text in your reply.", reply.TextToolCall)
+			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
+			a.say("\n[nudge: " + nudge + "]\n")
+			continue
+		}
 		if len(calls) == 0 {
 			if !strings.HasSuffix(reply.Message.Content, "\n") {
 				a.say("\n")

@@ -1,7 +1,8 @@
 // Package backend talks to language models. Every OpenAI-compatible server
-// (OpenAI, OpenRouter, Ollama's /v1, vLLM, llama.cpp) is one Backend,
-// built on github.com/openai/openai-go/v3; the loop sees only this
-// package's types.
+// (OpenAI, OpenRouter, vLLM, llama.cpp) is one Backend, built on
+// github.com/openai/openai-go/v3; Ollama is reached through its native
+// API with its official client, github.com/ollama/ollama/api, the one way
+// to set its context window. The loop sees only this package's types.
 package backend
 
 import (
@@ -79,6 +80,11 @@ type Reply struct {
 	FinishReason string  // "stop", "tool_calls", "length", ...
 	Usage        Usage
 	Warnings     []string // e.g. a tool call the model wrote as plain text
+	// TextToolCall, when tools were offered and the reply calls none,
+	// describes the tool call its text seems to make instead ("a call
+	// to tool shell"), which was not run; "" otherwise. The loop tells
+	// the model to call the tool through the tools API.
+	TextToolCall string
 }
 
 // A Backend is one model server.
@@ -120,4 +126,31 @@ func (e *APIError) Error() string {
 		return fmt.Sprintf("backend %s: %s", e.Backend, e.Message)
 	}
 	return fmt.Sprintf("backend %s: HTTP %d: %s", e.Backend, e.Status, e.Message)
+}
+
+// A ModelInfo is a model a server offers and the context window an agent
+// gets with it.
+type ModelInfo struct {
+	Name    string
+	Context int    // tokens; 0 if unknown
+	Source  string // where Context comes from, e.g. "num_ctx set by ollie"
+}
+
+// ListModels lists be's models, with their context windows when be can
+// tell (an *OpenAI can), else with their names only.
+func ListModels(ctx context.Context, be Backend) ([]ModelInfo, error) {
+	if l, ok := be.(interface {
+		ModelInfos(context.Context) ([]ModelInfo, error)
+	}); ok {
+		return l.ModelInfos(ctx)
+	}
+	names, err := be.Models(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ModelInfo, len(names))
+	for i, n := range names {
+		out[i] = ModelInfo{Name: n}
+	}
+	return out, nil
 }

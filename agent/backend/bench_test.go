@@ -12,14 +12,25 @@ import (
 	"ollie/agent/fakellm"
 )
 
-// BenchmarkChat measures turns per second of Chat (openai-go, streaming,
-// the mapping both ways) against fakellm answering at once, beside a bare
-// net/http client POSTing the same bytes to the same server and reading
-// the whole stream, in the same run. chat/bare is how many times longer a
-// Chat takes than the bare request.
+// BenchmarkChat measures turns per second of Chat (streaming, the mapping
+// both ways) against fakellm answering at once, beside a bare net/http
+// client POSTing the same bytes to the same server and reading the whole
+// stream, in the same run: with openai-go on /v1, and with Ollama's
+// official client on the native /api/chat. chat/bare is how many times
+// longer a Chat takes than the bare request.
 func BenchmarkChat(b *testing.B) {
+	b.Run("openai", func(b *testing.B) { benchChat(b, backend.TypeOpenAI) })
+	b.Run("ollama", func(b *testing.B) { benchChat(b, backend.TypeOllama) })
+}
+
+func benchChat(b *testing.B, typ string) {
 	s := fakellm.Start(b)
-	be, err := backend.NewOpenAI(backend.Config{Name: "bench", Type: backend.TypeOpenAI, URL: s.URL + "/v1", Model: "fake-model"}, "sk-bench")
+	c := backend.Config{Name: "bench", Type: typ, URL: s.URL + "/v1", Model: "fake-model"}
+	path := "/v1/chat/completions"
+	if typ == backend.TypeOllama {
+		c.URL, path = s.URL, "/api/chat"
+	}
+	be, err := backend.NewOpenAI(c, "sk-bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,11 +48,16 @@ func BenchmarkChat(b *testing.B) {
 	if _, err := be.Chat(ctx, msgs, tools, backend.Params{}, nil); err != nil {
 		b.Fatal(err)
 	}
-	body := s.Requests()[0].Body
+	var body []byte
+	for _, r := range s.Requests() {
+		if r.Path == path {
+			body = r.Body
+		}
+	}
 	s.SetImmediate("ok")
 	bare := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	post := func() {
-		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/chat/completions", bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer sk-bench")
 		res, err := bare.Do(req)

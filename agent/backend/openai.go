@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ollama/ollama/api"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -26,13 +27,15 @@ import (
 // Backend types.
 const (
 	TypeOpenAI = "openai" // any OpenAI-compatible server: OpenAI, OpenRouter, vLLM, llama.cpp
-	TypeOllama = "ollama" // Ollama: chat through its /v1 API, models and context from its own API
+	TypeOllama = "ollama" // Ollama: everything through its native API and official client (ollama.go)
 )
 
 // OpenAI is a Backend for a server speaking OpenAI's Chat Completions API,
-// through github.com/openai/openai-go/v3. Ollama is one too (TypeOllama):
-// its chat goes through the same /v1 path, its model list and context
-// window come from Ollama's own API. An OpenAI is safe for concurrent use.
+// through github.com/openai/openai-go/v3, or, with TypeOllama, for Ollama
+// through its native API and github.com/ollama/ollama/api: the only path
+// on which Ollama honours num_ctx (see ollama.go). Both share Chat's
+// retries, error classes and checks of a reply. An OpenAI is safe for
+// concurrent use.
 type OpenAI struct {
 	// Sleep waits between retries; nil means a timer that ends early,
 	// with ctx's error, when ctx ends. Tests inject one.
@@ -49,11 +52,11 @@ type OpenAI struct {
 	client *http.Client
 	chat   openai.ChatCompletionService
 	models openai.ModelService
+	ollama *api.Client // TypeOllama only
 
 	mu     sync.Mutex
 	window map[string]ollamaWindow // Ollama: model → context window
 	ctxLen map[string]int          // OpenAI type: model → context length from /v1/models
-	warned map[string]bool         // model → the default-window warning was given
 }
 
 // NewOpenAI returns a backend for c, sending key (may be empty) as the
@@ -99,6 +102,12 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 	}
 	b.chat = openai.NewChatCompletionService(opts...)
 	b.models = openai.NewModelService(opts...)
+	if c.Type == TypeOllama {
+		var err error
+		if b.ollama, err = newOllamaClient(b.root, b.client.Transport, key); err != nil {
+			return nil, fmt.Errorf("backend %s: url: %v", c.Name, err)
+		}
+	}
 	return b, nil
 }
 
@@ -129,23 +138,31 @@ func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Param
 	if model == "" {
 		return nil, &APIError{Backend: b.cfg.Name, Message: `no model given: set "model" for this backend (backends.json, OPENAI_MODEL or OLLAMA_MODEL)`}
 	}
-	params, err := b.params(model, msgs, tools, p)
-	if err != nil {
-		return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
+	// send makes one attempt.
+	var send func() (*Reply, bool, *attemptError)
+	var win ollamaWindow
+	if b.cfg.Type == TypeOllama {
+		win = b.ollamaWindowOf(ctx, model)
+		req, err := ollamaRequest(model, msgs, tools, p, win.size)
+		if err != nil {
+			return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
+		}
+		send = func() (*Reply, bool, *attemptError) { return b.ollamaStream(ctx, req, onDelta) }
+	} else {
+		params, err := b.params(model, msgs, tools, p)
+		if err != nil {
+			return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
+		}
+		send = func() (*Reply, bool, *attemptError) { return b.stream(ctx, params, onDelta) }
 	}
 
 	if b.cfg.Socket != "" && p.Run != "" {
 		ctx = context.WithValue(ctx, runKey{}, p.Run)
 	}
 	var warnings []string
-	var win ollamaWindow
-	if b.cfg.Type == TypeOllama {
-		win, warnings = b.ollamaCheck(ctx, model)
-	}
-
 	var reply *Reply
 	for attempt := 0; ; attempt++ {
-		r, delivered, err := b.stream(ctx, params, onDelta)
+		r, delivered, err := send()
 		if err == nil {
 			reply = r
 			break
@@ -172,7 +189,8 @@ func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Param
 	reply.Warnings = append(warnings, reply.Warnings...)
 	if len(tools) > 0 && len(reply.Message.ToolCalls) == 0 {
 		if w := textToolCall(reply.Message.Content, tools); w != "" {
-			msg := fmt.Sprintf("model %s wrote %s as plain text instead of a tool call; it was not run", model, w)
+			reply.TextToolCall = w
+			msg := fmt.Sprintf("model %s wrote %s as plain text instead of calling it; it was not run: a tool is called through the tools API, not as text", model, w)
 			b.log().Warn("backend: tool call as text", "backend", b.cfg.Name, "model", model, "call", w)
 			reply.Warnings = append(reply.Warnings, msg)
 		}
@@ -182,11 +200,8 @@ func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Param
 			reply.Warnings = append(reply.Warnings, fmt.Sprintf("model %s called %s with arguments that cannot be used (%s): %s", model, tc.Name, tc.ArgsError, clip(argsText(tc), 200)))
 		}
 	}
-	if win.size > 0 && reply.Usage.PromptTokens >= win.size*9/10 {
-		msg := fmt.Sprintf("the prompt took %d tokens of the %d-token context window Ollama runs %s with (%s); Ollama drops the oldest messages silently when a prompt does not fit",
-			reply.Usage.PromptTokens, win.size, model, win.source)
-		b.log().Warn("backend: ollama context nearly full", "backend", b.cfg.Name, "model", model, "prompt_tokens", reply.Usage.PromptTokens, "window", win.size)
-		reply.Warnings = append(reply.Warnings, msg)
+	if b.cfg.Type == TypeOllama {
+		reply.Warnings = append(reply.Warnings, b.ollamaAfter(ctx, model, win, reply)...)
 	}
 	return reply, nil
 }
@@ -514,6 +529,33 @@ func newCallID() string {
 	return "call_" + hex.EncodeToString(b[:])
 }
 
+// ModelInfos lists the models the server offers with the context window
+// an agent gets with each: for Ollama the num_ctx ollie sends (see
+// ollama.go), for others the backend's "context", else what /v1/models
+// says. It is not retried.
+func (b *OpenAI) ModelInfos(ctx context.Context) ([]ModelInfo, error) {
+	if b.cfg.Type == TypeOllama {
+		return b.ollamaModelInfos(ctx)
+	}
+	var rec capture
+	page, err := b.models.List(ctx, option.WithMiddleware(rec.middleware))
+	if err != nil {
+		return nil, b.classify(err, &rec).api
+	}
+	var out []ModelInfo
+	for _, m := range page.Data {
+		mi := ModelInfo{Name: m.ID}
+		switch n := contextFromModel(m); {
+		case b.cfg.Context > 0:
+			mi.Context, mi.Source = b.cfg.Context, `the backend's "context"`
+		case n > 0:
+			mi.Context, mi.Source = n, "/v1/models"
+		}
+		out = append(out, mi)
+	}
+	return out, nil
+}
+
 // Models lists the models the server offers: Ollama's from /api/tags,
 // others' from /v1/models. It is not retried.
 func (b *OpenAI) Models(ctx context.Context) ([]string, error) {
@@ -533,9 +575,9 @@ func (b *OpenAI) Models(ctx context.Context) ([]string, error) {
 }
 
 // ContextLength is the model's context window ("" means the default
-// model), or 0 if unknown. For Ollama it is the window Ollama actually
-// runs the model with, which may be far below what the model was trained
-// for (see ollama.go); for others it is the configured "context", else
+// model), or 0 if unknown. For Ollama it is the num_ctx ollie sends with
+// every chat, or the smaller window /api/ps showed Ollama runs the model
+// with (see ollama.go); for others it is the configured "context", else
 // what /v1/models says (vLLM's max_model_len, OpenRouter's
 // context_length, llama.cpp's meta.n_ctx_train).
 func (b *OpenAI) ContextLength(ctx context.Context, model string) int {
@@ -543,8 +585,7 @@ func (b *OpenAI) ContextLength(ctx context.Context, model string) int {
 		model = b.cfg.Model
 	}
 	if b.cfg.Type == TypeOllama {
-		w, _ := b.ollamaWindowOf(ctx, model)
-		return w.size
+		return b.ollamaWindowOf(ctx, model).size
 	}
 	if b.cfg.Context > 0 {
 		return b.cfg.Context

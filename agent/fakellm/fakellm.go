@@ -1,9 +1,13 @@
-// Package fakellm is a scripted OpenAI-compatible model server for tests.
+// Package fakellm is a scripted model server for tests: OpenAI-compatible
+// and Ollama.
 //
 // A Server listens on 127.0.0.1 and answers POST /v1/chat/completions
 // (server-sent events when the request says "stream": true, one JSON object
-// otherwise), GET /v1/models, and Ollama's native GET /api/tags and
-// POST /api/show. Each chat request plays the next Response of the script:
+// otherwise), GET /v1/models, and Ollama's native API (ollama.go):
+// GET /api/tags, POST /api/show, GET /api/ps and POST /api/chat, which
+// truncates a prompt beyond its window silently, as Ollama does, and
+// records what it dropped. Each chat request, on either API, plays the
+// next Response of the script:
 // text in several deltas, tool calls streamed in fragments as real servers
 // send them, errors with the status codes and bodies real servers send, a
 // connection reset mid-stream, a stream that hangs until the client goes.
@@ -13,13 +17,14 @@
 // with a fixed short text and nothing is recorded: that is the peer for
 // benchmarks.
 //
-// The package uses only the standard library. It trusts its clients
-// completely and is meant for tests, benchmarks and the scripted model of
-// ollie-remote demo, never for production.
+// Besides the standard library, the package uses only the types of
+// Ollama's own Go package, github.com/ollama/ollama/api, and it links no
+// testing package. It trusts its clients completely and is meant for
+// tests, benchmarks and the scripted model of ollie-remote demo, never
+// for production.
 package fakellm
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,6 +53,11 @@ type Server struct {
 	served    int // chat requests answered
 	gone      int // hanging responses whose client went away
 	closeOnce sync.Once
+
+	// Ollama (ollama.go)
+	defaultCtx int            // num_ctx when nothing sets it; 0 is DefaultContext
+	loaded     map[string]int // model → the num_ctx it runs with
+	loads      map[string]int // model → times loaded
 }
 
 // A Request is one request the server received.
@@ -56,7 +66,8 @@ type Request struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	Chat   *ChatRequest // the decoded body of a chat request; nil otherwise
+	Chat   *ChatRequest // the decoded body of a /v1 chat request; nil otherwise
+	Ollama *OllamaChat  // a native /api/chat request; nil otherwise
 }
 
 // TB is the part of testing.TB that Start uses; *testing.T and *testing.B
@@ -88,6 +99,13 @@ func New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return NewListener(l), nil
+}
+
+// NewListener starts a server on l, which it closes with the server: for
+// a listener made elsewhere, e.g. on Ollama's own 127.0.0.1:11434 in a
+// test's network namespace. URL is "http://" and l's address.
+func NewListener(l net.Listener) *Server {
 	s := &Server{
 		done:   make(chan struct{}),
 		models: []Model{{ID: "fake-model"}},
@@ -97,6 +115,8 @@ func New() (*Server, error) {
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("GET /api/tags", s.tags)
 	mux.HandleFunc("POST /api/show", s.show)
+	mux.HandleFunc("GET /api/ps", s.ps)
+	mux.HandleFunc("POST /api/chat", s.ollamaChat)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.record(r, nil, nil)
 		writeError(w, http.StatusNotFound, "fakellm: no route for "+r.Method+" "+r.URL.Path)
@@ -106,7 +126,7 @@ func New() (*Server, error) {
 	s.ts = &httptest.Server{Listener: l, Config: &http.Server{Handler: mux}}
 	s.ts.Start()
 	s.URL = s.ts.URL
-	return s, nil
+	return s
 }
 
 // Close releases hanging responses and shuts the server down, waiting for
@@ -141,7 +161,8 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
-// ChatRequests returns the chat requests received, in order of arrival.
+// ChatRequests returns the /v1 chat requests received, in order of
+// arrival.
 func (s *Server) ChatRequests() []*ChatRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,7 +221,9 @@ func (s *Server) SetImmediate(text string) {
 // Respond answers every chat request with what f makes of it, in place
 // of the script: for many agents talking at once (a fleet), whose
 // requests come in no set order, each answer can follow from its own
-// conversation. f runs concurrently. nil goes back to the script.
+// conversation. A native Ollama request reaches f in the same shape, with
+// the messages left after truncation. f runs concurrently. nil goes back
+// to the script.
 func (s *Server) Respond(f func(*ChatRequest) Response) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -304,78 +327,20 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
-func (s *Server) tags(w http.ResponseWriter, r *http.Request) {
-	s.record(r, nil, nil)
-	s.mu.Lock()
-	models := s.models
-	s.mu.Unlock()
-	list := []map[string]any{}
-	for _, m := range models {
-		list = append(list, map[string]any{
-			"name":        m.ID,
-			"model":       m.ID,
-			"modified_at": "2025-01-01T00:00:00Z",
-			"size":        1 << 30,
-			"digest":      fmt.Sprintf("%064x", len(m.ID)),
-			"details":     map[string]any{"format": "gguf", "family": "fake", "parameter_size": "8B", "quantization_level": "Q4_K_M"},
-		})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": list})
-}
-
-func (s *Server) show(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.record(r, body, nil)
-	var req struct {
-		Model string `json:"model"`
-		Name  string `json:"name"` // before Ollama 0.5
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid request: " + err.Error()})
-		return
-	}
-	name := req.Model
-	if name == "" {
-		name = req.Name
-	}
-	s.mu.Lock()
-	models := s.models
-	s.mu.Unlock()
-	for _, m := range models {
-		if m.ID != name {
-			continue
-		}
-		info := map[string]any{"general.architecture": "fake", "general.parameter_count": 8_000_000_000}
-		if m.ContextLength > 0 {
-			info["fake.context_length"] = m.ContextLength
-		}
-		var params bytes.Buffer
-		if m.NumCtx > 0 {
-			fmt.Fprintf(&params, "num_ctx                        %d\n", m.NumCtx)
-		}
-		params.WriteString(`stop                           "<|im_end|>"`)
-		writeJSON(w, http.StatusOK, map[string]any{
-			"modelfile":    "FROM " + m.ID + "\n",
-			"parameters":   params.String(),
-			"template":     "{{ .Prompt }}",
-			"details":      map[string]any{"format": "gguf", "family": "fake"},
-			"model_info":   info,
-			"capabilities": []string{"completion", "tools"},
-		})
-		return
-	}
-	writeJSON(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("model '%s' not found", name)})
-}
-
 // A Model is one model the server offers.
 type Model struct {
 	ID string
 	// ContextLength is the model's trained context, reported by /api/show
-	// as model_info["fake.context_length"]; 0 leaves it out.
+	// as model_info["fake.context_length"]; 0 leaves it out. The native
+	// chat caps num_ctx at it, as Ollama does.
 	ContextLength int
 	// NumCtx is the num_ctx parameter of the model's Modelfile, reported by
 	// /api/show in "parameters"; 0 leaves it out.
 	NumCtx int
+	// LoadLimit, if not 0, caps the num_ctx the model is loaded with
+	// further, as a lack of memory would; /api/show does not say so,
+	// /api/ps does.
+	LoadLimit int
 	// Extra fields of the model's /v1/models entry, e.g. "max_model_len"
 	// as vLLM sends it or "context_length" as OpenRouter does.
 	Extra map[string]any

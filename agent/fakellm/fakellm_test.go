@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -298,5 +299,28 @@ func TestRespond(t *testing.T) {
 	s.Respond(nil)
 	if got := answer("three"); got != "scripted" {
 		t.Errorf("after Respond(nil) the script answered %q, want its reply", got)
+	}
+}
+
+// TestNewListener: a server on a listener made elsewhere answers there and
+// closes it.
+func TestNewListener(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fakellm.NewListener(l)
+	if s.URL != "http://"+l.Addr().String() {
+		t.Fatalf("URL %q for %s", s.URL, l.Addr())
+	}
+	res, err := http.Get(s.URL + "/api/tags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	s.Close()
+	if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the listener is still open after Close")
 	}
 }

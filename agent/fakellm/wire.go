@@ -301,6 +301,7 @@ func reset(w http.ResponseWriter) {
 // immediate holds the precomputed answers of immediate mode.
 type immediate struct {
 	stream, streamUsage, plain []byte
+	ollamaStream, ollamaPlain  []byte // the native API's (ollama.go)
 }
 
 func newImmediate(text string) *immediate {
@@ -321,11 +322,13 @@ func newImmediate(text string) *immediate {
 		"choices": []map[string]any{{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": stop}},
 		"usage":   usage,
 	})
-	return &immediate{
+	im := &immediate{
 		stream:      []byte(body + "data: [DONE]\n\n"),
 		streamUsage: []byte(body + c(chunk{Usage: usage}) + "data: [DONE]\n\n"),
 		plain:       plain,
 	}
+	im.fillOllama(text)
+	return im
 }
 
 func (im *immediate) serve(w http.ResponseWriter, body []byte) {

@@ -161,6 +161,7 @@ func checkModels(ctx context.Context, c *client.Conn, model string) error {
 	var down string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		name, m, ok := strings.Cut(l, "\t")
+		m, _, _ = strings.Cut(m, "\t") // backend, model, window
 		switch {
 		case !ok:
 		case strings.HasPrefix(m, "(unavailable"):

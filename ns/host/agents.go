@@ -194,7 +194,7 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.ReadFile("state", 0444, "idle, thinking, calling, paused or closed.", n.agentRead(func(e *agentEntry) string { return e.State() + "\n" })),
 			ns.WaitFile("statewait", 0444, "Blocks until the state changes, then reads the new state.", n.agentStatewait),
 			ns.ReadFile("log", 0440, "The conversation so far, one JSON message per line.", n.agentRead(agentLog)),
-			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON.", n.agentRead(agentStats)),
+			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON; context_window is the model's window in tokens at the last reply (for Ollama the num_ctx ollie sets) and prompt_tokens_last how much of it that reply's prompt took.", n.agentRead(agentStats)),
 			ns.RdWrFile("ctl", 0660, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
 			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,

@@ -57,7 +57,7 @@ func (n *namespace) spec() *ns.Node {
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
 		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
 		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
-		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model (for Ollama, from Ollama itself).", n.modelList),
+		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model<TAB>the context window an agent gets, e.g. ctx=32768 (num_ctx set by ollie), or ctx=? (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
@@ -469,8 +469,9 @@ func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error)
 	return []byte(b.String()), nil
 }
 
-// modelList asks every backend for its models; one that does not answer
-// is listed with the reason rather than failing the whole read.
+// modelList asks every backend for its models and the context window
+// each gets; one that does not answer is listed with the reason rather
+// than failing the whole read.
 func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
 	reg := n.currentRegistry()
 	if reg == nil {
@@ -484,14 +485,18 @@ func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		models, err := be.Models(mctx)
+		models, err := backend.ListModels(mctx, be)
 		cancel()
 		if err != nil {
 			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
 			continue
 		}
 		for _, m := range models {
-			fmt.Fprintf(&b, "%s\t%s\n", name, m)
+			window := "ctx=?"
+			if m.Context > 0 {
+				window = fmt.Sprintf("ctx=%d (%s)", m.Context, m.Source)
+			}
+			fmt.Fprintf(&b, "%s\t%s\t%s\n", name, m.Name, window)
 		}
 	}
 	return []byte(b.String()), nil
