@@ -302,3 +302,67 @@ func TestDesktopModelDrop(t *testing.T) {
 		t.Error("the upstream stream went on after the host's connection dropped")
 	}
 }
+
+// TestAirGappedOllama: the air-gapped host's own Ollama (the scripted one,
+// serving on the host namespace's loopback): deploy, an agent on it through
+// Ollama's native API, with the window ollie set; no prompt cut, and no
+// connection out but the SSH session.
+func TestAirGappedOllama(t *testing.T) {
+	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orgol", Isolated: true})
+	r := newRemote(t, lab)
+	h := lab.Host(0)
+	ln, err := h.Net.Listen("tcp", "127.0.0.1:11434")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ollama := fakellm.NewListener(ln)
+	defer ollama.Close()
+	ollama.SetModels(fakellm.Model{ID: "qwen3:8b", ContextLength: 40960})
+	ollama.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+			return fakellm.Text("the kernel is ", strings.TrimSpace(last.Text()))
+		}
+		return fakellm.ToolCall("shell", `{"command": "uname -s"}`)
+	})
+	r.must("deploy", "h11")
+	cfgDir := filepath.Join(h.Home, ".config", "ollie")
+	os.MkdirAll(cfgDir, 0700)
+	os.WriteFile(filepath.Join(cfgDir, "backends.json"), []byte(`{"backends": {"local": {"type": "ollama", "url": "http://127.0.0.1:11434", "model": "qwen3:8b"}}}`), 0600)
+	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
+	ollie := func(stdin string, args ...string) string {
+		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	if m := ollie("", "read", "models"); !strings.Contains(m, "local\tqwen3:8b\tctx=32768") {
+		t.Errorf("models does not show the window ollie sets:\n%s", m)
+	}
+	ollie("name=m", "rdwr", "session/new")
+	ollie("name=a", "rdwr", "session/m/agent/new")
+	ollie("which kernel?", "write", "session/m/agent/a/prompt")
+	var log string
+	for i := 0; !strings.Contains(log, "the kernel is Linux"); i++ {
+		if i == 300 {
+			t.Fatalf("the agent did not answer on the host's Ollama; log:\n%s\nstats:\n%s", log, ollie("", "read", "session/m/agent/a/stats"))
+		}
+		time.Sleep(100 * time.Millisecond)
+		log = ollie("", "read", "session/m/agent/a/log")
+	}
+	chats := ollama.OllamaChats()
+	if len(chats) != 2 {
+		t.Errorf("%d native chats, want 2", len(chats))
+	}
+	for _, c := range chats {
+		if c.NumCtx != 32768 || c.Truncated() {
+			t.Errorf("a chat ran with num_ctx %d, truncated %v", c.NumCtx, c.Truncated())
+		}
+	}
+	if st := ollie("", "read", "session/m/agent/a/stats"); !strings.Contains(st, `"context_window": 32768`) {
+		t.Errorf("stats does not show the window:\n%s", st)
+	}
+	r.must("down", "-stop-daemon", "-all")
+	if n, detail := h.Outbound(); n != 0 {
+		t.Errorf("the host opened %d connections besides the SSH session: %s", n, detail)
+	}
+}
