@@ -11,10 +11,11 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/internal/accept"
 )
 
 // Defaults for the Server limits.
@@ -214,71 +215,24 @@ func (s *Server) Serve(l net.Listener) error {
 
 func (s *Server) serve(l net.Listener, unix bool) error {
 	s.init()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrServerClosed
+	// No Done: a back-off sleeps its course, and Shutdown's closing of l
+	// ends the loop at the next Accept.
+	lp := accept.Loop{
+		Mu: &s.mu, Closed: &s.closed, Listeners: s.listeners, WG: &s.wg,
+		ErrClosed: ErrServerClosed,
 	}
-	s.listeners[l] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, l)
-		s.mu.Unlock()
-	}()
-	var delay time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || temporaryAccept(err) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			return err
-		}
-		delay = 0
+	return lp.Serve(l, func(nc net.Conn) func() {
 		peer := Peer{Kind: Remote, UID: -1}
 		if unix {
+			var err error
 			if peer, err = checkPeer(nc); err != nil {
 				s.Log.Warn("ns: refused connection", "err", err)
 				nc.Close()
-				continue
+				return nil
 			}
 		}
-		// Add under mu, ordered before Shutdown's Wait: a connection
-		// accepted as Shutdown runs is closed, not served.
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			nc.Close()
-			return ErrServerClosed
-		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			s.ServeConn(nc, peer)
-		}()
-	}
-}
-
-// temporaryAccept reports an accept failure that passes: out of file
-// descriptors, or a peer gone before it was accepted. The server backs off
-// rather than stop serving.
-func temporaryAccept(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+		return func() { s.ServeConn(nc, peer) }
+	})
 }
 
 // ServeConn serves one 9P conversation on rwc until it ends, then closes

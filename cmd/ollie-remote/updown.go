@@ -244,10 +244,8 @@ func readHostFile(ctx context.Context, sock, name string) ([]byte, error) {
 		}
 		defer c.Close()
 		// The host writes the file: read no more than a status can hold.
-		var b keeper.LimitedBuffer
-		b.Limit = 64 << 10
-		err = c.Follow(ctx, name, &b)
-		done <- result{b.Bytes(), err}
+		b, err := c.ReadLimit(ctx, name, 64<<10)
+		done <- result{b, err}
 	}()
 	select {
 	case r := <-done:

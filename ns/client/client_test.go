@@ -680,3 +680,42 @@ func TestFollowFrom(t *testing.T) {
 		t.Errorf("reached offset %d after reading %d bytes of a stream of %d", reached, got, f.stream.Size())
 	}
 }
+
+// ReadLimit reads a file up to its limit, and names a longer one rather
+// than keep it, a stream that goes on included.
+func TestReadLimit(t *testing.T) {
+	f := newFixture(t)
+	c := f.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if b, err := c.ReadLimit(ctx, "hello", 6); err != nil || string(b) != "hello\n" {
+		t.Errorf("ReadLimit hello 6 = %q, %v; want the whole file at exactly its limit", b, err)
+	}
+	if b, err := c.ReadLimit(ctx, "big", 1<<20); err != nil || len(b) != 300<<10 {
+		t.Errorf("ReadLimit big 1 MiB = %d bytes, %v", len(b), err)
+	}
+	tooLong := func(what, name string, limit int) {
+		t.Helper()
+		b, err := c.ReadLimit(ctx, name, limit)
+		var pe *fs.PathError
+		if !errors.Is(err, ErrTooLong) || !errors.As(err, &pe) || pe.Path != Clean(name) {
+			t.Errorf("ReadLimit %s = %v, want an error naming %s that wraps ErrTooLong", what, err, Clean(name))
+		}
+		if want := fmt.Sprintf("read %s: longer than its limit of %d bytes", Clean(name), limit); err != nil && err.Error() != want {
+			t.Errorf("ReadLimit %s: error %q, want %q", what, err, want)
+		}
+		if len(b) > limit {
+			t.Errorf("ReadLimit %s kept %d bytes, more than its limit %d", what, len(b), limit)
+		}
+	}
+	tooLong("hello 5", "hello", 5)
+	tooLong("big 200 KiB", "big", 200<<10)
+	// A stream never ends by itself: past the limit the read stops.
+	f.stream.Write(bytes.Repeat([]byte("x"), 200))
+	tooLong("a stream past its limit", "stream", 100)
+
+	if _, err := c.ReadLimit(ctx, "nosuch", 10); err == nil || errors.Is(err, ErrTooLong) {
+		t.Errorf("ReadLimit of a missing file = %v, want the server's error", err)
+	}
+}

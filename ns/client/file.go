@@ -99,6 +99,40 @@ func (c *Conn) ReadAll(ctx context.Context, name string) ([]byte, error) {
 	return b.Bytes(), err
 }
 
+// ErrTooLong is wrapped by ReadLimit's error for a file longer than its
+// limit.
+var ErrTooLong = errors.New("longer than its limit")
+
+// ReadLimit reads the file at name to its end, as ReadAll does, but keeps
+// no more than limit bytes: a file another host writes can be as long as
+// it likes. A longer file is an error naming it, wrapping ErrTooLong. Like
+// ReadAll, it returns what it read with any error.
+func (c *Conn) ReadLimit(ctx context.Context, name string, limit int) ([]byte, error) {
+	b := limitedBuffer{limit: limit}
+	err := c.Follow(ctx, name, &b)
+	if errors.Is(err, errTooMuch) {
+		err = &fs.PathError{Op: "read", Path: Clean(name), Err: fmt.Errorf("%w of %d bytes", ErrTooLong, limit)}
+	}
+	return b.Bytes(), err
+}
+
+// errTooMuch is a limitedBuffer's refusal, which ReadLimit names.
+var errTooMuch = errors.New("client: too much to buffer")
+
+// limitedBuffer is a bytes.Buffer that refuses a write that would take it
+// past limit bytes, keeping what it has.
+type limitedBuffer struct {
+	bytes.Buffer
+	limit int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.limit {
+		return 0, errTooMuch
+	}
+	return b.Buffer.Write(p)
+}
+
 // Follow copies the file at name to w as it arrives, until its end. A read
 // at the end of a stream blocks in the server until more comes, so Follow
 // returns only when the stream ends, ctx ends or the connection fails.

@@ -6,10 +6,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/internal/accept"
 )
 
 // Defaults for the Mux's limits.
@@ -124,58 +125,13 @@ func (m *Mux) log() *slog.Logger {
 // the listener's.
 func (m *Mux) Serve(ln net.Listener) error {
 	m.init()
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		ln.Close()
-		return ErrServerClosed
+	lp := accept.Loop{
+		Mu: &m.mu, Closed: &m.closed, Listeners: m.listeners, WG: &m.wg,
+		Done: m.ctx.Done(), ErrClosed: ErrServerClosed, CloseLate: true,
 	}
-	m.listeners[ln] = struct{}{}
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.listeners, ln)
-		m.mu.Unlock()
-	}()
-	var delay time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if m.isClosed() {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || temporaryAccept(err) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(delay):
-				case <-m.ctx.Done():
-				}
-				continue
-			}
-			return err
-		}
-		delay = 0
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			c.Close()
-			return ErrServerClosed
-		}
-		m.wg.Add(1)
-		m.mu.Unlock()
-		go func() {
-			defer m.wg.Done()
-			m.ServeConn(c)
-		}()
-	}
-}
-
-// temporaryAccept reports an accept failure that passes: out of file
-// descriptors, or a peer gone before it was accepted.
-func temporaryAccept(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
+	return lp.Serve(ln, func(c net.Conn) func() {
+		return func() { m.ServeConn(c) }
+	})
 }
 
 func (m *Mux) isClosed() bool {

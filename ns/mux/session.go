@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 // A session serves one client connection. Its reader takes the client's
@@ -165,7 +167,7 @@ func (s *session) dispatch(m *plan9.Fcall) error {
 		return nil
 	}
 	var f *fid
-	if usesFid(m.Type) {
+	if ninep.UsesFid(m.Type) {
 		if f = s.fids[m.Fid]; f == nil || f.busy {
 			s.mu.Unlock()
 			s.replyNow(m.Tag, fmt.Errorf("mux: unknown fid %d", m.Fid))
@@ -205,15 +207,6 @@ func (s *session) dispatch(m *plan9.Fcall) error {
 		s.reply(m.Tag, rx, err)
 	}()
 	return nil
-}
-
-func usesFid(t uint8) bool {
-	switch t {
-	case plan9.Twalk, plan9.Topen, plan9.Tcreate, plan9.Tread, plan9.Twrite,
-		plan9.Tclunk, plan9.Tremove, plan9.Tstat, plan9.Twstat:
-		return true
-	}
-	return false
 }
 
 // version answers the client's Tversion, the first message: it dials the

@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 // errMalformed reports a message that does not parse, or a size outside
@@ -22,19 +24,9 @@ const preVersionMax = 8 << 10
 // readFrame reads one 9P message whose size lies in [7, max]. The bytes
 // are its own: decode's fields may alias them.
 func readFrame(br *bufio.Reader, max uint32) ([]byte, error) {
-	hdr, err := br.Peek(4)
+	size, err := ninep.PeekSize(br, max)
 	if err != nil {
-		if err == io.EOF && br.Buffered() > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	size := binary.LittleEndian.Uint32(hdr)
-	if size < 7 {
-		return nil, fmt.Errorf("%w: size %d", errMalformed, size)
-	}
-	if size > max {
-		return nil, fmt.Errorf("%w: message of %d bytes exceeds msize %d", errMalformed, size, max)
+		return nil, malformed(err)
 	}
 	f := make([]byte, size)
 	if _, err := io.ReadFull(br, f); err != nil {
@@ -46,6 +38,16 @@ func readFrame(br *bufio.Reader, max uint32) ([]byte, error) {
 	return f, nil
 }
 
+// malformed names a size that ninep refused as the mux's malformed
+// message; other errors (the connection's) pass unchanged.
+func malformed(err error) error {
+	var se *ninep.SizeError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return err
+}
+
 // decode parses a whole 9P2000 message strictly: every field present,
 // nothing left over, counts within the protocol's bounds. Unlike
 // plan9.UnmarshalFcall it prints nothing, so that a peer sending garbage
@@ -55,111 +57,78 @@ func decode(f []byte) (*plan9.Fcall, error) {
 		return nil, errMalformed
 	}
 	m := &plan9.Fcall{Type: f[4], Tag: binary.LittleEndian.Uint16(f[5:7])}
-	p := parser{b: f[7:]}
+	p := ninep.NewParser(f[7:])
 	switch m.Type {
 	case plan9.Tversion, plan9.Rversion:
-		m.Msize = p.u32()
-		m.Version = p.str()
+		m.Msize = p.U32()
+		m.Version = p.Str()
 	case plan9.Tauth:
-		m.Afid = p.u32()
-		m.Uname, m.Aname = p.str(), p.str()
+		m.Afid = p.U32()
+		m.Uname, m.Aname = p.Str(), p.Str()
 	case plan9.Tattach:
-		m.Fid, m.Afid = p.u32(), p.u32()
-		m.Uname, m.Aname = p.str(), p.str()
+		m.Fid, m.Afid = p.U32(), p.U32()
+		m.Uname, m.Aname = p.Str(), p.Str()
 	case plan9.Tflush:
-		m.Oldtag = p.u16()
+		m.Oldtag = p.U16()
 	case plan9.Twalk:
-		m.Fid, m.Newfid = p.u32(), p.u32()
-		n := int(p.u16())
+		m.Fid, m.Newfid = p.U32(), p.U32()
+		n := int(p.U16())
 		if n > plan9.MAXWELEM {
 			return nil, fmt.Errorf("%w: walk of %d names", errMalformed, n)
 		}
 		m.Wname = make([]string, n)
 		for i := range m.Wname {
-			m.Wname[i] = p.str()
+			m.Wname[i] = p.Str()
 		}
 	case plan9.Topen:
-		m.Fid, m.Mode = p.u32(), p.u8()
+		m.Fid, m.Mode = p.U32(), p.U8()
 	case plan9.Tcreate:
-		m.Fid = p.u32()
-		m.Name = p.str()
-		m.Perm = plan9.Perm(p.u32())
-		m.Mode = p.u8()
+		m.Fid = p.U32()
+		m.Name = p.Str()
+		m.Perm = plan9.Perm(p.U32())
+		m.Mode = p.U8()
 	case plan9.Tread:
-		m.Fid, m.Offset, m.Count = p.u32(), p.u64(), p.u32()
+		m.Fid, m.Offset, m.Count = p.U32(), p.U64(), p.U32()
 	case plan9.Twrite:
-		m.Fid, m.Offset = p.u32(), p.u64()
-		m.Data = p.take(int(p.u32()))
+		m.Fid, m.Offset = p.U32(), p.U64()
+		m.Data = p.Take(int(p.U32()))
 	case plan9.Tclunk, plan9.Tremove, plan9.Tstat:
-		m.Fid = p.u32()
+		m.Fid = p.U32()
 	case plan9.Twstat:
-		m.Fid = p.u32()
-		m.Stat = p.take(int(p.u16()))
+		m.Fid = p.U32()
+		m.Stat = p.Take(int(p.U16()))
 	case plan9.Rerror:
-		m.Ename = p.str()
+		m.Ename = p.Str()
 	case plan9.Rflush, plan9.Rclunk, plan9.Rremove, plan9.Rwstat:
 	case plan9.Rauth:
-		m.Aqid = p.qid()
+		m.Aqid = p.Qid()
 	case plan9.Rattach:
-		m.Qid = p.qid()
+		m.Qid = p.Qid()
 	case plan9.Rwalk:
-		n := int(p.u16())
+		n := int(p.U16())
 		if n > plan9.MAXWELEM {
 			return nil, fmt.Errorf("%w: walk of %d qids", errMalformed, n)
 		}
 		m.Wqid = make([]plan9.Qid, n)
 		for i := range m.Wqid {
-			m.Wqid[i] = p.qid()
+			m.Wqid[i] = p.Qid()
 		}
 	case plan9.Ropen, plan9.Rcreate:
-		m.Qid = p.qid()
-		m.Iounit = p.u32()
+		m.Qid = p.Qid()
+		m.Iounit = p.U32()
 	case plan9.Rread:
-		m.Data = p.take(int(p.u32()))
+		m.Data = p.Take(int(p.U32()))
 	case plan9.Rwrite:
-		m.Count = p.u32()
+		m.Count = p.U32()
 	case plan9.Rstat:
-		m.Stat = p.take(int(p.u16()))
+		m.Stat = p.Take(int(p.U16()))
 	default:
 		return nil, fmt.Errorf("%w: type %d", errMalformed, m.Type)
 	}
-	if p.bad || len(p.b) != 0 {
+	if !p.Done() {
 		return nil, fmt.Errorf("%w: %s of %d bytes", errMalformed, typeName(m.Type), len(f))
 	}
 	return m, nil
-}
-
-// parser reads little-endian fields; reading past the end sets bad.
-type parser struct {
-	b   []byte
-	bad bool
-}
-
-func (p *parser) take(n int) []byte {
-	if n < 0 || len(p.b) < n {
-		p.bad = true
-		p.b = nil
-		return make([]byte, 8) // zeros for the fixed-size fields
-	}
-	v := p.b[:n:n]
-	p.b = p.b[n:]
-	return v
-}
-
-func (p *parser) u8() uint8   { return p.take(1)[0] }
-func (p *parser) u16() uint16 { return binary.LittleEndian.Uint16(p.take(2)) }
-func (p *parser) u32() uint32 { return binary.LittleEndian.Uint32(p.take(4)) }
-func (p *parser) u64() uint64 { return binary.LittleEndian.Uint64(p.take(8)) }
-func (p *parser) str() string {
-	n := int(p.u16())
-	if p.bad {
-		return ""
-	}
-	return string(p.take(n))
-}
-
-func (p *parser) qid() plan9.Qid {
-	return plan9.Qid{Type: p.u8(), Vers: p.u32(), Path: p.u64()}
 }
 
 // typeName names a message type for errors and logs.

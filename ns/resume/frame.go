@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 // errMalformed reports a message that does not parse. A client that sends
@@ -39,21 +41,18 @@ func newFrameReader(r io.Reader) *frameReader {
 // outside [7, max] is a protocol error.
 func (r *frameReader) next(max uint32) ([]byte, error) {
 	r.release()
-	hdr, err := r.br.Peek(4)
+	size, err := ninep.PeekSize(r.br, max)
 	if err != nil {
-		return nil, unexpected(err, r.br.Buffered())
-	}
-	size := binary.LittleEndian.Uint32(hdr)
-	if size < 7 {
-		return nil, fmt.Errorf("%w: size %d", errMalformed, size)
-	}
-	if size > max {
-		return nil, fmt.Errorf("%w: message of %d bytes exceeds msize %d", errMalformed, size, max)
+		var se *ninep.SizeError
+		if errors.As(err, &se) {
+			err = fmt.Errorf("%w: %v", errMalformed, err)
+		}
+		return nil, err
 	}
 	if int(size) <= r.br.Size() {
 		f, err := r.br.Peek(int(size))
 		if err != nil {
-			return nil, unexpected(err, 1)
+			return nil, unexpected(err)
 		}
 		r.held = int(size)
 		return f, nil
@@ -63,14 +62,14 @@ func (r *frameReader) next(max uint32) ([]byte, error) {
 	}
 	f := r.buf[:size]
 	if _, err := io.ReadFull(r.br, f); err != nil {
-		return nil, unexpected(err, 1)
+		return nil, unexpected(err)
 	}
 	return f, nil
 }
 
 // unexpected turns EOF in the middle of a message into ErrUnexpectedEOF.
-func unexpected(err error, buffered int) error {
-	if err == io.EOF && buffered > 0 {
+func unexpected(err error) error {
+	if err == io.EOF {
 		return io.ErrUnexpectedEOF
 	}
 	return err
@@ -112,17 +111,6 @@ type tmsg struct {
 	names  []string
 }
 
-// usesFid reports whether a request of type typ acts on an existing fid
-// in its fid field.
-func usesFid(typ uint8) bool {
-	switch typ {
-	case plan9.Twalk, plan9.Topen, plan9.Tcreate, plan9.Tread, plan9.Twrite,
-		plan9.Tclunk, plan9.Tremove, plan9.Tstat, plan9.Twstat:
-		return true
-	}
-	return false
-}
-
 // resendable reports whether a request of type typ may be sent again to a
 // new connection when the first one died with it in flight: it changes
 // nothing in the server that the replay does not set up again.
@@ -143,83 +131,58 @@ func parseT(f []byte) (tmsg, error) {
 		return m, errMalformed
 	}
 	m.typ, m.tag = f[4], binary.LittleEndian.Uint16(f[5:7])
-	p := parser{b: f[7:]}
+	p := ninep.NewParser(f[7:])
 	switch m.typ {
 	case plan9.Tversion:
-		m.msize = p.u32()
-		p.str() // version: the server judges it
+		m.msize = p.U32()
+		p.Str() // version: the server judges it
 	case plan9.Tauth:
-		m.fid = p.u32()
-		m.uname, m.aname = p.str(), p.str()
+		m.fid = p.U32()
+		m.uname, m.aname = p.Str(), p.Str()
 	case plan9.Tattach:
-		m.fid, m.afid = p.u32(), p.u32()
-		m.uname, m.aname = p.str(), p.str()
+		m.fid, m.afid = p.U32(), p.U32()
+		m.uname, m.aname = p.Str(), p.Str()
 	case plan9.Tflush:
-		m.oldtag = p.u16()
+		m.oldtag = p.U16()
 	case plan9.Twalk:
-		m.fid, m.newfid = p.u32(), p.u32()
-		n := int(p.u16())
+		m.fid, m.newfid = p.U32(), p.U32()
+		n := int(p.U16())
 		if n > plan9.MAXWELEM {
 			return m, errMalformed
 		}
 		if n > 0 {
 			m.names = make([]string, n)
 			for i := range m.names {
-				m.names[i] = p.str()
+				m.names[i] = p.Str()
 			}
 		}
 	case plan9.Topen:
-		m.fid, m.mode = p.u32(), p.u8()
+		m.fid, m.mode = p.U32(), p.U8()
 	case plan9.Tcreate:
-		m.fid = p.u32()
-		m.name = p.str()
-		p.u32() // perm
-		m.mode = p.u8()
+		m.fid = p.U32()
+		m.name = p.Str()
+		p.U32() // perm
+		m.mode = p.U8()
 	case plan9.Tread:
-		m.fid = p.u32()
-		p.skip(12) // offset, count
+		m.fid = p.U32()
+		p.Skip(12) // offset, count
 	case plan9.Twrite:
-		m.fid = p.u32()
-		p.skip(8)
-		p.skip(int(p.u32()))
+		m.fid = p.U32()
+		p.Skip(8)
+		p.Skip(int(p.U32()))
 	case plan9.Tclunk, plan9.Tremove, plan9.Tstat:
-		m.fid = p.u32()
+		m.fid = p.U32()
 	case plan9.Twstat:
-		m.fid = p.u32()
-		p.skip(int(p.u16()))
+		m.fid = p.U32()
+		p.Skip(int(p.U16()))
 	default:
 		return m, fmt.Errorf("%w: type %d", errMalformed, m.typ)
 	}
-	if p.bad || len(p.b) != 0 {
+	if !p.Done() {
 		return m, errMalformed
 	}
 	return m, nil
 }
-
-// parser reads little-endian fields; reading past the end sets bad.
-type parser struct {
-	b   []byte
-	bad bool
-}
-
-func (p *parser) take(n int) []byte {
-	if n < 0 || len(p.b) < n {
-		p.bad = true
-		p.b = nil
-		// Enough zeros for the fixed-size fields; n may be any length
-		// a client claims.
-		return make([]byte, min(max(n, 0), 8))
-	}
-	v := p.b[:n]
-	p.b = p.b[n:]
-	return v
-}
-
-func (p *parser) skip(n int)  { p.take(n) }
-func (p *parser) u8() uint8   { return p.take(1)[0] }
-func (p *parser) u16() uint16 { return binary.LittleEndian.Uint16(p.take(2)) }
-func (p *parser) u32() uint32 { return binary.LittleEndian.Uint32(p.take(4)) }
-func (p *parser) str() string { return string(p.take(int(p.u16()))) }
 
 // Replies the proxy makes itself.
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 var requests = []*plan9.Fcall{
@@ -63,7 +65,7 @@ func check(t testing.TB, b []byte, m tmsg) {
 	switch {
 	case m.typ != f.Type, m.tag != f.Tag:
 		t.Errorf("%v: type/tag %d/%d", f, m.typ, m.tag)
-	case usesFid(m.typ) && m.fid != fid:
+	case ninep.UsesFid(m.typ) && m.fid != fid:
 		t.Errorf("%v: fid %d", f, m.fid)
 	case m.typ == plan9.Twalk && (m.newfid != f.Newfid || !slices.Equal(m.names, f.Wname)):
 		t.Errorf("%v: walk %d %q", f, m.newfid, m.names)

@@ -2,15 +2,15 @@ package resume
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
+
+	"ollie/internal/accept"
 )
 
 // The answers the proxy gives itself when a connection loss makes a request
@@ -140,65 +140,13 @@ func (p *Proxy) state(s string) {
 // It returns nil after Close, or the listener's error.
 func (p *Proxy) Serve(l net.Listener) error {
 	p.init()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		l.Close()
-		return nil
+	lp := accept.Loop{
+		Mu: &p.mu, Closed: &p.closed, Listeners: p.listeners, WG: &p.wg,
+		Done: p.ctx.Done(), ErrClosed: nil, CloseLate: true,
 	}
-	p.listeners[l] = struct{}{}
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.listeners, l)
-		p.mu.Unlock()
-	}()
-	var delay time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if p.isClosed() {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || temporaryAccept(err) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(delay):
-				case <-p.ctx.Done():
-				}
-				continue
-			}
-			return err
-		}
-		delay = 0
-		// Counted before the goroutine starts, so that Close waits for it.
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.Close()
-			return nil
-		}
-		p.wg.Add(1)
-		p.mu.Unlock()
-		go func() {
-			defer p.wg.Done()
-			p.ServeConn(c)
-		}()
-	}
-}
-
-// temporaryAccept reports an accept failure that passes: out of file
-// descriptors, or a peer gone before it was accepted.
-func temporaryAccept(err error) bool {
-	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
-}
-
-func (p *Proxy) isClosed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closed
+	return lp.Serve(l, func(c net.Conn) func() {
+		return func() { p.ServeConn(c) }
+	})
 }
 
 // ServeConn relays one client connection, and returns when the client

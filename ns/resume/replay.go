@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 // errFatal marks a failure to resume that no further reconnect can fix:
@@ -110,7 +112,7 @@ func (s *session) resume(nc net.Conn) (*link, error) {
 	}
 	var out [][]byte
 	for _, r := range s.sortedPendingLocked() {
-		if fd := s.fids[r.fid]; usesFid(r.typ) && fd != nil && fd.lost {
+		if fd := s.fids[r.fid]; ninep.UsesFid(r.typ) && fd != nil && fd.lost {
 			out = append(out, s.lostReplyLocked(r.typ, r.tag, r.fid))
 			s.retireLocked(r)
 			continue

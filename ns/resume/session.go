@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns/ninep"
 )
 
 // writeBufSize is the write buffer of every connection. Larger messages
@@ -233,7 +235,7 @@ func (s *session) request(m *tmsg, f []byte) *link {
 		return s.flushLocked(m, f)
 	}
 	fd := s.fids[m.fid]
-	if usesFid(m.typ) && fd != nil && fd.lost {
+	if ninep.UsesFid(m.typ) && fd != nil && fd.lost {
 		s.answerLocked(s.lostReplyLocked(m.typ, m.tag, m.fid))
 		s.mu.Unlock()
 		return nil

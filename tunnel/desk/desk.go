@@ -154,26 +154,6 @@ func each[T any](ctx context.Context, d *desk, f func(ctx context.Context, h Hos
 	return hs, out, errs
 }
 
-// read reads a host's file, no more than limit bytes.
-func read(ctx context.Context, c *client.Conn, name string, limit int) ([]byte, error) {
-	var b limited
-	b.limit = limit
-	err := c.Follow(ctx, name, &b)
-	return b.Bytes(), err
-}
-
-type limited struct {
-	bytes.Buffer
-	limit int
-}
-
-func (b *limited) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.limit {
-		return 0, fmt.Errorf("more than %d bytes", b.limit)
-	}
-	return b.Buffer.Write(p)
-}
-
 func (d *desk) hostIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
 	type info struct {
 		version string
@@ -185,7 +165,7 @@ func (d *desk) hostIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
 			return info{}, err
 		}
 		rtt := time.Since(start)
-		st, err := read(ctx, c, "status", maxFile)
+		st, err := c.ReadLimit(ctx, "status", maxFile)
 		if err != nil {
 			return info{}, err
 		}
@@ -340,7 +320,7 @@ func (d *desk) pendingRead(ctx context.Context, c *ns.Call) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.onHost(ctx, h, func(ctx context.Context, hc *client.Conn) ([]byte, error) { return read(ctx, hc, name, maxFile) })
+	return d.onHost(ctx, h, func(ctx context.Context, hc *client.Conn) ([]byte, error) { return hc.ReadLimit(ctx, name, maxFile) })
 }
 
 func (d *desk) pendingWrite(ctx context.Context, c *ns.Call, data []byte) error {
@@ -412,7 +392,7 @@ func (d *desk) names() string {
 // sessions it listed last, not connected.
 func (d *desk) sessionIdx(ctx context.Context, c *ns.Call) ([]byte, error) {
 	hs, idxs, errs := each(ctx, d, func(ctx context.Context, h Host, c *client.Conn) ([]byte, error) {
-		return read(ctx, c, "session/idx", maxIdx)
+		return c.ReadLimit(ctx, "session/idx", maxIdx)
 	})
 	var b strings.Builder
 	for i, h := range hs {

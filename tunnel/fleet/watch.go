@@ -221,21 +221,18 @@ func readState(ctx context.Context, c *client.Conn, agentDir, dir string) (agent
 func readSmall(ctx context.Context, c *client.Conn, name string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var b keeper.LimitedBuffer
-	b.Limit = maxSmall
-	if err := c.Follow(ctx, name, &b); err != nil {
+	b, err := c.ReadLimit(ctx, name, maxSmall)
+	if err != nil {
 		return nil, err
 	}
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // waitChange blocks on a wait file until it reads or d passes.
 func waitChange(ctx context.Context, c *client.Conn, name string, d time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	var b keeper.LimitedBuffer
-	b.Limit = maxSmall
-	c.Follow(ctx, name, &b)
+	c.ReadLimit(ctx, name, maxSmall)
 }
 
 // isGone is an error that says the file does not exist: the session or
@@ -248,12 +245,11 @@ func isGone(err error) bool {
 func lastAnswer(ctx context.Context, c *client.Conn, name string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var b keeper.LimitedBuffer
-	b.Limit = maxLog
-	if err := c.Follow(ctx, name, &b); err != nil {
+	b, err := c.ReadLimit(ctx, name, maxLog)
+	if err != nil {
 		return ""
 	}
-	lines := bytes.Split(b.Bytes(), []byte("\n"))
+	lines := bytes.Split(b, []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		var m struct{ Role, Content string }
 		if json.Unmarshal(lines[i], &m) == nil && m.Role == "assistant" && strings.TrimSpace(m.Content) != "" {

@@ -7,7 +7,6 @@ package keeper
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -712,16 +711,3 @@ func Others(ctx context.Context, s paths.SSHConfig) []string {
 
 // ErrNotRunning is that no keeper answers on the control socket.
 var ErrNotRunning = errors.New("ollie-remote up is not running")
-
-// LimitedBuffer is a bytes.Buffer that refuses to grow past limit.
-type LimitedBuffer struct {
-	bytes.Buffer
-	Limit int
-}
-
-func (b *LimitedBuffer) Write(p []byte) (int, error) {
-	if b.Len()+len(p) > b.Limit {
-		return 0, fmt.Errorf("more than %d bytes", b.Limit)
-	}
-	return b.Buffer.Write(p)
-}

@@ -1,0 +1,119 @@
+// Package ninep is the part of the 9P2000 wire format that ns/mux and
+// ns/resume read by hand: a message's size and its fields.
+//
+// Both relay messages from peers they do not trust and parse them
+// strictly themselves rather than through plan9.UnmarshalFcall, which
+// prints what it cannot parse (a peer sending garbage would fill a log)
+// and allocates for every message. So a size is checked before a message
+// is read, and no read of a field goes past the message, whatever lengths
+// the message claims. What each relay makes of the fields is its own.
+package ninep
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"9fans.net/go/plan9"
+)
+
+// HeaderSize is the smallest a message can be: size[4] type[1] tag[2].
+const HeaderSize = 7
+
+// A SizeError is a message size outside [HeaderSize, Max]. Nothing after
+// it can be framed, so the connection that sent it is done. Its text
+// names no package: the relay that met it wraps it in its own error.
+type SizeError struct {
+	Size, Max uint32
+}
+
+func (e *SizeError) Error() string {
+	if e.Size < HeaderSize {
+		return fmt.Sprintf("size %d", e.Size)
+	}
+	return fmt.Sprintf("message of %d bytes exceeds msize %d", e.Size, e.Max)
+}
+
+// PeekSize returns the size the next message in br claims (its first four
+// bytes, left in br) once it lies in [HeaderSize, max], else a
+// *SizeError. At the end of the input it returns io.EOF, or
+// io.ErrUnexpectedEOF if a message had begun.
+func PeekSize(br *bufio.Reader, max uint32) (uint32, error) {
+	hdr, err := br.Peek(4)
+	if err != nil {
+		if err == io.EOF && br.Buffered() > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, err
+	}
+	size := binary.LittleEndian.Uint32(hdr)
+	if size < HeaderSize || size > max {
+		return 0, &SizeError{Size: size, Max: max}
+	}
+	return size, nil
+}
+
+// UsesFid reports whether a request of type typ acts on an existing fid,
+// the one in its fid field.
+func UsesFid(typ uint8) bool {
+	switch typ {
+	case plan9.Twalk, plan9.Topen, plan9.Tcreate, plan9.Tread, plan9.Twrite,
+		plan9.Tclunk, plan9.Tremove, plan9.Tstat, plan9.Twstat:
+		return true
+	}
+	return false
+}
+
+// A Parser reads a message's fields in order, little-endian as 9P has
+// them. A read past the end yields zeros and marks the parser Bad, so
+// that a caller reads every field of a message and checks once, at the
+// end, with Done. The zero Parser has nothing to read.
+type Parser struct {
+	b   []byte
+	bad bool
+}
+
+// NewParser returns a parser of b, usually a message after its header.
+func NewParser(b []byte) Parser { return Parser{b: b} }
+
+// Done reports whether the message was exactly its fields: no read went
+// past its end, and nothing is left over.
+func (p *Parser) Done() bool { return !p.bad && len(p.b) == 0 }
+
+// Take returns the next n bytes, aliasing the message (with no room to
+// append into it). Past the end, or for a negative n, it returns zeros:
+// n of them, but never more than 8 whatever length a peer claimed.
+func (p *Parser) Take(n int) []byte {
+	if n < 0 || len(p.b) < n {
+		p.bad = true
+		p.b = nil
+		return make([]byte, min(max(n, 0), 8))
+	}
+	v := p.b[:n:n]
+	p.b = p.b[n:]
+	return v
+}
+
+// Skip passes over n bytes.
+func (p *Parser) Skip(n int) { p.Take(n) }
+
+func (p *Parser) U8() uint8   { return p.Take(1)[0] }
+func (p *Parser) U16() uint16 { return binary.LittleEndian.Uint16(p.Take(2)) }
+func (p *Parser) U32() uint32 { return binary.LittleEndian.Uint32(p.Take(4)) }
+func (p *Parser) U64() uint64 { return binary.LittleEndian.Uint64(p.Take(8)) }
+
+// Str reads a string: its length[2], then its bytes. Past the end it
+// returns "".
+func (p *Parser) Str() string {
+	s := p.Take(int(p.U16()))
+	if p.bad {
+		return ""
+	}
+	return string(s)
+}
+
+// Qid reads a qid: type[1] vers[4] path[8].
+func (p *Parser) Qid() plan9.Qid {
+	return plan9.Qid{Type: p.U8(), Vers: p.U32(), Path: p.U64()}
+}
