@@ -124,11 +124,10 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		}
 		return watchRun(run, cfg, store, true, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
 	case "attach":
-		run, code := loadRun(store, rest, stderr)
+		run, code := loadRun(store, rest, &cfg, stderr)
 		if run == nil {
 			return code
 		}
-		cfg.SSH = run.SSH
 		// The desktop's model goes to each host again: the keeper may be
 		// new (a reboot), and the key is only ever in memory.
 		rs := routes{}
@@ -144,40 +143,17 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		return watchRun(run, cfg, store, false, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
 	case "ls":
 		return fleetList(store, stdout, stderr)
-	case "status":
-		run, code := loadRun(store, rest, stderr)
+	case "status", "stop":
+		run, code := loadRun(store, rest, &cfg, stderr)
 		if run == nil {
 			return code
 		}
-		cfg.SSH = run.SSH
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := fleet.Poll(ctx, run, cfg, store); err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		if sub == "status" {
+			return fleetStatus(ctx, run, cfg, store, *asJSON, stdout, stderr)
 		}
-		printRunHeader(stdout, run)
-		if *asJSON {
-			fleet.WriteJSON(stdout, run)
-		} else {
-			fleet.WriteTable(stdout, run)
-		}
-		return fleet.ExitCode(run)
-	case "stop":
-		run, code := loadRun(store, rest, stderr)
-		if run == nil {
-			return code
-		}
-		cfg.SSH = run.SSH
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		err := fleet.Stop(ctx, run, cfg, store)
-		fleet.WriteTable(stdout, run)
-		if err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet stop: %s\n", termsafe.Line(err.Error()))
-			return 1
-		}
-		fmt.Fprintf(stdout, "run %s stopped\n", run.ID)
-		return 0
+		return fleetStop(ctx, run, cfg, store, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, fleetUsage)
 		return 0
@@ -208,7 +184,10 @@ func resolveTargets(ctx context.Context, targets []string, inv string, c *common
 	return hosts, groups, vars, source, nil
 }
 
-func loadRun(store fleet.Store, rest []string, stderr io.Writer) (*fleet.Run, int) {
+// loadRun loads the run rest names, and sets cfg to reach its hosts with
+// the ssh configuration it was started with. Without a run it returns the
+// exit status.
+func loadRun(store fleet.Store, rest []string, cfg *fleet.Config, stderr io.Writer) (*fleet.Run, int) {
 	if len(rest) != 1 {
 		fmt.Fprintln(stderr, "usage: ollie-remote fleet status|attach|stop RUN (fleet ls lists them)")
 		return nil, 2
@@ -221,7 +200,34 @@ func loadRun(store fleet.Store, rest []string, stderr io.Writer) (*fleet.Run, in
 		}
 		return nil, 1
 	}
+	cfg.SSH = run.SSH
 	return run, 0
+}
+
+// fleetStatus is "fleet status RUN": where each host is now.
+func fleetStatus(ctx context.Context, run *fleet.Run, cfg fleet.Config, store fleet.Store, asJSON bool, stdout, stderr io.Writer) int {
+	if err := fleet.Poll(ctx, run, cfg, store); err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+	}
+	printRunHeader(stdout, run)
+	if asJSON {
+		fleet.WriteJSON(stdout, run)
+	} else {
+		fleet.WriteTable(stdout, run)
+	}
+	return fleet.ExitCode(run)
+}
+
+// fleetStop is "fleet stop RUN": every agent of the run interrupted.
+func fleetStop(ctx context.Context, run *fleet.Run, cfg fleet.Config, store fleet.Store, stdout, stderr io.Writer) int {
+	err := fleet.Stop(ctx, run, cfg, store)
+	fleet.WriteTable(stdout, run)
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet stop: %s\n", termsafe.Line(err.Error()))
+		return 1
+	}
+	fmt.Fprintf(stdout, "run %s stopped\n", run.ID)
+	return 0
 }
 
 func printRunHeader(w io.Writer, run *fleet.Run) {

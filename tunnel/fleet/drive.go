@@ -385,36 +385,27 @@ func Stop(ctx context.Context, run *Run, cfg Config, store Store) error {
 	if err := keeper.Ensure(ctx, cfg.SSH); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []string
-	for _, h := range run.Hosts {
-		if h.Result != "" {
-			continue
+	eachUnfinished(run, func(h *Host) {
+		req := keeper.Request{Op: "up", Host: h.Name, Config: cfg.SSH.Config, Known: cfg.SSH.Known, Deadlines: cfg.Deadlines, Override: h.Override}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		reply, err := keeper.Call(cctx, req, nil)
+		if err == nil && reply.Err != "" {
+			err = errors.New(reply.Err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := keeper.Request{Op: "up", Host: h.Name, Config: cfg.SSH.Config, Known: cfg.SSH.Known, Deadlines: cfg.Deadlines, Override: h.Override}
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			reply, err := keeper.Call(cctx, req, nil)
-			if err == nil && reply.Err != "" {
-				err = errors.New(reply.Err)
-			}
-			if err == nil {
-				err = stopAgent(ctx, reply.Socket, run.Session)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failed = append(failed, fmt.Sprintf("%s: %v", h.Name, err))
-				return
-			}
-			h.Result, h.State, h.Ended = "interrupted", "interrupted", time.Now().UTC()
-		}()
-	}
-	wg.Wait()
+		if err == nil {
+			err = stopAgent(ctx, reply.Socket, run.Session)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", h.Name, err))
+			return
+		}
+		h.Result, h.State, h.Ended = "interrupted", "interrupted", time.Now().UTC()
+	})
 	run.State, run.Ended = "stopped", time.Now().UTC()
 	if err := store.Save(run); err != nil {
 		return err
@@ -432,6 +423,17 @@ func Poll(ctx context.Context, run *Run, cfg Config, store Store) error {
 		return err
 	}
 	r := &Runner{Run: run, Cfg: cfg, Store: store, socks: map[string]string{}, polling: true}
+	eachUnfinished(run, func(h *Host) {
+		if sock, ok := r.setUp(ctx, h, false); ok {
+			r.watch(ctx, h, sock, true)
+		}
+	})
+	return r.save()
+}
+
+// eachUnfinished runs f for each host of run that has no result yet, each
+// in a goroutine of its own, and returns when all have returned.
+func eachUnfinished(run *Run, f func(h *Host)) {
 	var wg sync.WaitGroup
 	for _, h := range run.Hosts {
 		if h.Result != "" {
@@ -440,11 +442,8 @@ func Poll(ctx context.Context, run *Run, cfg Config, store Store) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if sock, ok := r.setUp(ctx, h, false); ok {
-				r.watch(ctx, h, sock, true)
-			}
+			f(h)
 		}()
 	}
 	wg.Wait()
-	return r.save()
 }
