@@ -80,6 +80,7 @@ var runIDRE = regexp.MustCompile(`\br[a-z2-9]{8}\b`)
 // alone in failing; the exit status says so, the run is kept, and
 // ls and status show it.
 func TestFleetRun(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orflt", 3, 0)
 	cmd := r.cmd("fleet", "run", "-json", "-connect-timeout", "5s", "h11,h12,h13,127.0.0.1:1", "check who runs here")
 	out, err := cmd.CombinedOutput()
@@ -134,6 +135,7 @@ func TestFleetRun(t *testing.T) {
 // results table, and under it why h12 is degraded (its user's login
 // shell, dash, reads no file for ssh commands).
 func TestFleetLines(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLabOf(t, sshlab.Config{Hosts: 2, UserPrefix: "orfll", Shell: map[int]string{1: "/bin/dash"}}, 300*time.Millisecond)
 	out := r.must("fleet", "run", "-follow", "h11,h12", "check who runs here")
 	for _, want := range []string{"h11: [connecting]", "h12: [thinking]", "h11: [done in ", "h11| → shell", "h12| checked as orfll12",
@@ -217,6 +219,7 @@ func exitCode(err error) int {
 // with the keeper killed meanwhile, fleet attach picks the run up from
 // its record and sees every host finish.
 func TestFleetDetachAttach(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfla", 2, 1500*time.Millisecond)
 	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
@@ -251,6 +254,7 @@ func TestFleetDetachAttach(t *testing.T) {
 // TestFleetInterrupt: Ctrl-C once stops every agent of the run, says so,
 // and the results say interrupted.
 func TestFleetInterrupt(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfli", 2, 3*time.Second)
 	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
@@ -274,6 +278,7 @@ func TestFleetInterrupt(t *testing.T) {
 // the run picks its durable session up and finishes it; h14's host key
 // changed and it fails saying so; h11 finishes as if nothing happened.
 func TestFleetHostTrouble(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orflx", 4, 2*time.Second)
 	// h14 now answers with another key than known_hosts holds: h11's.
 	kh, _ := os.ReadFile(r.lab.KnownHosts)
@@ -316,6 +321,7 @@ func TestFleetHostTrouble(t *testing.T) {
 // the run the password is on no host: no file, no process's argv or
 // environment.
 func TestFleetAskBecomePass(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	pwb := make([]byte, 12)
 	rand.Read(pwb)
 	password := "Pw-" + hex.EncodeToString(pwb)
@@ -424,6 +430,7 @@ func waitScreen(t *testing.T, scr *terminalScreen, within time.Duration, what st
 // run a goal by group; an empty group and a pattern that matches nothing
 // are usage errors that name them.
 func TestFleetInventory(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfly", 3, 0)
 	var b strings.Builder
 	b.WriteString("[web]\n")
@@ -472,6 +479,7 @@ func TestFleetInventory(t *testing.T) {
 // the host. How many were dropped is logged: it depends on how the
 // handshakes overlapped.
 func TestFleetThroughBusyBastion(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orflm", 6, 0)
 	// h11 is the bastion for h12…h16; only it is strict.
 	cfg, _ := os.ReadFile(r.lab.Host(0).SshdConfig)
@@ -502,6 +510,7 @@ func TestFleetThroughBusyBastion(t *testing.T) {
 // TestFleetStop: fleet stop interrupts the agents of a run nobody
 // watches; the run is kept as stopped.
 func TestFleetStop(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfls", 2, 4*time.Second)
 	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
@@ -531,6 +540,7 @@ func TestFleetStop(t *testing.T) {
 // host/NAME, which a glob reads across; a session made there with
 // remote=HOST runs on that host, and the index says so.
 func TestFleetNamespace(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfln", 2, 0)
 	out := r.must("fleet", "run", "-json", "h11,h12", "check who runs here")
 	id := runIDRE.FindString(out)

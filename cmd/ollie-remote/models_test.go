@@ -23,6 +23,7 @@ import (
 // usage. The key is then nowhere on the host: no file (its session file
 // included), no process's argv or environment.
 func TestDesktopModel(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	kb := make([]byte, 16)
 	rand.Read(kb)
 	key := "sk-desk-" + hex.EncodeToString(kb)
@@ -103,6 +104,7 @@ func TestDesktopModel(t *testing.T) {
 // internet and is refused. Afterwards the namespace's counters show that
 // the host opened no connection at all but the SSH session.
 func TestAirGappedHost(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orgap", Isolated: true})
 	r := newRemote(t, lab)
 	h := lab.Host(0)
@@ -171,6 +173,7 @@ func TestAirGappedHost(t *testing.T) {
 // used. A second run with a token budget too small for its work is cut
 // off by the desktop, and each host's result says why.
 func TestFleetDesktopModel(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "orfmd"})
 	r := newRemote(t, lab)
 	llm := fakellm.Start(t)
@@ -254,6 +257,7 @@ func tableLine(table, host string) string {
 // turn does not hang, and it is asked again once the keeper has
 // reconnected, which the chat says.
 func TestDesktopModelDrop(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "ormdd"})
 	r := newRemote(t, lab)
 	h := lab.Host(0)
@@ -308,6 +312,7 @@ func TestDesktopModelDrop(t *testing.T) {
 // Ollama's native API, with the window ollie set; no prompt cut, and no
 // connection out but the SSH session.
 func TestAirGappedOllama(t *testing.T) {
+	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orgol", Isolated: true})
 	r := newRemote(t, lab)
 	h := lab.Host(0)

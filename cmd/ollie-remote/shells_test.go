@@ -63,7 +63,10 @@ func TestDeployLoginShells(t *testing.T) {
 		lab.Need(t, err == nil, fmt.Sprintf("the %s shell (apt-get install zsh ksh fish tcsh busybox mksh, as .ci/run does)", s.name))
 		shells[i].path, cfg.Shell[i] = p, p
 	}
-	// The -system part installs /usr/local/bin/ollie, the machine's.
+	// The -system part installs /usr/local/bin/ollie, the machine's. One
+	// an earlier run of this test left (killed before its clean-up) goes;
+	// anything else is the machine's own, which the test will not touch.
+	removeOurSystemCommand(t)
 	if _, err := os.Lstat(deploy.SystemCommand); err == nil {
 		lab.Need(t, false, deploy.SystemCommand+" exists on this machine; the test would replace it")
 	}
