@@ -45,6 +45,15 @@ func IsServerError(err error) bool {
 	return errors.As(err, &e) && e != errLost
 }
 
+// IsNotExist reports whether err is the server's answer that a file it was
+// asked for does not exist: a walk that failed on a name ("PATH: file does
+// not exist", as ns and Plan 9 servers word it), the one error 9P's text
+// is the interface of.
+func IsNotExist(err error) bool {
+	var e p9.Error
+	return errors.As(err, &e) && e != errLost && strings.HasSuffix(string(e), "file does not exist")
+}
+
 // A DialError reports that no namespace could be reached at Addr.
 type DialError struct {
 	Addr string // the socket path or TCP address

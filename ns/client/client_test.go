@@ -719,3 +719,23 @@ func TestReadLimit(t *testing.T) {
 		t.Errorf("ReadLimit of a missing file = %v, want the server's error", err)
 	}
 }
+
+// TestIsNotExist: a walk to a name the server does not have is told from
+// other answers and from failures to reach it.
+func TestIsNotExist(t *testing.T) {
+	f := newFixture(t)
+	c := f.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.ReadAll(ctx, "nosuch/file")
+	if !IsNotExist(err) {
+		t.Errorf("reading a missing file: %v, IsNotExist false", err)
+	}
+	if _, err := c.ReadAll(ctx, "hello"); IsNotExist(err) {
+		t.Errorf("reading hello: %v counted as not existing", err)
+	}
+	c.Close()
+	if _, err := c.ReadAll(ctx, "nosuch"); IsNotExist(err) {
+		t.Errorf("a closed connection's error %v counted as a missing file", err)
+	}
+}

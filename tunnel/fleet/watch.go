@@ -235,11 +235,8 @@ func waitChange(ctx context.Context, c *client.Conn, name string, d time.Duratio
 	c.ReadLimit(ctx, name, maxSmall)
 }
 
-// isGone is an error that says the file does not exist: the session or
-// agent was removed on the host.
-func isGone(err error) bool {
-	return client.IsServerError(err) && (strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "no longer exists") || strings.Contains(err.Error(), "not found"))
-}
+// isGone is the host's answer that the session or agent was removed.
+func isGone(err error) bool { return client.IsNotExist(err) }
 
 // lastAnswer is the agent's last message with text, from its log.
 func lastAnswer(ctx context.Context, c *client.Conn, name string) string {
