@@ -39,8 +39,8 @@ type Config struct {
 	Waiting func(host string) string
 }
 
-// An Observer hears of a run as it happens. Calls come from many
-// goroutines, one at a time.
+// An Observer hears of a run as it happens, from the hosts' goroutines at
+// once: it keeps its own order.
 type Observer interface {
 	// Changed is called with a copy of a host whose state changed.
 	Changed(h Host)
