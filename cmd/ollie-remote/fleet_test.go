@@ -321,7 +321,7 @@ func TestFleetHostTrouble(t *testing.T) {
 // the run the password is on no host: no file, no process's argv or
 // environment.
 func TestFleetAskBecomePass(t *testing.T) {
-	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
+	// Not in parallel: it answers prompts at a real terminal, on time.
 	pwb := make([]byte, 12)
 	rand.Read(pwb)
 	password := "Pw-" + hex.EncodeToString(pwb)
@@ -479,7 +479,7 @@ func TestFleetInventory(t *testing.T) {
 // the host. How many were dropped is logged: it depends on how the
 // handshakes overlapped.
 func TestFleetThroughBusyBastion(t *testing.T) {
-	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
+	// Not in parallel: it restarts its bastion's sshd on the same port, which a lab starting beside it may take.
 	r, _ := fleetLab(t, "orflm", 6, 0)
 	// h11 is the bastion for h12…h16; only it is strict.
 	cfg, _ := os.ReadFile(r.lab.Host(0).SshdConfig)
