@@ -1,0 +1,209 @@
+package sftpns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"9fans.net/go/plan9"
+	"github.com/pkg/sftp"
+
+	"ollie/ns/client"
+)
+
+// Fileread opens a handle for reading.
+func (ss *session) Fileread(r *sftp.Request) (io.ReaderAt, error) {
+	return ss.open(r, plan9.OREAD)
+}
+
+// Filewrite opens a handle for writing only.
+func (ss *session) Filewrite(r *sftp.Request) (io.WriterAt, error) {
+	return ss.open(r, plan9.OWRITE)
+}
+
+// OpenFile opens a handle for writing requests and reading their replies.
+func (ss *session) OpenFile(r *sftp.Request) (sftp.WriterAtReaderAt, error) {
+	return ss.open(r, plan9.ORDWR)
+}
+
+// open opens the file at r.Filepath in mode on a 9P connection of its own:
+// a read bounded by StreamWait ends by interrupting its connection, which
+// must then hold no other handle's calls.
+func (ss *session) open(r *sftp.Request, mode uint8) (*handle, error) {
+	if mode != plan9.OREAD && ss.srv.ReadOnly {
+		return nil, refuse("open", r.Filepath, "this session is read-only", sftp.ErrSSHFxPermissionDenied)
+	}
+	if err := ss.reserve(r.Filepath); err != nil {
+		return nil, err
+	}
+	conn, err := ss.srv.Dial()
+	if err != nil {
+		ss.release()
+		return nil, fmt.Errorf("sftpns: open %s: %w", r.Filepath, err)
+	}
+	f, err := conn.Open(background, r.Filepath, mode)
+	if err == nil && f.IsDir() {
+		f.Close()
+		err = refuse("open", r.Filepath, "is a directory", sftp.ErrSSHFxFailure)
+	}
+	if err != nil {
+		conn.Close()
+		ss.release()
+		return nil, errNotExist(err)
+	}
+	return &handle{ss: ss, conn: conn, f: f, mode: mode}, nil
+}
+
+// A handle is an open SFTP file handle: one fid on a 9P connection of its
+// own.
+type handle struct {
+	ss   *session
+	conn *client.Conn
+	f    *client.File
+	mode uint8
+
+	mu      sync.Mutex
+	req     []byte // writes since the last request was sent, by offset from wbase
+	wbase   int64
+	writing bool   // req holds writes not yet sent
+	reply   []byte // the reply read so far, by offset from rbase (ORDWR)
+	rbase   int64
+	reading bool // rbase is set: a read has come since the last request
+	ended   bool // the reply has been read to its end
+	failed  bool // the session ended with the handle open: send nothing
+	closed  bool
+}
+
+// WriteAt adds p at off to the request being assembled. The first write
+// after a request was sent sets where the next one starts.
+func (h *handle) WriteAt(p []byte, off int64) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.writing {
+		h.req, h.wbase, h.writing = h.req[:0], off, true
+	}
+	rel := off - h.wbase
+	if rel < 0 || rel+int64(len(p)) > int64(h.ss.srv.maxRequest()) {
+		return 0, fmt.Errorf("sftpns: write %s: a request is at most %d bytes, from where its first write began", h.f.Name(), h.ss.srv.maxRequest())
+	}
+	if end := int(rel) + len(p); end > len(h.req) {
+		h.req = append(h.req, make([]byte, end-len(h.req))...)
+	}
+	copy(h.req[rel:], p)
+	return len(p), nil
+}
+
+// send sends the assembled request, if any, as one namespace request.
+func (h *handle) send() error {
+	if !h.writing {
+		return nil
+	}
+	h.writing = false
+	h.reply, h.reading, h.ended = h.reply[:0], false, false
+	return h.f.Write(background, h.req)
+}
+
+// ReadAt reads at off: on a read-write handle from the reply to the last
+// request, else from the file by offset.
+func (h *handle) ReadAt(p []byte, off int64) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mode == plan9.ORDWR {
+		return h.readReply(p, off)
+	}
+	return h.readFile(p, off)
+}
+
+// readFile makes one read of the file at off, waiting at most StreamWait
+// at a stream's end.
+func (h *handle) readFile(p []byte, off int64) (int, error) {
+	n, err := h.read(p, off)
+	if err == nil || err == io.EOF || off == 0 {
+		return n, err
+	}
+	// A stream answers a read past its end with an error; for SFTP that
+	// is the end of the file for now.
+	if d, serr := h.f.Stat(background); serr == nil && uint64(off) > d.Length {
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// read makes one read, waiting at most StreamWait; a read that waited that
+// long with nothing to show is at the end of the file, for now.
+func (h *handle) read(p []byte, off int64) (int, error) {
+	ctx, cancel := context.WithTimeout(background, h.ss.srv.streamWait())
+	defer cancel()
+	n, err := h.f.ReadAt(ctx, p, off)
+	if err != nil && err != io.EOF && ctx.Err() != nil && (client.IsInterrupted(err) || errors.Is(err, context.DeadlineExceeded)) {
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// readReply serves the reply by offset from where the first read after the
+// request asked, reading it from the fid as far as p needs.
+func (h *handle) readReply(p []byte, off int64) (int, error) {
+	if err := h.send(); err != nil {
+		return 0, err
+	}
+	if !h.reading {
+		h.rbase, h.reading = off, true
+	}
+	rel := off - h.rbase
+	if rel < 0 {
+		return 0, fmt.Errorf("sftpns: read %s: offset %d is before the reply, which began at %d", h.f.Name(), off, h.rbase)
+	}
+	want := rel + int64(len(p))
+	for !h.ended && int64(len(h.reply)) < want {
+		if len(h.reply) >= h.ss.srv.maxRequest() {
+			return 0, fmt.Errorf("sftpns: read %s: the reply is longer than %d bytes", h.f.Name(), h.ss.srv.maxRequest())
+		}
+		buf := make([]byte, min(want-int64(len(h.reply)), 64<<10))
+		n, err := h.read(buf, 0)
+		h.reply = append(h.reply, buf[:n]...)
+		if err == io.EOF {
+			h.ended = true
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if rel >= int64(len(h.reply)) {
+		// Reset so that a later read asks the fid again: a
+		// subscription's next item may come.
+		h.ended = false
+		return 0, io.EOF
+	}
+	return copy(p, h.reply[rel:]), nil
+}
+
+// TransferError is the request server's word that the session ended with
+// the handle open: an upload cut short is not sent.
+func (h *handle) TransferError(err error) {
+	h.mu.Lock()
+	h.failed = true
+	h.mu.Unlock()
+}
+
+// Close sends what was written and not yet sent, and lets the fid and its
+// connection go. The request's error is the close's.
+func (h *handle) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	var err error
+	if !h.failed {
+		err = h.send()
+	}
+	h.f.Close()
+	h.conn.Close()
+	h.ss.release()
+	return err
+}
