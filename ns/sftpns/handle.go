@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"9fans.net/go/plan9"
@@ -76,18 +77,28 @@ type handle struct {
 	closed  bool
 }
 
-// WriteAt adds p at off to the request being assembled. The first write
-// after a request was sent sets where the next one starts.
+// WriteAt adds p at off to the request being assembled, which starts at
+// the least offset written since the last request was sent.
 func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.writing {
 		h.req, h.wbase, h.writing = h.req[:0], off, true
 	}
-	rel := off - h.wbase
-	if rel < 0 || rel+int64(len(p)) > int64(h.ss.srv.maxRequest()) {
-		return 0, fmt.Errorf("sftpns: write %s: a request is at most %d bytes, from where its first write began", h.f.Name(), h.ss.srv.maxRequest())
+	// The span the request would cover, checked before anything grows:
+	// offsets are the client's.
+	limit := int64(h.ss.srv.maxRequest())
+	lo, hi := min(h.wbase, off), max(h.wbase+int64(len(h.req)), off+int64(len(p)))
+	if off < 0 || int64(len(p)) > limit || off > math.MaxInt64-limit || hi-lo > limit {
+		return 0, fmt.Errorf("sftpns: write %s: a request is at most %d bytes, from the least offset written to the greatest", h.f.Name(), limit)
 	}
+	if off < h.wbase {
+		// An earlier part, written after a later one (clients
+		// pipeline their writes).
+		h.req = append(make([]byte, h.wbase-off), h.req...)
+		h.wbase = off
+	}
+	rel := off - h.wbase
 	if end := int(rel) + len(p); end > len(h.req) {
 		h.req = append(h.req, make([]byte, end-len(h.req))...)
 	}

@@ -109,8 +109,8 @@ func Serve(rwc io.ReadWriteCloser, dial func() (*client.Conn, error)) error {
 
 // Serve serves one SFTP session on rwc, an SSH channel of the `sftp`
 // subsystem or any other stream, until the client ends it or rwc fails,
-// and closes rwc. It returns nil when the client ended the session, else
-// the error that ended it.
+// and closes rwc. It returns nil when the client ended the session (with
+// files open or not), else the error that ended it.
 func (s *Server) Serve(rwc io.ReadWriteCloser) error {
 	if s.Dial == nil {
 		rwc.Close()
@@ -127,7 +127,9 @@ func (s *Server) Serve(rwc io.ReadWriteCloser) error {
 	rs := sftp.NewRequestServer(rwc, h)
 	err = rs.Serve()
 	rs.Close()
-	if errors.Is(err, io.EOF) {
+	// The request server answers io.ErrUnexpectedEOF for a client that
+	// left with files open: it ended the session all the same.
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return nil
 	}
 	return fmt.Errorf("sftpns: %w", err)
