@@ -447,3 +447,22 @@ func TestRequestBound(t *testing.T) {
 		t.Errorf("sent %q", got)
 	}
 }
+
+// A session that ends with an upload open sends nothing: the request was
+// cut short.
+func TestCutShort(t *testing.T) {
+	fx := newFixture(t)
+	c := session(t, &sftpns.Server{Dial: fx.dial})
+	f, err := c.OpenFile("/prompt", os.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("half a prom")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	time.Sleep(100 * time.Millisecond)
+	if got := fx.sent(); len(got) != 0 {
+		t.Errorf("sent %q", got)
+	}
+}
