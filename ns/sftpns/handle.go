@@ -29,9 +29,11 @@ func (ss *session) OpenFile(r *sftp.Request) (sftp.WriterAtReaderAt, error) {
 	return ss.open(r, plan9.ORDWR)
 }
 
-// open opens the file at r.Filepath in mode on a 9P connection of its own:
-// a read bounded by StreamWait ends by interrupting its connection, which
-// must then hold no other handle's calls.
+// open opens the file at r.Filepath in mode. A handle that reads does so
+// on a 9P connection of its own: a read bounded by StreamWait ends by
+// interrupting its connection, which must then hold no other handle's
+// calls. A write-only handle never waits on a read, and shares the
+// session's.
 func (ss *session) open(r *sftp.Request, mode uint8) (*handle, error) {
 	if mode != plan9.OREAD && ss.srv.ReadOnly {
 		return nil, refuse("open", r.Filepath, "this session is read-only", sftp.ErrSSHFxPermissionDenied)
@@ -39,31 +41,39 @@ func (ss *session) open(r *sftp.Request, mode uint8) (*handle, error) {
 	if err := ss.reserve(r.Filepath); err != nil {
 		return nil, err
 	}
-	conn, err := ss.srv.Dial()
-	if err != nil {
-		ss.release()
-		return nil, fmt.Errorf("sftpns: open %s: %w", r.Filepath, err)
+	h := &handle{ss: ss, conn: ss.conn, mode: mode}
+	if mode != plan9.OWRITE {
+		conn, err := ss.srv.Dial()
+		if err != nil {
+			ss.release()
+			return nil, fmt.Errorf("sftpns: open %s: %w", r.Filepath, err)
+		}
+		h.conn, h.ownConn = conn, true
 	}
-	f, err := conn.Open(background, r.Filepath, mode)
+	f, err := h.conn.Open(background, r.Filepath, mode)
 	if err == nil && f.IsDir() {
 		f.Close()
 		err = refuse("open", r.Filepath, "is a directory", sftp.ErrSSHFxFailure)
 	}
 	if err != nil {
-		conn.Close()
+		if h.ownConn {
+			h.conn.Close()
+		}
 		ss.release()
 		return nil, errNotExist(err)
 	}
-	return &handle{ss: ss, conn: conn, f: f, mode: mode}, nil
+	h.f = f
+	return h, nil
 }
 
-// A handle is an open SFTP file handle: one fid on a 9P connection of its
-// own.
+// A handle is an open SFTP file handle: one fid, on a 9P connection of
+// its own if it reads.
 type handle struct {
-	ss   *session
-	conn *client.Conn
-	f    *client.File
-	mode uint8
+	ss      *session
+	conn    *client.Conn
+	ownConn bool // conn is the handle's, not the session's
+	f       *client.File
+	mode    uint8
 
 	mu      sync.Mutex
 	req     []byte // writes since the last request was sent, by offset from wbase
@@ -214,7 +224,9 @@ func (h *handle) Close() error {
 		err = h.send()
 	}
 	h.f.Close()
-	h.conn.Close()
+	if h.ownConn {
+		h.conn.Close()
+	}
 	h.ss.release()
 	return err
 }

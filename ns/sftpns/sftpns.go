@@ -4,8 +4,9 @@
 //
 // It is a github.com/pkg/sftp request server whose handlers are calls on
 // ns/client: each SFTP session has one 9P connection for listings, stats
-// and setstats, and each open file handle a 9P connection and fid of its
-// own, held for the handle's life. The listener decides how to dial (as
+// and setstats (and the fids of files open only for writing), and each
+// file handle that reads a 9P connection and fid of its own, held for the
+// handle's life. The listener decides how to dial (as
 // the SSH key's principal); the namespace decides what that principal may
 // do. The package trusts the namespace and nothing the SFTP client sends:
 // handles, assembled requests and replies are bounded.
@@ -67,9 +68,11 @@ import (
 // more before it answers EOF, when Server.StreamWait is 0.
 const DefaultStreamWait = 500 * time.Millisecond
 
-// DefaultMaxHandles bounds a session's open file handles, each of them a
-// 9P connection, when Server.MaxHandles is 0.
-const DefaultMaxHandles = 32
+// DefaultMaxHandles bounds a session's open file handles when
+// Server.MaxHandles is 0. Each handle that reads holds a 9P connection:
+// keep it below the namespace's cap on connections of the session's kind
+// of peer (ns.Server.MaxOwnerConns and friends).
+const DefaultMaxHandles = 16
 
 // DefaultMaxRequest bounds a request assembled from a handle's writes, and
 // a reply kept to serve by offset, when Server.MaxRequest is 0.
@@ -80,7 +83,8 @@ const DefaultMaxRequest = 4 << 20
 type Server struct {
 	// Dial connects to the namespace as the session's principal. It is
 	// called once at the start of a session and once for each file the
-	// session opens. Required.
+	// session opens for reading (the connection is closed with the
+	// file). Required.
 	Dial func() (*client.Conn, error)
 
 	// ReadOnly refuses every open for writing and every setstat, whatever

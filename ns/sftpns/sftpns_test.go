@@ -466,3 +466,43 @@ func TestCutShort(t *testing.T) {
 		t.Errorf("sent %q", got)
 	}
 }
+
+// A handle that reads has a 9P connection of its own (its bounded reads
+// interrupt it); a write-only one shares the session's.
+func TestDials(t *testing.T) {
+	fx := newFixture(t)
+	var mu sync.Mutex
+	dials := 0
+	dial := func() (*client.Conn, error) {
+		mu.Lock()
+		dials++
+		mu.Unlock()
+		return fx.dial()
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return dials
+	}
+	c := session(t, &sftpns.Server{Dial: dial})
+	if n := count(); n != 1 {
+		t.Fatalf("%d dials for a session, want 1", n)
+	}
+	f, err := c.OpenFile("/prompt", os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("%d dials after a write-only handle, want 1", n)
+	}
+	if _, err := readFile(c, "/state"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 2 {
+		t.Errorf("%d dials after a read, want 2", n)
+	}
+}
