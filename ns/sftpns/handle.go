@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"time"
 
 	"9fans.net/go/plan9"
 	"github.com/pkg/sftp"
@@ -63,6 +64,7 @@ func (ss *session) open(r *sftp.Request, mode uint8) (*handle, error) {
 		return nil, errNotExist(err)
 	}
 	h.f = f
+	h.decided = make(chan struct{})
 	return h, nil
 }
 
@@ -81,9 +83,10 @@ type handle struct {
 	writing bool   // req holds writes not yet sent
 	reply   []byte // the reply read so far, by offset from rbase (ORDWR)
 	rbase   int64
-	reading bool // rbase is set: a read has come since the last request
-	ended   bool // the reply has been read to its end
-	failed  bool // the session ended with the handle open: send nothing
+	reading bool          // rbase is set: a read has come since the last request
+	decided chan struct{} // closed once rbase is set
+	ended   bool          // the reply has been read to its end
+	failed  bool          // the session ended with the handle open: send nothing
 	closed  bool
 }
 
@@ -123,6 +126,7 @@ func (h *handle) send() error {
 	}
 	h.writing = false
 	h.reply, h.reading, h.ended = h.reply[:0], false, false
+	h.decided = make(chan struct{})
 	return h.f.Write(background, h.req)
 }
 
@@ -164,14 +168,14 @@ func (h *handle) read(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// readReply serves the reply by offset from where the first read after the
-// request asked, reading it from the fid as far as p needs.
+// readReply serves the reply by offset, from where placeReply put it,
+// reading it from the fid as far as p needs.
 func (h *handle) readReply(p []byte, off int64) (int, error) {
 	if err := h.send(); err != nil {
 		return 0, err
 	}
 	if !h.reading {
-		h.rbase, h.reading = off, true
+		h.placeReply(off)
 	}
 	rel := off - h.rbase
 	if rel < 0 {
@@ -200,6 +204,37 @@ func (h *handle) readReply(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	return copy(p, h.reply[rel:]), nil
+}
+
+// decideWait is how long a read of a reply at neither place a reply can
+// start waits for the read that says which.
+const decideWait = 100 * time.Millisecond
+
+// placeReply decides where the reply to the last request starts, from
+// the first read of it: where the request started, for a client that
+// seeks back to read, or where it ended, for one that reads on (a shell's
+// `exec 3<>FILE`). Clients pipeline reads (sshfs sends four at once), and
+// the request server runs them in any order, so a read at neither place
+// waits up to decideWait for one that is; if none comes, the reply
+// starts where the request ended. h.mu is held, and released while
+// waiting.
+func (h *handle) placeReply(off int64) {
+	start, end := h.wbase, h.wbase+int64(len(h.req))
+	if off != start && off != end {
+		decided := h.decided
+		h.mu.Unlock()
+		select {
+		case <-decided:
+		case <-time.After(decideWait):
+		}
+		h.mu.Lock()
+		if h.reading {
+			return
+		}
+		off = end
+	}
+	h.rbase, h.reading = off, true
+	close(h.decided)
 }
 
 // TransferError is the request server's word that the session ended with

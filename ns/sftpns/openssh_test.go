@@ -170,6 +170,13 @@ func TestSSHFS(t *testing.T) {
 		t.Errorf("echo hi > mnt/prompt sent %q", got)
 	}
 
+	// rdwr on one descriptor: the reply is read on from where the
+	// request ended.
+	upper := strconv.Quote(filepath.Join(mnt, "upper"))
+	if out, err := exec.Command("sh", "-c", "exec 3<>"+upper+"; printf 'shout this' >&3; cat <&3").CombinedOutput(); err != nil || string(out) != "SHOUT THIS" {
+		t.Errorf("rdwr on one descriptor: %q %v", out, err)
+	}
+
 	fx.chat.Write([]byte("first\n"))
 	var tailOut, tailErr lockedBuffer
 	tail := exec.Command("tail", "-s", "0.1", "-f", filepath.Join(mnt, "chat"))

@@ -37,9 +37,11 @@
 //     writes.
 //   - A read-write handle (an rdwr or subscription file) sends its
 //     assembled writes as one request at the first read after them, and
-//     serves the reply by offset from where that first read asked: a
-//     client may seek to 0 to read the reply or read on from where it
-//     wrote. Writing again starts the next request on the same fid.
+//     serves the reply by offset, starting where the request started (a
+//     client that seeks back to read it) or where it ended (one that
+//     reads on, as a shell's `exec 3<>FILE` does), whichever the first
+//     read asks at. Writing again starts the next request on the same
+//     fid.
 //
 // What SFTP asks for and the namespace has no answer to is refused:
 // rename, remove, mkdir, rmdir, links and symlinks (readlink included)

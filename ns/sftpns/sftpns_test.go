@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -504,5 +505,38 @@ func TestDials(t *testing.T) {
 	}
 	if n := count(); n != 2 {
 		t.Errorf("%d dials after a read, want 2", n)
+	}
+}
+
+// Pipelined reads of a reply, run in any order: the reply starts where
+// the first read at the request's start or end says, whichever read the
+// server happens to run first.
+func TestRdWrPipelined(t *testing.T) {
+	fx := newFixture(t)
+	c := session(t, &sftpns.Server{Dial: fx.dial})
+	for _, start := range []int64{0, 8} { // seek back, read on
+		f, err := c.OpenFile("/upper", os.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("abcdefgh"), 0); err != nil {
+			t.Fatal(err)
+		}
+		later := make(chan string, 1)
+		go func() {
+			buf := make([]byte, 4)
+			n, err := f.ReadAt(buf, start+4)
+			later <- fmt.Sprintf("%s %v", buf[:n], err)
+		}()
+		time.Sleep(30 * time.Millisecond)
+		buf := make([]byte, 4)
+		n, err := f.ReadAt(buf, start)
+		if got := fmt.Sprintf("%s %v", buf[:n], err); got != "ABCD <nil>" {
+			t.Errorf("reply at %d: %s", start, got)
+		}
+		if got := <-later; got != "EFGH <nil>" {
+			t.Errorf("reply at %d+4, asked first: %s", start, got)
+		}
+		f.Close()
 	}
 }
