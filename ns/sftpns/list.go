@@ -71,29 +71,94 @@ func (ss *session) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 }
 
 // stat returns the metadata of the file at name with, for a file that may
-// be read, the length of a fid open on it: a snapshot's size, or how much
-// of a stream has been written. A file not open has length 0 in 9P, which
-// would hide a stream's growth from a client (tail -f over sshfs) that
-// reads only when the size changes.
+// be read, the length of a fid open on it (openLength). A file not open
+// has length 0 in 9P, which would hide a stream's growth from a client
+// (tail -f over sshfs) that reads only when the size changes.
 func (ss *session) stat(name string) (*plan9.Dir, error) {
 	d, err := ss.conn.Stat(background, name)
 	if err != nil {
 		return nil, errNotExist(err)
 	}
-	if d.Qid.Type&plan9.QTDIR != 0 || d.Mode&0444 == 0 {
-		return d, nil
-	}
-	f, err := ss.conn.Open(background, name, plan9.OREAD)
-	if err != nil {
-		// Not readable by this principal, or not at all: 9P's answer
-		// stands.
-		return d, nil
-	}
-	defer f.Close()
-	if od, err := f.Stat(background); err == nil {
-		d.Length = od.Length
+	if d.Qid.Type&plan9.QTDIR == 0 && d.Mode&0444 != 0 {
+		if n, ok := ss.openLength(name); ok {
+			d.Length = n
+		}
 	}
 	return d, nil
+}
+
+// statWait bounds how long a stat waits for the open that measures a
+// file: opening a snapshot runs its handler, which may ask a model server
+// (the host's models), and the request server answers a session's
+// commands one at a time.
+const statWait = 250 * time.Millisecond
+
+// openLength opens the file at name for reading and returns the open
+// fid's length: a snapshot's size, or how much of a stream has been
+// written. It reports false if the principal may not read the file, or
+// the open takes longer than statWait (it then finishes, and lets the fid
+// go, on its own), or the last one has not finished yet.
+//
+// The opens run on a connection of their own, one at a time. Not on the
+// session's: the 9fans client reuses a fid's number once its Tclunk is
+// written, and srv9p runs requests concurrently, so a walk on the same
+// connection can reach the server before the clunk and be refused
+// ("duplicate fid"); the session's connection is used by one request at
+// a time.
+func (ss *session) openLength(name string) (uint64, bool) {
+	ss.mmu.Lock()
+	if ss.mbusy || ss.ended {
+		ss.mmu.Unlock()
+		return 0, false
+	}
+	ss.mbusy = true
+	mc := ss.mconn
+	ss.mmu.Unlock()
+
+	res := make(chan uint64, 1)
+	go func() {
+		defer close(res)
+		var err error
+		if mc == nil {
+			mc, err = ss.srv.Dial()
+		}
+		if err == nil {
+			if f, err := mc.Open(background, name, plan9.OREAD); err == nil {
+				if d, err := f.Stat(background); err == nil {
+					res <- d.Length
+				}
+				f.Close()
+			}
+		}
+		ss.mmu.Lock()
+		defer ss.mmu.Unlock()
+		ss.mbusy = false
+		if mc != nil && ss.ended {
+			mc.Close()
+			mc = nil
+		}
+		ss.mconn = mc
+	}()
+	timer := time.NewTimer(statWait)
+	defer timer.Stop()
+	select {
+	case n, ok := <-res:
+		return n, ok
+	case <-timer.C:
+		return 0, false
+	}
+}
+
+// endMeasuring closes the connection of openLength, now or once the open
+// it runs is done.
+func (ss *session) endMeasuring() {
+	ss.mmu.Lock()
+	defer ss.mmu.Unlock()
+	ss.ended = true
+	if !ss.mbusy && ss.mconn != nil {
+		ss.mconn.Close()
+		ss.mconn = nil
+	}
 }
 
 func lower(s string) string {

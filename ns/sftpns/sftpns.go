@@ -18,7 +18,9 @@
 //     files not open), while a stat (and an fstat) of a file opens it and
 //     reports the open fid's length: a snapshot's size, or how much of a
 //     stream has been written so far, so that `tail -f` over sshfs sees a
-//     chat grow.
+//     chat grow. That open runs a snapshot's handler; one that takes more
+//     than 250 ms leaves the length 0. Mount with sshfs's `-o direct_io`
+//     so that the kernel reads a file whatever length it was told.
 //   - A snapshot file (Read) reads by offset from the snapshot its handle
 //     took at open.
 //   - A stream (chat, event, proc/*/out) reads by offset as it grows. A
@@ -28,6 +30,9 @@
 //     end StreamWait after the last byte, and a client that reads again at
 //     the same offset later (tail -f, sshfs) follows the stream. A wait
 //     file reads likewise: empty unless it changes within StreamWait.
+//     pkg/sftp answers a session's requests in the order they came, so
+//     while a read waits at a stream's end the session's later answers
+//     wait too: StreamWait is short for that reason.
 //   - A write-only handle (open for writing without reading, as a shell's
 //     `echo prompt > FILE` makes through sshfs) assembles its writes by
 //     offset and sends them as one request at close: one SFTP upload is
@@ -84,9 +89,10 @@ const DefaultMaxRequest = 4 << 20
 // set is ready to use.
 type Server struct {
 	// Dial connects to the namespace as the session's principal. It is
-	// called once at the start of a session and once for each file the
-	// session opens for reading (the connection is closed with the
-	// file). Required.
+	// called at the start of a session, at its first stat of a file (the
+	// connection stats measure files on), and for each file the session
+	// opens for reading (that connection is closed with the file).
+	// Required.
 	Dial func() (*client.Conn, error)
 
 	// ReadOnly refuses every open for writing and every setstat, whatever
@@ -129,6 +135,7 @@ func (s *Server) Serve(rwc io.ReadWriteCloser) error {
 	}
 	defer conn.Close()
 	ss := &session{srv: s, conn: conn}
+	defer ss.endMeasuring()
 	h := sftp.Handlers{FileGet: ss, FilePut: ss, FileCmd: ss, FileList: ss}
 	rs := sftp.NewRequestServer(rwc, h)
 	err = rs.Serve()
@@ -166,6 +173,13 @@ func (s *Server) maxRequest() int {
 type session struct {
 	srv  *Server
 	conn *client.Conn
+
+	// The connection stats measure files on (openLength), dialled at
+	// the first, and whether a measurement runs on it.
+	mmu   sync.Mutex
+	mconn *client.Conn
+	mbusy bool
+	ended bool
 
 	mu      sync.Mutex
 	handles int

@@ -29,6 +29,8 @@ type fixture struct {
 	sock string
 	chat *stream.Stream
 
+	slow chan struct{} // closed to let the slow snapshot be taken
+
 	mu       sync.Mutex
 	requests []string // what prompt was sent, one entry a request
 }
@@ -37,7 +39,7 @@ const stateText = "idle\n"
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	fx := &fixture{chat: stream.NewStream(0)}
+	fx := &fixture{chat: stream.NewStream(0), slow: make(chan struct{})}
 	root := ns.Dir("", 0555, "",
 		ns.ReadFile("state", 0444, "A snapshot.", func(ctx context.Context, c *ns.Call) ([]byte, error) {
 			return []byte(stateText), nil
@@ -56,6 +58,13 @@ func newFixture(t *testing.T) *fixture {
 		}),
 		ns.StreamFile("chat", 0444, "A stream.", func(ctx context.Context, c *ns.Call) (*stream.Stream, error) {
 			return fx.chat, nil
+		}),
+		ns.ReadFile("slow", 0444, "A snapshot taken when the test says.", func(ctx context.Context, c *ns.Call) ([]byte, error) {
+			select {
+			case <-fx.slow:
+			case <-ctx.Done():
+			}
+			return []byte("slow\n"), nil
 		}),
 		ns.Dir("dir", 0555, "A directory.",
 			ns.ReadFile("inner", 0444, "", func(ctx context.Context, c *ns.Call) ([]byte, error) {
@@ -140,7 +149,7 @@ func TestListAndStat(t *testing.T) {
 		names = append(names, fi.Name())
 		modes[fi.Name()] = fi.Mode()
 	}
-	if got, want := strings.Join(names, " "), "state prompt fussy upper chat dir"; got != want {
+	if got, want := strings.Join(names, " "), "state prompt fussy upper chat slow dir"; got != want {
 		t.Errorf("ls /: %q, want %q", got, want)
 	}
 	if modes["state"] != 0444 || modes["prompt"] != 0222 || modes["dir"] != os.ModeDir|0555 {
@@ -538,5 +547,38 @@ func TestRdWrPipelined(t *testing.T) {
 			t.Errorf("reply at %d+4, asked first: %s", start, got)
 		}
 		f.Close()
+	}
+}
+
+// A stat's measuring open of a slow snapshot does not hold the session up:
+// the stat answers length 0 after a while, and so do stats while it runs.
+func TestSlowStat(t *testing.T) {
+	fx := newFixture(t)
+	c := session(t, &sftpns.Server{Dial: fx.dial})
+	start := time.Now()
+	fi, err := c.Stat("/slow")
+	if err != nil || fi.Size() != 0 {
+		t.Errorf("stat slow: %v %v, want length 0", fi, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("stat of a slow snapshot took %v", d)
+	}
+	if fi, err := c.Stat("/state"); err != nil || fi.Size() != 0 {
+		t.Errorf("stat state while slow is measured: %v %v, want length 0", fi, err)
+	}
+	if _, err := c.ReadDir("/"); err != nil {
+		t.Errorf("ls / while slow is measured: %v", err)
+	}
+	close(fx.slow)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fi, err := c.Stat("/state")
+		if err == nil && fi.Size() == int64(len(stateText)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stat state after slow was measured: %v %v", fi, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
