@@ -95,15 +95,19 @@ type handle struct {
 func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.writing {
-		h.req, h.wbase, h.writing = h.req[:0], off, true
-	}
 	// The span the request would cover, checked before anything grows:
 	// offsets are the client's.
 	limit := int64(h.ss.srv.maxRequest())
+	tooLong := fmt.Errorf("sftpns: write %s: a request is at most %d bytes, from the least offset written to the greatest", h.f.Name(), limit)
+	if off < 0 || int64(len(p)) > limit || off > math.MaxInt64-limit {
+		return 0, tooLong
+	}
+	if !h.writing {
+		h.req, h.wbase, h.writing = h.req[:0], off, true
+	}
 	lo, hi := min(h.wbase, off), max(h.wbase+int64(len(h.req)), off+int64(len(p)))
-	if off < 0 || int64(len(p)) > limit || off > math.MaxInt64-limit || hi-lo > limit {
-		return 0, fmt.Errorf("sftpns: write %s: a request is at most %d bytes, from the least offset written to the greatest", h.f.Name(), limit)
+	if hi-lo > limit {
+		return 0, tooLong
 	}
 	if off < h.wbase {
 		// An earlier part, written after a later one (clients
