@@ -243,7 +243,7 @@ func firstWord(s string) string {
 func (ss *session) run(cmd *exec.Cmd) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	cmd.Env = append(slices.Clone(ss.s.Env), "NAMESPACE="+ss.s.Namespace)
+	cmd.Env = append(append(slices.Clone(ss.s.Env), cmd.Env...), "NAMESPACE="+ss.s.Namespace)
 	if ss.size != nil {
 		term := ss.term
 		if term == "" {

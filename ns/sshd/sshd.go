@@ -81,7 +81,8 @@ type Server struct {
 	// stdout, by name ("sftp"), under the same rights rule as Ollie. A
 	// name not here is refused.
 	Subsystems map[string]func(readOnly bool) *exec.Cmd
-	// Env is the environment every command starts with; the server adds
+	// Env is the environment every command starts with, before what
+	// Ollie or a subsystem put in the command's own Env; the server adds
 	// NAMESPACE and, on a pty, TERM.
 	Env []string
 	// Log receives logins and refusals; nil discards them.
