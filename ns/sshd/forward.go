@@ -26,6 +26,16 @@ var brokerSocket = regexp.MustCompile(`^broker-[0-9a-f]{1,64}$`)
 // (tunnel/keeper/models.go).
 const modelsSocket = "models.sock"
 
+// cleanAbs cleans an absolute path; a relative one (which sshd would
+// take from the home directory) is left as it is, for the checks to
+// refuse.
+func cleanAbs(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return p
+}
+
 // mayReach reports whether a direct-streamlocal may open path: the 9P
 // socket alone.
 func (s *Server) mayReach(path string) bool {
@@ -58,6 +68,9 @@ func (s *Server) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ss
 		nc.Reject(ssh.ConnectionFailed, "ollie: bad direct-streamlocal request")
 		return
 	}
+	// The path checked is the path used: the kernel would resolve a
+	// "dir/symlink/.." that Clean takes away.
+	msg.SocketPath = cleanAbs(msg.SocketPath)
 	if !mayForward(ctx) {
 		s.refuse(ctx, "direct-streamlocal by a key that may not forward", "")
 		nc.Reject(ssh.Prohibited, "ollie: this key may not forward sockets")
@@ -167,6 +180,7 @@ func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, 
 	if ssh.Unmarshal(req.Payload, &msg) != nil {
 		return false, nil
 	}
+	msg.SocketPath = cleanAbs(msg.SocketPath)
 	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
 	if !ok {
 		return false, nil
@@ -230,6 +244,7 @@ func (s *Server) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Se
 	if ssh.Unmarshal(req.Payload, &msg) != nil {
 		return false, nil
 	}
+	msg.SocketPath = cleanAbs(msg.SocketPath)
 	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
 	if !ok {
 		return false, nil

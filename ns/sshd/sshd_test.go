@@ -18,10 +18,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +45,23 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "rw":
 		os.Exit(shell.Main(os.Args[1:]))
+	case "winsize":
+		// Reports the terminal's size, and again at each SIGWINCH, until
+		// its input ends.
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		report := func() {
+			rows, cols, err := pty.Getsize(os.Stdin)
+			fmt.Printf("size %dx%d %v\r\n", cols, rows, err)
+		}
+		report()
+		go func() {
+			for range winch {
+				report()
+			}
+		}()
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
 	case "ro":
 		if err := sshd.ReadOnly(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -84,6 +103,7 @@ type fixture struct {
 	hostKey    string
 	log        *syncBuffer
 	srv        *sshd.Server
+	helper     string // the helper's mode for every command; "" for rw or ro by the key
 }
 
 func needSSH(t *testing.T) {
@@ -139,6 +159,9 @@ func (f *fixture) serve() {
 			mode := "rw"
 			if readOnly {
 				mode = "ro"
+			}
+			if f.helper != "" {
+				mode = f.helper
 			}
 			cmd.Env = []string{helperEnv + "=" + mode}
 			return cmd
@@ -280,40 +303,62 @@ func TestExecRefusesOtherCommands(t *testing.T) {
 	}
 }
 
-func TestShellOnPTY(t *testing.T) {
-	f := start(t)
-	cmd := exec.Command("ssh", f.sshArgs(f.key, "-tt")...)
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 100})
+// sshOnPTY runs ssh -tt on a pty of the test's, as a person would.
+func (f *fixture) sshOnPTY(size *pty.Winsize) (cmd *exec.Cmd, ptmx *os.File, waitFor func(string)) {
+	t := f.t
+	cmd = exec.Command("ssh", f.sshArgs(f.key, "-tt")...)
+	ptmx, err := pty.StartWithSize(cmd, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ptmx.Close()
+	t.Cleanup(func() { ptmx.Close(); cmd.Process.Kill() })
 	var seen syncBuffer
 	go io.Copy(&seen, ptmx)
-	waitFor := func(what string) {
+	return cmd, ptmx, func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for !strings.Contains(seen.String(), what) {
 			if time.Now().After(deadline) {
-				t.Fatalf("no %q from the shell; saw %q", what, seen.String())
+				t.Fatalf("no %q through the pty; saw %q", what, seen.String())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+func TestWindowSize(t *testing.T) {
+	f := start(t)
+	f.helper = "winsize"
+	_, ptmx, waitFor := f.sshOnPTY(&pty.Winsize{Rows: 40, Cols: 100})
+	waitFor("size 100x40 <nil>")
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("size 132x50 <nil>")
+}
+
+func TestShellOnPTY(t *testing.T) {
+	f := start(t)
+	cmd, ptmx, waitFor := f.sshOnPTY(&pty.Winsize{Rows: 40, Cols: 100})
 	waitFor("ollie:/% ")
 	io.WriteString(ptmx, "ls\r")
 	waitFor("toolerrors")
+	// A read of a stream blocks until Ctrl-C, which the pty makes a
+	// SIGINT for the shell, which flushes the read.
+	io.WriteString(ptmx, "cat event\r")
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(ptmx, "\x03")
+	waitFor("^C\r\n\x1b[J\x1b[2K\rollie:/% ") // the prompt again: the read ended
 	io.WriteString(ptmx, "exit\r")
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Errorf("ssh -tt: %v; saw %q", err, seen.String())
+			t.Errorf("ssh -tt: %v", err)
 		}
 	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("ssh -tt did not end after exit; saw %q", seen.String())
+		t.Fatal("ssh -tt did not end after exit")
 	}
 }
 
