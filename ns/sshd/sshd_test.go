@@ -275,13 +275,13 @@ func TestExecRunsOllieSubcommands(t *testing.T) {
 		}
 	}
 	// Standard input reaches the command: a write the namespace answers.
-	out, errOut, code := f.run(f.key, "name=x\n", nil, "write", "session/new")
+	out, errOut, code := f.run(f.key, "name=overssh\n", nil, "write", "session/new")
 	if code != 0 {
 		t.Fatalf("write session/new: exit %d: %s %s", code, out, errOut)
 	}
 	out, _, _ = f.run(f.key, "", nil, "ls", "session")
-	if !strings.Contains(out, "x") {
-		t.Errorf("after write session/new, ls session = %q, want the session x", out)
+	if !strings.Contains(out, "overssh") {
+		t.Errorf("after write session/new, ls session = %q, want the session overssh", out)
 	}
 }
 
