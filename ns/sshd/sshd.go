@@ -10,7 +10,8 @@
 //     chat, help), with the local client's exit codes; "ollie ls /" and
 //     "ls /" are the same request;
 //   - a subsystem runs only if the Server names it (Subsystems: sftp is
-//     plugged in there);
+//     plugged in there), as a child on the channel's stdin and stdout, so
+//     that a read-only key's subsystem has the read-only rights too;
 //   - direct-streamlocal@openssh.com reaches the 9P socket only, and
 //     streamlocal-forward@openssh.com listens only on the broker-* and
 //     models.sock paths ollie-remote's keeper forwards into the namespace
@@ -32,6 +33,10 @@
 // admin of the namespace, as the daemon's own user is. OpenSSH's sshd
 // refuses a key with an option it does not know, so a read-only line
 // copied into its authorized_keys grants nothing there.
+//
+// cmd/olliesrv runs it with "olliesrv -ssh ADDR" (the host key is
+// $XDG_STATE_HOME/ollie/ssh_host_ed25519_key, "olliesrv ssh-fingerprint"
+// prints it), and contrib/systemd/olliesrv-ssh.service as a user service.
 //
 // The server trusts its authorized_keys file and its host key file (both
 // the daemon user's own); it trusts nothing the client says.
