@@ -113,7 +113,10 @@ func needSSH(t *testing.T) {
 	}
 }
 
-func start(t *testing.T) *fixture {
+func start(t *testing.T) *fixture { t.Helper(); return startHelper(t, "") }
+
+// startHelper starts a fixture whose every command is the helper in mode.
+func startHelper(t *testing.T, mode string) *fixture {
 	t.Helper()
 	needSSH(t)
 	dir := t.TempDir()
@@ -134,7 +137,7 @@ func start(t *testing.T) *fixture {
 		d.Shutdown(ctx)
 	})
 	f := &fixture{t: t, dir: dir, ns: nsDir, authKeys: filepath.Join(dir, "authorized_keys"),
-		knownHosts: filepath.Join(dir, "known_hosts"), hostKey: filepath.Join(dir, "hostkey", sshd.HostKeyFile), log: &syncBuffer{}}
+		knownHosts: filepath.Join(dir, "known_hosts"), hostKey: filepath.Join(dir, "hostkey", sshd.HostKeyFile), log: &syncBuffer{}, helper: mode}
 	var pub string
 	f.key, pub = f.newKey("admin")
 	f.authorize("", pub)
@@ -327,8 +330,7 @@ func (f *fixture) sshOnPTY(size *pty.Winsize) (cmd *exec.Cmd, ptmx *os.File, wai
 }
 
 func TestWindowSize(t *testing.T) {
-	f := start(t)
-	f.helper = "winsize"
+	f := startHelper(t, "winsize")
 	_, ptmx, waitFor := f.sshOnPTY(&pty.Winsize{Rows: 40, Cols: 100})
 	waitFor("size 100x40 <nil>")
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
@@ -400,6 +402,13 @@ func TestForcedCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "sessions 0") || strings.Contains(out, "toolerrors") {
 		t.Errorf("a key with command=\"read status\" asking for ls /: exit %d, out %q, err %q; want status", code, out, errOut)
 	}
+	// no-pty: the pty is refused, which OpenSSH's client, asked for one
+	// with -t, takes as the end.
+	out, errOut, code = f.run(forced, "", []string{"-tt"})
+	if code != 255 || !strings.Contains(errOut, "PTY allocation request failed") || out != "" {
+		t.Errorf("a no-pty key with -tt: exit %d, out %q, err %q; want the pty refused", code, out, errOut)
+	}
+	waitLog(t, f.log, "pty for a no-pty key")
 	bad, badPub := f.newKey("badforced")
 	f.authorize(`command="/bin/sh -c id"`, badPub)
 	if out, _, code := f.run(bad, "", nil, "ls", "/"); code != sshd.ExitRefused || out != "" {
