@@ -44,8 +44,9 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 			}
 			return exec.Command(exe, argv...)
 		},
-		Env: childEnv(),
-		Log: log,
+		Env:      childEnv(),
+		KeyState: filepath.Join(paths.StateDir(), "ssh"),
+		Log:      log,
 	}, nil
 }
 

@@ -7,10 +7,13 @@ package sshd
 // left running, and gliderlabs keeps that stream to itself.
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -229,6 +232,12 @@ func (ss *session) ollieCommand(line string) (*exec.Cmd, string) {
 	return ss.s.Ollie(args, ss.login.grant.readOnly), ""
 }
 
+// keyID names a key in a file name: its SHA-256, in hex, shortened.
+func keyID(k ssh.PublicKey) string {
+	sum := sha256.Sum256(k.Marshal())
+	return hex.EncodeToString(sum[:12])
+}
+
 // firstWord bounds what a refusal quotes and logs of the client's text.
 func firstWord(s string) string {
 	if len(s) > 64 {
@@ -244,6 +253,13 @@ func (ss *session) run(cmd *exec.Cmd) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	cmd.Env = append(append(slices.Clone(ss.s.Env), cmd.Env...), "NAMESPACE="+ss.s.Namespace)
+	if ss.s.KeyState != "" {
+		dir := filepath.Join(ss.s.KeyState, keyID(ss.login.key))
+		if err := os.MkdirAll(dir, 0700); err != nil {
+			return err
+		}
+		cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+dir) // the last one counts
+	}
 	if ss.size != nil {
 		term := ss.term
 		if term == "" {

@@ -90,6 +90,11 @@ type Server struct {
 	// Ollie or a subsystem put in the command's own Env; the server adds
 	// NAMESPACE and, on a pty, TERM.
 	Env []string
+	// KeyState, if set, gives each key's commands a state directory of
+	// their own, KeyState/KEYID, as XDG_STATE_HOME: the shell's and
+	// chat's histories are then one key's, so a read-only key does not
+	// read what an admin typed.
+	KeyState string
 	// Log receives logins and refusals; nil discards them.
 	Log *slog.Logger
 

@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 		}()
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
+	case "env":
+		fmt.Println(os.Getenv("XDG_STATE_HOME"))
+		os.Exit(0)
 	case "ro":
 		if err := sshd.ReadOnly(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -169,8 +172,9 @@ func (f *fixture) serve() {
 			cmd.Env = []string{helperEnv + "=" + mode}
 			return cmd
 		},
-		Env: []string{"HOME=" + f.dir, "XDG_STATE_HOME=" + filepath.Join(f.dir, "xdgstate"), "PATH=" + os.Getenv("PATH")},
-		Log: slog.New(slog.NewTextHandler(f.log, nil)),
+		Env:      []string{"HOME=" + f.dir, "XDG_STATE_HOME=" + filepath.Join(f.dir, "xdgstate"), "PATH=" + os.Getenv("PATH")},
+		KeyState: filepath.Join(f.dir, "keystate"),
+		Log:      slog.New(slog.NewTextHandler(f.log, nil)),
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -616,5 +620,23 @@ func TestHostKeyKeptAcrossRestarts(t *testing.T) {
 	}
 	if _, errOut, code := f.run(f.key, "", []string{"-o", "StrictHostKeyChecking=yes"}, "read", "status"); code != 0 {
 		t.Errorf("after a restart the host key changed: exit %d: %s", code, errOut)
+	}
+}
+
+// TestStatePerKey: each key's commands keep their state (the shell's
+// history) apart, under KeyState.
+func TestStatePerKey(t *testing.T) {
+	f := startHelper(t, "env")
+	other, pub := f.newKey("other")
+	f.authorize(sshd.ReadOnlyOption, pub)
+	a, _, _ := f.run(f.key, "", nil, "ls")
+	b, _, _ := f.run(other, "", nil, "ls")
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	base := filepath.Join(f.dir, "keystate") + "/"
+	if !strings.HasPrefix(a, base) || !strings.HasPrefix(b, base) || a == b {
+		t.Errorf("XDG_STATE_HOME of two keys: %q and %q; want two directories under %s", a, b, base)
+	}
+	if again, _, _ := f.run(f.key, "", nil, "ls"); strings.TrimSpace(again) != a {
+		t.Errorf("one key's XDG_STATE_HOME: %q, then %q", a, again)
 	}
 }
