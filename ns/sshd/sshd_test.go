@@ -62,6 +62,11 @@ func TestMain(m *testing.M) {
 		}()
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
+	case "hang":
+		// Says its pid, then waits for a signal, whatever its input does.
+		fmt.Println(os.Getpid())
+		signal.Ignore(syscall.SIGHUP)
+		select {}
 	case "env":
 		fmt.Println(os.Getenv("XDG_STATE_HOME"))
 		os.Exit(0)
@@ -638,5 +643,37 @@ func TestStatePerKey(t *testing.T) {
 	}
 	if again, _, _ := f.run(f.key, "", nil, "ls"); strings.TrimSpace(again) != a {
 		t.Errorf("one key's XDG_STATE_HOME: %q, then %q", a, again)
+	}
+}
+
+// TestClosedChannelEndsCommand: a client that goes away takes its command
+// with it, even one that ignores SIGHUP and its input.
+func TestClosedChannelEndsCommand(t *testing.T) {
+	f := startHelper(t, "hang")
+	cmd := exec.Command("ssh", append(f.sshArgs(f.key), "ls")...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no pid from the command: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("command pid %d still runs after its client went away", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
