@@ -138,8 +138,16 @@ func (s *Server) init() error {
 				"cancel-streamlocal-forward@openssh.com": s.cancelStreamLocalForward,
 				"default":                                s.otherRequest,
 			},
+			// A handshake that fails (a password login, no key accepted,
+			// a scanner) is logged once per cause and address too.
 			ConnectionFailedCallback: func(c net.Conn, err error) {
-				s.Log.Info("sshd: connection failed", "remote", c.RemoteAddr(), "err", err)
+				from := c.RemoteAddr().String()
+				if ip := hostIP(c.RemoteAddr()); ip != nil {
+					from = ip.String()
+				}
+				if s.refused.first("handshake: "+err.Error(), "", from) {
+					s.Log.Warn("sshd: refused", "what", "handshake", "from", from, "err", err)
+				}
 			},
 		}
 	})

@@ -386,7 +386,7 @@ func TestRefusedLogins(t *testing.T) {
 		opts []string
 		logs string
 	}{
-		{"password", f.key, []string{"-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no"}, ""},
+		{"password", f.key, []string{"-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no"}, "what=handshake"},
 		{"a key not in authorized_keys", stranger, nil, "key not in authorized_keys"},
 		{"a from= mismatch", far, nil, "from= does not match"},
 	} {
