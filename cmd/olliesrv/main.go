@@ -36,11 +36,12 @@ func main() {
 	os.Exit(olliesrvMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
+const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-ssh ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
        olliesrv ollie ARGS...             the ollie client and shell (also as "ollie")
        olliesrv tools [run NAME [JSON]]   list this host's tools, or run one as an agent would
        olliesrv start | stop              start the daemon detached, or stop it
        olliesrv install manifest|commit   the host side of ollie-remote deploy
+       olliesrv ssh-fingerprint           print the -ssh listener's host key fingerprint
        olliesrv version                   print the version
 `
 
@@ -62,6 +63,10 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return stopMain(args, stdout, stderr)
 	case "install":
 		return deploy.Install(args, os.Stdin, stdout, stderr)
+	case "ssh-fingerprint":
+		return sshFingerprintMain(args, stdout, stderr)
+	case "ssh-readonly":
+		return sshReadOnlyMain(args, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "olliesrv", version)
 		return 0

@@ -10,6 +10,7 @@ import (
 	"ollie/broker"
 	"ollie/ns/host"
 	"ollie/ns/nsdir"
+	"ollie/ns/sshd"
 	"os/signal"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ func serveMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("olliesrv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect reads what is world-readable (as none, who writes nothing)")
+	sshAddr := fs.String("ssh", "", "also serve ollie over SSH on this TCP `address` (the appliance listener): keys from ~/.config/ollie/authorized_keys")
 	trace := fs.Bool("trace", false, "log every 9P message to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,6 +52,17 @@ func serveMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
 		return 1
 	}
+	var sshSrv *sshd.Server
+	var sshFailed <-chan error
+	if *sshAddr != "" {
+		if sshSrv, sshFailed, err = startSSH(*sshAddr, cfg.Dir, log); err != nil {
+			fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d.Shutdown(sctx)
+			return 1
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	select {
@@ -57,9 +70,16 @@ func serveMain(args []string, stderr io.Writer) int {
 		log.Info("olliesrv: signal received, shutting down")
 	case <-d.Killed():
 		log.Info("olliesrv: ctl kill, shutting down")
+	case err := <-sshFailed:
+		log.Error("olliesrv: ssh listener failed, shutting down", "err", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if sshSrv != nil {
+		if err := sshSrv.Shutdown(sctx); err != nil {
+			log.Warn("olliesrv: ssh listener did not shut down cleanly", "err", err)
+		}
+	}
 	if err := d.Shutdown(sctx); err != nil {
 		log.Warn("olliesrv: shutdown did not finish cleanly", "err", err)
 		return 1

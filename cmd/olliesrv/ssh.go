@@ -1,0 +1,121 @@
+package main
+
+// The appliance listener's wiring (ns/sshd): olliesrv -ssh ADDR, the
+// ssh-fingerprint command, and the read-only re-exec its commands use.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"ollie/internal/paths"
+	"ollie/ns/shell"
+	"ollie/ns/sshd"
+)
+
+// hostKeyPath is the listener's host key: $XDG_STATE_HOME/ollie/ssh_host_ed25519_key.
+func hostKeyPath() string { return filepath.Join(paths.StateDir(), sshd.HostKeyFile) }
+
+// newSSHServer is the listener for the namespace in dir, its commands
+// this binary as "olliesrv ollie ARGS".
+func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("olliesrv: -ssh: %w", err)
+	}
+	keys, ok := paths.UserDir("authorized_keys")
+	if !ok {
+		return nil, fmt.Errorf("olliesrv: -ssh: no home directory for ~/.config/ollie/authorized_keys")
+	}
+	return &sshd.Server{
+		HostKey:        hostKeyPath(),
+		AuthorizedKeys: keys,
+		Namespace:      dir,
+		Ollie: func(args []string, readOnly bool) *exec.Cmd {
+			argv := append([]string{"ollie"}, args...)
+			if readOnly {
+				argv = append([]string{"ssh-readonly"}, argv...)
+			}
+			return exec.Command(exe, argv...)
+		},
+		Env:      childEnv(),
+		KeyState: filepath.Join(paths.StateDir(), "ssh"),
+		Log:      log,
+	}, nil
+}
+
+// childEnv is the daemon's environment less what names a principal or a
+// namespace: a command's rights come from its key, not from variables.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OLLIE_UNAME=") || strings.HasPrefix(kv, "OLLIE_AGENT") || strings.HasPrefix(kv, "NAMESPACE=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// sshFingerprintMain prints the listener's host key fingerprint as
+// ssh-keygen -lf does, making the key if there is none yet.
+func sshFingerprintMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: olliesrv ssh-fingerprint")
+		return 2
+	}
+	fp, err := sshd.Fingerprint(hostKeyPath())
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv ssh-fingerprint: %v\n", err)
+		return 1
+	}
+	host, _ := os.Hostname()
+	fmt.Fprintf(stdout, "256 %s olliesrv@%s (ED25519)\n", fp, host)
+	return 0
+}
+
+// sshReadOnlyMain runs "ollie ARGS" with the namespace's read-only
+// rights: what the listener runs for a key marked ollie-read-only.
+func sshReadOnlyMain(args []string, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "ollie" {
+		fmt.Fprintln(stderr, "usage: olliesrv ssh-readonly ollie ARGS...")
+		return 2
+	}
+	if err := sshd.ReadOnly(); err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	return shell.Main(args[1:])
+}
+
+// startSSH listens on addr (so that a port in use fails the start) and
+// serves the listener; failed receives Serve's error should it end
+// before Shutdown.
+func startSSH(addr, dir string, log *slog.Logger) (*sshd.Server, <-chan error, error) {
+	srv, err := newSSHServer(dir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The host key first: a bad key file fails the start, not the first login.
+	if _, err := sshd.LoadHostKey(srv.HostKey); err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-ssh: %w", err)
+	}
+	log.Info("olliesrv: ssh listener", "addr", ln.Addr(), "authorized_keys", srv.AuthorizedKeys)
+	failed := make(chan error, 1)
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, sshd.ErrServerClosed) {
+			failed <- err
+		}
+	}()
+	return srv, failed, nil
+}

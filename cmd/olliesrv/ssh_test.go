@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"ollie/internal/nstest"
+	"ollie/ns/sshd"
+)
+
+// TestSSHFingerprint: the host key is made once, 0600, in the state
+// directory, and ssh-fingerprint prints what ssh-keygen -lf prints of it.
+func TestSSHFingerprint(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	var out1, out2, errOut bytes.Buffer
+	if code := olliesrvMain([]string{"ssh-fingerprint"}, &out1, &errOut); code != 0 {
+		t.Fatalf("ssh-fingerprint: exit %d: %s", code, errOut.String())
+	}
+	if code := olliesrvMain([]string{"ssh-fingerprint"}, &out2, &errOut); code != 0 || out1.String() != out2.String() {
+		t.Fatalf("ssh-fingerprint again: exit %d, %q then %q: the key changed", code, out1.String(), out2.String())
+	}
+	if !regexp.MustCompile(`^256 SHA256:[A-Za-z0-9+/]{43} olliesrv@\S* \(ED25519\)\n$`).MatchString(out1.String()) {
+		t.Errorf("ssh-fingerprint printed %q", out1.String())
+	}
+	key := filepath.Join(os.Getenv("XDG_STATE_HOME"), "ollie", sshd.HostKeyFile)
+	if st, err := os.Stat(key); err != nil || st.Mode().Perm() != 0600 {
+		t.Fatalf("host key %s: %v %v, want 0600", key, st, err)
+	}
+	if _, err := exec.LookPath("ssh-keygen"); err != nil {
+		t.Skip("no ssh-keygen to compare with")
+	}
+	kg, err := exec.Command("ssh-keygen", "-lf", key).Output()
+	if err != nil {
+		t.Fatalf("ssh-keygen -lf: %v", err)
+	}
+	if want := strings.Fields(string(kg))[1]; strings.Fields(out1.String())[1] != want {
+		t.Errorf("ssh-fingerprint says %q, ssh-keygen -lf says %q", out1.String(), kg)
+	}
+}
+
+// TestBinarySSHListener runs the built olliesrv -ssh with the real ssh
+// client: the wiring sshd's own tests stand in for (this binary as the
+// ollie client, ssh-readonly for a read-only key, the daemon's
+// authorized_keys and host key), and a clean SIGTERM.
+func TestBinarySSHListener(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Skip("needs the OpenSSH client (ssh)")
+	}
+	srv, _ := binaries(t)
+	dir := nstest.ShortTempDir(t)
+	home := t.TempDir()
+	conf := filepath.Join(home, "config")
+	state := filepath.Join(home, "state")
+	os.MkdirAll(filepath.Join(conf, "ollie"), 0700)
+	var auth strings.Builder
+	keys := map[string]string{}
+	for _, k := range []struct{ name, opts string }{{"admin", ""}, {"reader", sshd.ReadOnlyOption + " "}} {
+		file := filepath.Join(home, k.name)
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", file).CombinedOutput(); err != nil {
+			t.Skipf("ssh-keygen: %v %s", err, out)
+		}
+		pub, _ := os.ReadFile(file + ".pub")
+		auth.WriteString(k.opts + string(pub))
+		keys[k.name] = file
+	}
+	os.WriteFile(filepath.Join(conf, "ollie", "authorized_keys"), []byte(auth.String()), 0600)
+
+	cmd := exec.Command(srv, "-ssh", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "NAMESPACE="+dir, "HOME="+home, "XDG_CONFIG_HOME="+conf, "XDG_STATE_HOME="+state)
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	var log lockedBuilder
+	port := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if m := regexp.MustCompile(`ssh listener" addr=127\.0\.0\.1:(\d+)`).FindStringSubmatch(sc.Text()); m != nil {
+				port <- m[1]
+			}
+		}
+	}()
+	var p string
+	select {
+	case p = <-port:
+	case <-time.After(15 * time.Second):
+		t.Fatal("olliesrv -ssh never said where it listens")
+	}
+	ssh := func(key, stdin string, args ...string) (string, int) {
+		c := exec.Command("ssh", append([]string{"-F", "/dev/null", "-i", keys[key], "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+			"-o", "UserKnownHostsFile=" + filepath.Join(home, "known_hosts"), "-o", "StrictHostKeyChecking=accept-new",
+			"-o", "LogLevel=ERROR", "-p", p, "127.0.0.1"}, args...)...)
+		c.Stdin = strings.NewReader(stdin)
+		out, err := c.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	if out, code := ssh("admin", "name=bin\n", "ollie", "write", "session/new"); code != 0 {
+		t.Errorf("admin write session/new: %d %q", code, out)
+	}
+	if out, code := ssh("reader", "", "ls", "session"); code != 0 || !strings.Contains(out, "bin") {
+		t.Errorf("reader ls session: %d %q", code, out)
+	}
+	if out, code := ssh("reader", "name=no\n", "write", "session/new"); code != 1 || !strings.Contains(out, "permission denied") {
+		t.Errorf("reader write session/new: %d %q, want 1 and permission denied", code, out)
+	}
+	if out, code := ssh("admin", "", "olliesrv", "stop"); code != sshd.ExitRefused {
+		t.Errorf("exec of olliesrv stop: %d %q, want it refused", code, out)
+	}
+	// The key the client saw is the one ssh-fingerprint prints.
+	fp := exec.Command(srv, "ssh-fingerprint")
+	fp.Env = cmd.Env
+	fout, err := fp.Output()
+	kh, _ := os.ReadFile(filepath.Join(home, "known_hosts"))
+	_, _, seen, _, _, perr := gossh.ParseKnownHosts(kh)
+	if err != nil || perr != nil || strings.Fields(string(fout))[1] != gossh.FingerprintSHA256(seen) {
+		t.Errorf("ssh-fingerprint %q (%v), known_hosts %q (%v)", fout, err, kh, perr)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("olliesrv -ssh after SIGTERM: %v\n%s", err, log.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("olliesrv -ssh did not exit after SIGTERM\n%s", log.String())
+	}
+}
+
+// lockedBuilder is a log one goroutine writes while the test reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) WriteString(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
