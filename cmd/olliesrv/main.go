@@ -67,6 +67,8 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return sshFingerprintMain(args, stdout, stderr)
 	case "ssh-readonly":
 		return sshReadOnlyMain(args, stderr)
+	case "sftp-server":
+		return sftpServerMain(args, false, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "olliesrv", version)
 		return 0

@@ -15,6 +15,9 @@ import (
 	"strings"
 
 	"ollie/internal/paths"
+	"ollie/ns/client"
+	"ollie/ns/nsdir"
+	"ollie/ns/sftpns"
 	"ollie/ns/shell"
 	"ollie/ns/sshd"
 )
@@ -43,6 +46,16 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 				argv = append([]string{"ssh-readonly"}, argv...)
 			}
 			return exec.Command(exe, argv...)
+		},
+		// The sftp subsystem serves the namespace (ns/sftpns) in a child,
+		// as a command runs: a read-only key's child has its rights.
+		Subsystems: map[string]func(readOnly bool) *exec.Cmd{
+			"sftp": func(readOnly bool) *exec.Cmd {
+				if readOnly {
+					return exec.Command(exe, "ssh-readonly", "sftp-server")
+				}
+				return exec.Command(exe, "sftp-server")
+			},
 		},
 		Env:      childEnv(),
 		KeyState: filepath.Join(paths.StateDir(), "ssh"),
@@ -83,15 +96,44 @@ func sshFingerprintMain(args []string, stdout, stderr io.Writer) int {
 // sshReadOnlyMain runs "ollie ARGS" with the namespace's read-only
 // rights: what the listener runs for a key marked ollie-read-only.
 func sshReadOnlyMain(args []string, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "ollie" {
-		fmt.Fprintln(stderr, "usage: olliesrv ssh-readonly ollie ARGS...")
+	if len(args) == 0 || args[0] != "ollie" && args[0] != "sftp-server" {
+		fmt.Fprintln(stderr, "usage: olliesrv ssh-readonly ollie ARGS... | sftp-server")
 		return 2
 	}
 	if err := sshd.ReadOnly(); err != nil {
 		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
 		return 1
 	}
+	if args[0] == "sftp-server" {
+		return sftpServerMain(args[1:], true, stderr)
+	}
 	return shell.Main(args[1:])
+}
+
+// sftpServerMain serves the namespace over SFTP on its standard input and
+// output: the listener's sftp subsystem. readOnly refuses writes here too
+// (a read-only key's namespace rights refuse them anyway).
+func sftpServerMain(args []string, readOnly bool, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: olliesrv sftp-server (the listener runs it for the sftp subsystem)")
+		return 2
+	}
+	srv := &sftpns.Server{ReadOnly: readOnly, Dial: func() (*client.Conn, error) { return client.Dial(nsdir.SocketPath()) }}
+	if err := srv.Serve(stdio{}); err != nil {
+		fmt.Fprintf(stderr, "olliesrv sftp-server: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// stdio is standard input and output as one connection.
+type stdio struct{}
+
+func (stdio) Read(p []byte) (int, error)  { return os.Stdin.Read(p) }
+func (stdio) Write(p []byte) (int, error) { return os.Stdout.Write(p) }
+func (stdio) Close() error {
+	os.Stdin.Close()
+	return os.Stdout.Close()
 }
 
 // startSSH listens on addr (so that a port in use fails the start) and

@@ -133,6 +133,29 @@ func TestBinarySSHListener(t *testing.T) {
 	if out, code := ssh("admin", "", "olliesrv", "stop"); code != sshd.ExitRefused {
 		t.Errorf("exec of olliesrv stop: %d %q, want it refused", code, out)
 	}
+	// The namespace over SFTP, with OpenSSH's sftp: the admin lists and
+	// reads; the reader reads and may not write.
+	sftp := func(key, batch string) (string, error) {
+		c := exec.Command("sftp", "-F", "/dev/null", "-i", keys[key], "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+			"-o", "UserKnownHostsFile="+filepath.Join(home, "known_hosts"), "-o", "StrictHostKeyChecking=accept-new",
+			"-o", "LogLevel=ERROR", "-P", p, "-b", "-", "127.0.0.1")
+		c.Stdin = strings.NewReader(batch)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	if _, err := exec.LookPath("sftp"); err == nil {
+		got := filepath.Join(home, "status.got")
+		if out, err := sftp("admin", "ls /session\nget /status "+got+"\n"); err != nil || !strings.Contains(out, "bin") {
+			t.Errorf("sftp ls /session, get /status: %v\n%s", err, out)
+		} else if b, _ := os.ReadFile(got); !strings.Contains(string(b), "version ") {
+			t.Errorf("sftp get /status brought %q", b)
+		}
+		up := filepath.Join(home, "newsession")
+		os.WriteFile(up, []byte("name=viasftp\n"), 0600)
+		if out, err := sftp("reader", "put "+up+" /session/new\n"); err == nil {
+			t.Errorf("a read-only key's sftp put went through:\n%s", out)
+		}
+	}
 	// The key the client saw is the one ssh-fingerprint prints.
 	fp := exec.Command(srv, "ssh-fingerprint")
 	fp.Env = cmd.Env
