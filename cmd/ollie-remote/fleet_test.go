@@ -381,10 +381,22 @@ func TestFleetAskBecomePass(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("the run did not end:\n%s", scr)
 	}
-	screen := scr.String()
 	if err != nil {
 		t.Errorf("the run exited %v", err)
 	}
+	// The terminal's last bytes may still be on their way to the reader.
+	rowsDone := func(screen string) bool {
+		for _, h := range []string{"h11", "h12", "h13"} {
+			if row := tableRow(strings.ReplaceAll(screen, "\r", ""), h); len(row) < 8 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(5 * time.Second); !rowsDone(scr.String()) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	screen := scr.String()
 	for _, h := range []string{"h11", "h12", "h13"} {
 		if row := tableRow(strings.ReplaceAll(screen, "\r", ""), h); len(row) < 7 || row[1] != "done" || row[6] != "uid" || row[7] != "0" {
 			t.Errorf("%s's row is %q, want done with the answer uid 0", h, row)
