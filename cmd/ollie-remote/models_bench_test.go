@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,10 +30,7 @@ func BenchmarkDesktopModel(b *testing.B) {
 	llm.Respond(func(*fakellm.ChatRequest) fakellm.Response {
 		return fakellm.Response{Text: words, Usage: &fakellm.Usage{PromptTokens: 10, CompletionTokens: tokens}}
 	})
-	deskCfg := filepath.Join(b.TempDir(), "config")
-	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
-	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
-		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "key_env": "DESK_KEY", "model": "m"}}}`), 0600)
+	deskCfg := desktopBackends(b, llm.URL, "DESK_KEY", "m")
 	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
 	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg, "DESK_KEY=sk-bench")
 	if out, err := up.CombinedOutput(); err != nil {

@@ -35,10 +35,7 @@ func TestDesktopModel(t *testing.T) {
 	llm := fakellm.Start(t)
 	llm.RequireKey(key)
 	llm.Push(fakellm.Text("the desktop's model ", "answers"))
-	deskCfg := filepath.Join(t.TempDir(), "config")
-	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
-	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
-		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "key_env": "DESK_LLM_KEY", "model": "desk-model"}}}`), 0600)
+	deskCfg := desktopBackends(t, llm.URL, "DESK_LLM_KEY", "desk-model")
 	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
 	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg, "DESK_LLM_KEY="+key)
 	if out, err := up.CombinedOutput(); err != nil || !strings.Contains(string(out), "this desktop's model: backend desktop (desktop:deskllm desk-model)") {
@@ -126,10 +123,7 @@ func TestAirGappedHost(t *testing.T) {
 		}
 		return fakellm.Text("done: ", strings.Join(tools, " | "))
 	})
-	deskCfg := filepath.Join(t.TempDir(), "config")
-	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
-	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
-		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	deskCfg := desktopBackends(t, llm.URL, "", "desk-model")
 	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
 	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg)
 	if out, err := up.CombinedOutput(); err != nil {
@@ -183,10 +177,7 @@ func TestFleetDesktopModel(t *testing.T) {
 		}
 		return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "shell", Args: `{"command": "id -un"}`}}, Usage: &fakellm.Usage{PromptTokens: 100, CompletionTokens: 10}}
 	})
-	deskCfg := filepath.Join(t.TempDir(), "config")
-	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
-	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
-		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	deskCfg := desktopBackends(t, llm.URL, "", "desk-model")
 	fleetRun := func(args ...string) (string, int) {
 		cmd := r.cmd(append([]string{"fleet", "run", "-json", "-model-via", "desktop:deskllm"}, args...)...)
 		cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+deskCfg)
@@ -266,10 +257,7 @@ func TestDesktopModelDrop(t *testing.T) {
 	// The first reply streams a little, then hangs until its client is
 	// gone: only a cancelled upstream request lets it go.
 	llm.Push(fakellm.Hang("word0 ", "word1 "), fakellm.Text("asked again after the drop"))
-	deskCfg := filepath.Join(t.TempDir(), "config")
-	os.MkdirAll(filepath.Join(deskCfg, "ollie"), 0700)
-	os.WriteFile(filepath.Join(deskCfg, "ollie", "backends.json"),
-		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+llm.URL+`/v1", "model": "desk-model"}}}`), 0600)
+	deskCfg := desktopBackends(t, llm.URL, "", "desk-model")
 	up := r.cmd("up", "-model-via", "desktop:deskllm", "h11")
 	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg)
 	if out, err := up.CombinedOutput(); err != nil {
@@ -370,4 +358,19 @@ func TestAirGappedOllama(t *testing.T) {
 	if n, detail := h.Outbound(); n != 0 {
 		t.Errorf("the host opened %d connections besides the SSH session: %s", n, detail)
 	}
+}
+
+// desktopBackends is a desktop's XDG_CONFIG_HOME whose backends.json has
+// one backend, deskllm, at url (the scripted server), its key in keyEnv
+// ("" for none).
+func desktopBackends(t testing.TB, url, keyEnv, model string) string {
+	dir := filepath.Join(t.TempDir(), "config")
+	os.MkdirAll(filepath.Join(dir, "ollie"), 0700)
+	key := ""
+	if keyEnv != "" {
+		key = `, "key_env": "` + keyEnv + `"`
+	}
+	os.WriteFile(filepath.Join(dir, "ollie", "backends.json"),
+		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+url+`/v1"`+key+`, "model": "`+model+`"}}}`), 0600)
+	return dir
 }
