@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 
 	"ollie/internal/nstest"
 	"ollie/ns/sshd"
+
+	"ollie/internal/lab"
 )
 
 // TestSSHFingerprint: the host key is made once, 0600, in the state
@@ -38,9 +41,8 @@ func TestSSHFingerprint(t *testing.T) {
 	if st, err := os.Stat(key); err != nil || st.Mode().Perm() != 0600 {
 		t.Fatalf("host key %s: %v %v, want 0600", key, st, err)
 	}
-	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		t.Skip("no ssh-keygen to compare with")
-	}
+	_, err := exec.LookPath("ssh-keygen")
+	lab.Need(t, err == nil, "ssh-keygen (openssh-client), to compare the fingerprint with")
 	kg, err := exec.Command("ssh-keygen", "-lf", key).Output()
 	if err != nil {
 		t.Fatalf("ssh-keygen -lf: %v", err)
@@ -55,9 +57,8 @@ func TestSSHFingerprint(t *testing.T) {
 // ollie client, ssh-readonly for a read-only key, the daemon's
 // authorized_keys and host key), and a clean SIGTERM.
 func TestBinarySSHListener(t *testing.T) {
-	if _, err := exec.LookPath("ssh"); err != nil {
-		t.Skip("needs the OpenSSH client (ssh)")
-	}
+	_, err := exec.LookPath("ssh")
+	lab.Need(t, err == nil, "the OpenSSH client (ssh)")
 	srv, _ := binaries(t)
 	dir := nstest.ShortTempDir(t)
 	home := t.TempDir()
@@ -69,7 +70,7 @@ func TestBinarySSHListener(t *testing.T) {
 	for _, k := range []struct{ name, opts string }{{"admin", ""}, {"reader", sshd.ReadOnlyOption + " "}} {
 		file := filepath.Join(home, k.name)
 		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", file).CombinedOutput(); err != nil {
-			t.Skipf("ssh-keygen: %v %s", err, out)
+			lab.Need(t, false, fmt.Sprintf("ssh-keygen: %v %s", err, out))
 		}
 		pub, _ := os.ReadFile(file + ".pub")
 		auth.WriteString(k.opts + string(pub))

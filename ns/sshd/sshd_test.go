@@ -34,6 +34,8 @@ import (
 	"ollie/ns/host"
 	"ollie/ns/shell"
 	"ollie/ns/sshd"
+
+	"ollie/internal/lab"
 )
 
 // helperEnv makes the test binary the ollie client: "rw" runs it with
@@ -116,9 +118,8 @@ type fixture struct {
 
 func needSSH(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("ssh"); err != nil {
-		t.Skip("needs the OpenSSH client (ssh)")
-	}
+	_, err := exec.LookPath("ssh")
+	lab.Need(t, err == nil, "the OpenSSH client (ssh)")
 }
 
 func start(t *testing.T) *fixture { t.Helper(); return startHelper(t, "") }

@@ -16,6 +16,8 @@ import (
 	"ollie/ns"
 	"ollie/ns/client"
 	"ollie/tunnel/fleet"
+
+	"ollie/internal/lab"
 )
 
 // fakeHost is a host's namespace, as far as the desk reads it: status,
@@ -337,9 +339,7 @@ func TestSandboxedRefused(t *testing.T) {
 		return
 	}
 	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv to run a no_new_privs process")
-	}
+	lab.Need(t, err == nil, "setpriv (util-linux), to run a no_new_privs process")
 	r := newRig(t, "web1")
 	sock := r.sock
 	for _, nnp := range []bool{false, true} {
