@@ -129,13 +129,7 @@ func TestAirGappedHost(t *testing.T) {
 	if out, err := up.CombinedOutput(); err != nil {
 		t.Fatalf("up -model-via: %v\n%s", err, out)
 	}
-	ollie := func(stdin string, args ...string) string {
-		t.Helper()
-		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, _ := cmd.CombinedOutput()
-		return string(out)
-	}
+	ollie := ollieOn(lab, "h11")
 	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
 		if i == 100 {
 			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
@@ -263,12 +257,7 @@ func TestDesktopModelDrop(t *testing.T) {
 	if out, err := up.CombinedOutput(); err != nil {
 		t.Fatalf("up -model-via: %v\n%s", err, out)
 	}
-	ollie := func(stdin string, args ...string) string {
-		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, _ := cmd.CombinedOutput()
-		return string(out)
-	}
+	ollie := ollieOn(lab, "h11")
 	ollie("name=m", "rdwr", "session/new")
 	ollie("name=a", "rdwr", "session/m/agent/new")
 	ollie("count", "write", "session/m/agent/a/prompt")
@@ -322,12 +311,7 @@ func TestAirGappedOllama(t *testing.T) {
 	os.MkdirAll(cfgDir, 0700)
 	os.WriteFile(filepath.Join(cfgDir, "backends.json"), []byte(`{"backends": {"local": {"type": "ollama", "url": "http://127.0.0.1:11434", "model": "qwen3:8b"}}}`), 0600)
 	exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), filepath.Join(h.Home, ".config")).Run()
-	ollie := func(stdin string, args ...string) string {
-		cmd := lab.SSH(append([]string{"h11", ".local/bin/ollie"}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, _ := cmd.CombinedOutput()
-		return string(out)
-	}
+	ollie := ollieOn(lab, "h11")
 	if m := ollie("", "read", "models"); !strings.Contains(m, "local\tqwen3:8b\tctx=32768") {
 		t.Errorf("models does not show the window ollie sets:\n%s", m)
 	}
@@ -373,4 +357,16 @@ func desktopBackends(t testing.TB, url, keyEnv, model string) string {
 	os.WriteFile(filepath.Join(dir, "ollie", "backends.json"),
 		[]byte(`{"backends": {"deskllm": {"type": "openai", "url": "`+url+`/v1"`+key+`, "model": "`+model+`"}}}`), 0600)
 	return dir
+}
+
+// ollieOn runs the ollie command on a lab host over OpenSSH, with stdin,
+// and returns what it printed (its errors too: callers look for what
+// they expect in it).
+func ollieOn(lab *sshlab.Lab, host string) func(stdin string, args ...string) string {
+	return func(stdin string, args ...string) string {
+		cmd := lab.SSH(append([]string{host, ".local/bin/ollie"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
 }
