@@ -245,6 +245,18 @@ func (c *Client) Target() *Target { return c.target }
 // wrap. Session channels opened on it do not count against MaxSessions.
 func (c *Client) SSH() *ssh.Client { return c.conn }
 
+// ApplianceVersion is how ollie's own SSH listener (ns/sshd) names itself
+// in the SSH version exchange.
+const ApplianceVersion = "SSH-2.0-ollie"
+
+// Appliance reports whether the host's SSH server is ollie's own listener
+// rather than OpenSSH: then there is no shell to run scripts and no
+// filesystem SFTP, and deploy and up use the listener's olliesrv commands.
+// It is the server's word, trusted only to choose which commands to send.
+func (c *Client) Appliance() bool {
+	return c.conn != nil && string(c.conn.ServerVersion()) == ApplianceVersion
+}
+
 // Done is closed when the connection has dropped or was closed.
 func (c *Client) Done() <-chan struct{} { return c.done }
 

@@ -39,8 +39,8 @@ func main() {
 const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-ssh ADDR] [-v]   serve the namespace on $NAMESPACE/ollie
        olliesrv ollie ARGS...             the ollie client and shell (also as "ollie")
        olliesrv tools [run NAME [JSON]]   list this host's tools, or run one as an agent would
-       olliesrv start | stop              start the daemon detached, or stop it
-       olliesrv install manifest|commit   the host side of ollie-remote deploy
+       olliesrv start | stop | restart    start the daemon detached, stop it, or restart it on the deployed binary
+       olliesrv install manifest|commit   the host side of ollie-remote deploy (and probe|receive|backends)
        olliesrv ssh-fingerprint           print the -ssh listener's host key fingerprint
        olliesrv version                   print the version
 `
@@ -61,6 +61,8 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return startMain(args, stdout, stderr)
 	case "stop":
 		return stopMain(args, stdout, stderr)
+	case "restart":
+		return restartMain(args, stdout, stderr)
 	case "install":
 		return deploy.Install(args, os.Stdin, stdout, stderr)
 	case "ssh-fingerprint":

@@ -11,6 +11,7 @@ import (
 	"ollie/ns/host"
 	"ollie/ns/nsdir"
 	"ollie/ns/sshd"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -30,6 +31,11 @@ func serveMain(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if *sshAddr != "" {
+		// The listener's host is upgraded by ollie-remote deploy: what it
+		// made current wins over the binary a unit or an image started.
+		execDeployed(log)
+	}
 	cfg := host.Config{Version: version, Dir: nsdir.NamespaceDir(), TCP: *tcp, Log: log}
 	if f, err := broker.DefaultAlwaysPath(); err == nil {
 		cfg.AlwaysFile = f
@@ -65,7 +71,14 @@ func serveMain(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	restart := false
 	select {
+	case <-hup:
+		log.Info("olliesrv: SIGHUP, restarting on the deployed binary")
+		restart = true
 	case <-ctx.Done():
 		log.Info("olliesrv: signal received, shutting down")
 	case <-d.Killed():
@@ -82,7 +95,46 @@ func serveMain(args []string, stderr io.Writer) int {
 	}
 	if err := d.Shutdown(sctx); err != nil {
 		log.Warn("olliesrv: shutdown did not finish cleanly", "err", err)
-		return 1
+		if !restart {
+			return 1
+		}
+	}
+	if restart {
+		return reexec(log)
 	}
 	return 0
+}
+
+// reexec replaces this process with the deployed binary (else this one)
+// and the same arguments: the same pid, so a supervisor sees no exit.
+// Every descriptor is close-on-exec, so the lock and the sockets are
+// free for the new process to take.
+func reexec(log *slog.Logger) int {
+	exe, err := deployedOrSelf()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, os.Environ())
+	}
+	log.Error("olliesrv: restart failed", "err", err)
+	return 1
+}
+
+// execDeployed runs the deployed binary in place of this one when it is
+// another file; it returns only when it is this one, or cannot run.
+func execDeployed(log *slog.Logger) {
+	exe := deployedBinary()
+	if exe == "" {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return
+	}
+	a, err1 := os.Stat(exe)
+	b, err2 := os.Stat(self)
+	if err1 != nil || err2 != nil || os.SameFile(a, b) {
+		return
+	}
+	log.Info("olliesrv: running the deployed binary", "exe", exe)
+	err = syscall.Exec(exe, os.Args, os.Environ())
+	log.Warn("olliesrv: could not run the deployed binary; going on with this one", "exe", exe, "err", err)
 }

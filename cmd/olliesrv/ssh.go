@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"ollie/internal/paths"
@@ -20,6 +21,7 @@ import (
 	"ollie/ns/sftpns"
 	"ollie/ns/shell"
 	"ollie/ns/sshd"
+	"ollie/tunnel/deploy"
 )
 
 // hostKeyPath is the listener's host key: $XDG_STATE_HOME/ollie/ssh_host_ed25519_key.
@@ -47,6 +49,7 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 			}
 			return exec.Command(exe, argv...)
 		},
+		Admin: adminCommand,
 		// The sftp subsystem serves the namespace (ns/sftpns) in a child,
 		// as a command runs: a read-only key's child has its rights.
 		Subsystems: map[string]func(readOnly bool) *exec.Cmd{
@@ -61,6 +64,54 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 		KeyState: filepath.Join(paths.StateDir(), "ssh"),
 		Log:      log,
 	}, nil
+}
+
+// adminCommand is what the listener runs for "olliesrv ARGS" from an
+// admin key: the commands ollie-remote deploys and holds a host with when
+// no OpenSSH serves it (tunnel/deploy/appliance.go), nothing else. They
+// run the deployed binary when there is one, so that a deploy's commit is
+// done by the version it replaces, as over OpenSSH; else this one.
+func adminCommand(args []string) (*exec.Cmd, error) {
+	allowed := len(args) > 0 && (slices.Contains([]string{"start", "restart", "version"}, args[0]) && len(args) == 1 ||
+		args[0] == "install" && len(args) > 1 && slices.Contains([]string{"probe", "receive", "commit", "backends"}, args[1]))
+	if !allowed {
+		return nil, errors.New("this listener runs only olliesrv start, restart, version and install probe|receive|commit|backends (what ollie-remote uses)")
+	}
+	if args[0] == "install" && args[1] == "receive" {
+		// Uploads go where deploy installs, nowhere else.
+		home, err := os.UserHomeDir()
+		if len(args) != 3 || err != nil || filepath.Clean(args[2]) != deploy.Root(home) {
+			return nil, errors.New("olliesrv install receive takes uploads under ~/.local/share/ollie only")
+		}
+	}
+	exe, err := deployedOrSelf()
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(exe, args...), nil
+}
+
+// deployedOrSelf is the binary ollie-remote deploy made current on this
+// host, else the running one.
+func deployedOrSelf() (string, error) {
+	if exe := deployedBinary(); exe != "" {
+		return exe, nil
+	}
+	return os.Executable()
+}
+
+// deployedBinary is ~/.local/share/ollie/current/olliesrv when it is an
+// executable file, else "".
+func deployedBinary() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	exe := filepath.Join(deploy.Root(home), "current", "olliesrv")
+	if fi, err := os.Stat(exe); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0100 == 0 {
+		return ""
+	}
+	return exe
 }
 
 // childEnv is the daemon's environment less what names a principal or a

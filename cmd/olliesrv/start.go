@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"ollie/internal/termsafe"
@@ -15,8 +16,9 @@ import (
 	"ollie/ns/nsdir"
 )
 
-const startUsage = `usage: olliesrv start   start the daemon detached (or report the running one)
-       olliesrv stop    stop the running daemon and wait for it to exit
+const startUsage = `usage: olliesrv start     start the daemon detached (or report the running one)
+       olliesrv stop      stop the running daemon and wait for it to exit
+       olliesrv restart   have the running daemon start again on the deployed binary (SIGHUP)
 `
 
 func startMain(args []string, stdout, stderr io.Writer) int {
@@ -59,5 +61,28 @@ func stopMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "stopped pid %d\n", pid)
+	return 0
+}
+
+// restartMain asks the running daemon to start again on the deployed
+// binary: SIGHUP, on which serve shuts down as on SIGTERM and re-executes
+// itself in the same process, so a supervisor (systemd, a container's
+// runtime) sees no exit, and its -ssh listener comes back on its port.
+// It does not wait: the listener that ran this command is going away.
+func restartMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprint(stderr, startUsage)
+		return 2
+	}
+	pid := daemon.PID()
+	if pid == 0 {
+		fmt.Fprintln(stderr, "olliesrv restart: no daemon is running")
+		return 1
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		fmt.Fprintf(stderr, "olliesrv restart: pid %d: %v\n", pid, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "restarting pid %d\n", pid)
 	return 0
 }

@@ -7,6 +7,7 @@ package sshd
 import (
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -163,6 +164,17 @@ func (f *forwards) remove(conn *ssh.ServerConn, path string) bool {
 	return len(ls) > 0
 }
 
+func (f *forwards) holds(path string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ls := range f.ls {
+		if _, ok := ls[path]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *forwards) closeAll() {
 	f.mu.Lock()
 	var conns []*ssh.ServerConn
@@ -193,8 +205,15 @@ func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, 
 		s.refuse(ctx, "streamlocal-forward of "+msg.SocketPath, "")
 		return false, nil
 	}
-	// As sshd without StreamLocalBindUnlink: an existing file is in the way.
 	ln, err := net.Listen("unix", msg.SocketPath)
+	if err != nil && s.staleSocket(msg.SocketPath) {
+		// A socket no forward of this listener holds is what a dead
+		// listener (a restart) left: the client asking for an ollie path
+		// now may replace it. OpenSSH's client would remove it over SFTP,
+		// which here serves the namespace instead.
+		os.Remove(msg.SocketPath)
+		ln, err = net.Listen("unix", msg.SocketPath)
+	}
 	if err != nil {
 		s.Log.Info("sshd: streamlocal-forward", "path", msg.SocketPath, "err", err)
 		return false, nil
@@ -217,6 +236,16 @@ func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, 
 		}
 	}()
 	return true, nil
+}
+
+// staleSocket reports whether path is a socket that no connection of
+// this listener forwards now.
+func (s *Server) staleSocket(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return false
+	}
+	return !s.fwd.holds(path)
 }
 
 // forwarded carries one connection to a forwarded socket back to the

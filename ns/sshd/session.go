@@ -219,6 +219,9 @@ func (ss *session) ollieCommand(line string) (*exec.Cmd, string) {
 		ss.s.refuse(ss.ctx, "exec of an unparsable line", "")
 		return nil, "cannot split the command line: " + err.Error()
 	}
+	if len(args) > 0 && args[0] == "olliesrv" {
+		return ss.adminCommand(args[1:])
+	}
 	if len(args) > 0 && args[0] == "ollie" {
 		args = args[1:]
 	}
@@ -230,6 +233,25 @@ func (ss *session) ollieCommand(line string) (*exec.Cmd, string) {
 		args = nil
 	}
 	return ss.s.Ollie(args, ss.login.grant.readOnly), ""
+}
+
+// adminCommand makes the command for "olliesrv ARGS", which only an
+// admin key may run, and only as Admin allows.
+func (ss *session) adminCommand(args []string) (*exec.Cmd, string) {
+	if ss.login.grant.readOnly || ss.s.Admin == nil {
+		ss.s.refuse(ss.ctx, "exec of olliesrv by a key that may not", "")
+		return nil, "olliesrv commands are not run for this key"
+	}
+	cmd, err := ss.s.Admin(args)
+	if err != nil {
+		what := "olliesrv"
+		if len(args) > 0 {
+			what += " " + firstWord(args[0])
+		}
+		ss.s.refuse(ss.ctx, "exec of "+what, "")
+		return nil, err.Error()
+	}
+	return cmd, ""
 }
 
 // keyID names a key in a file name: its SHA-256, in hex, shortened.

@@ -8,7 +8,8 @@
 //     (completion, history, Ctrl-C as Tflush, window-size changes);
 //   - an exec runs one ollie subcommand (ls, read, write, rdwr, rdwrs, stat,
 //     chat, help), with the local client's exit codes; "ollie ls /" and
-//     "ls /" are the same request;
+//     "ls /" are the same request; "olliesrv ARGS" from an admin key runs
+//     what the Server's Admin allows (ollie-remote's deploy and start);
 //   - a subsystem runs only if the Server names it (Subsystems: sftp is
 //     plugged in there), as a child on the channel's stdin and stdout, so
 //     that a read-only key's subsystem has the read-only rights too;
@@ -82,6 +83,12 @@ type Server struct {
 	// namespace's read-only rights before connecting (see ReadOnly). Nil
 	// refuses every shell and exec.
 	Ollie func(args []string, readOnly bool) *exec.Cmd
+	// Admin makes the command for an exec of "olliesrv ARGS" by an admin
+	// key: the few commands ollie-remote deploys and holds a host with
+	// where no OpenSSH runs (probe, install, start, restart), or an error
+	// saying why args are not one of them. Nil, or a read-only key,
+	// refuses every such exec.
+	Admin func(args []string) (*exec.Cmd, error)
 	// Subsystems make the command serving a subsystem on its stdin and
 	// stdout, by name ("sftp"), under the same rights rule as Ollie. A
 	// name not here is refused.

@@ -55,6 +55,9 @@ type Plan struct {
 	Remove  []string      `json:"remove"`  // paths under data/ to delete
 	Keep    int           `json:"keep"`    // versions kept, current included
 	Restart bool          `json:"restart"` // restart a daemon running another version
+	// Appliance: the host is served by the appliance listener, whose
+	// shell is ollie's: no ollie command or login-shell edits.
+	Appliance bool `json:"appliance,omitempty"`
 }
 
 // PlannedFile is an uploaded file: Tmp becomes Path (both relative to the
@@ -78,6 +81,9 @@ type Report struct {
 
 const installUsage = `usage: olliesrv install manifest ROOT [VERSION...]   describe what ROOT holds, as JSON
        olliesrv install commit < PLAN.json           commit uploaded files (used by ollie-remote deploy)
+       olliesrv install probe [VERSION...]           this host's platform, home and manifest, as JSON
+       olliesrv install receive ROOT < FILES.tar     take uploads to temporary names under ROOT
+       olliesrv install backends [desktop] < JSON    replace ~/.config/ollie/backends[.desktop].json
 `
 
 // Install is "olliesrv install": the host half, its JSON on stdin and stdout.
@@ -102,6 +108,22 @@ func Install(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 		out, err = Commit(plan)
+	case "probe":
+		out, err = probe(args[1:])
+	case "receive":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, installUsage)
+			return 2
+		}
+		out, err = receive(args[1], stdin)
+	case "backends":
+		if len(args) > 2 {
+			fmt.Fprint(stderr, installUsage)
+			return 2
+		}
+		var file string
+		file, err = writeBackends(strings.Join(args[1:], ""), stdin)
+		out = map[string]string{"file": file}
 	default:
 		fmt.Fprint(stderr, installUsage)
 		return 2
@@ -228,6 +250,12 @@ func Commit(plan Plan) (*Report, error) {
 	if !filepath.IsAbs(plan.Root) || !validVersion(plan.Version) {
 		return nil, fmt.Errorf("bad plan: root %q, version %q", plan.Root, plan.Version)
 	}
+	if plan.Appliance {
+		// Over the listener, install commit serves only deploy's own root.
+		if home, err := os.UserHomeDir(); err != nil || filepath.Clean(plan.Root) != Root(home) {
+			return nil, fmt.Errorf("bad plan: root %q is not ~/.local/share/ollie", plan.Root)
+		}
+	}
 	rep := &Report{}
 	dirs := map[string]bool{}
 	for _, f := range plan.Files {
@@ -283,13 +311,15 @@ func Commit(plan Plan) (*Report, error) {
 		rep.Changed = append(rep.Changed, changed)
 	}
 	rep.Changed = append(rep.Changed, pruneVersions(plan.Root, plan.Version, plan.Keep)...)
-	rep.Shell = loginShell()
-	installed, problems, err := installOllieCommand(plan.Root, rep.Shell)
-	if err != nil {
-		return nil, err
+	if !plan.Appliance {
+		rep.Shell = loginShell()
+		installed, problems, err := installOllieCommand(plan.Root, rep.Shell)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changed = append(rep.Changed, installed...)
+		rep.Problems = problems
 	}
-	rep.Changed = append(rep.Changed, installed...)
-	rep.Problems = problems
 	if plan.Restart {
 		msg, err := restartIfStale(filepath.Join(plan.Root, plan.Version, "olliesrv"))
 		if err != nil {

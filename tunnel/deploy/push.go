@@ -268,6 +268,15 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 		res.Err = err.Error()
 		return res
 	}
+	if c.Appliance() {
+		if err := pushAppliance(ctx, c, b, o, &res); err != nil {
+			return fail(err)
+		}
+		if o.System != nil {
+			res.Degraded = append(res.Degraded, "-system does nothing on a host served by ollie's own SSH listener: ssh "+termsafe.Field(sshHint(res.Host), maxShellField)+" ollie is the listener's shell already")
+		}
+		return res
+	}
 
 	var versions []string
 	for _, f := range b.Bins {
@@ -306,23 +315,7 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	ver := VersionOf(bin)
 	res.Version = ver
 
-	var up []upload
-	if m.Versions[ver] != bin.SHA256 {
-		up = append(up, upload{src: bin, path: ver + "/olliesrv", runs: true})
-	}
-	for _, rel := range sortedKeys(b.Data) {
-		f := b.Data[rel]
-		if have, ok := m.Data[rel]; !ok || have.SHA256 != f.SHA256 || have.Mode != f.Mode {
-			up = append(up, upload{src: f, path: "data/" + rel})
-		}
-	}
-	var remove []string
-	for rel := range m.Data {
-		if _, ok := b.Data[rel]; !ok {
-			remove = append(remove, rel)
-		}
-	}
-	sort.Strings(remove)
+	up, remove := changes(b, bin, ver, &m)
 	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
 	res.Shell = termsafe.Field(m.Shell, maxShellField)
 	var rcProblems []string
@@ -366,6 +359,21 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 // olliesrv, sending again once what arrived damaged; res counts what was
 // sent and hears what changed.
 func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver string, up []upload, remove []string, keep int, dl Deadlines, progress func(string)) (*Report, error) {
+	return commitFilesVia(ctx, c, sftpTransport{root: root}, res, root, ver, up, remove, keep, dl, progress, false)
+}
+
+// A transport carries files to the host and has them committed there:
+// over SFTP and sh where OpenSSH serves the host, as a tar stream to the
+// appliance listener's own commands where it does not.
+type transport interface {
+	// send uploads up, setting each one's tmp, and counts the bytes moved.
+	send(ctx context.Context, c *tunnel.Client, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error)
+	// commit runs install commit with plan on stdin; helper is the binary
+	// that should run it, where the transport can choose.
+	commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte) ([]byte, error)
+}
+
+func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Result, root, ver string, up []upload, remove []string, keep int, dl Deadlines, progress func(string), appliance bool) (*Report, error) {
 	plat := res.Platform
 
 	if len(up) > 0 {
@@ -375,14 +383,16 @@ func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver s
 		}
 		progress(fmt.Sprintf("%s, sending %d files (%s)", plat, len(up), HumanBytes(total)))
 	}
-	plan := Plan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: true}
+	// The listener restarts itself once the commit has answered: a
+	// restart inside the commit would end the connection carrying it.
+	plan := Plan{Root: root, Version: ver, Remove: remove, Keep: keep, Restart: !appliance, Appliance: appliance}
 	for attempt := 1; ; attempt++ {
 		var size int64
 		for _, u := range up {
 			size += u.src.Size
 		}
 		uctx, cancel := Within(ctx, dl.ForUpload(size))
-		sent, err := uploadAll(uctx, c, root, up, dl, progress)
+		sent, err := sendWithProgress(uctx, c, tr, up, dl, progress)
 		cancel()
 		res.Sent += sent
 		res.Files += len(up)
@@ -403,7 +413,7 @@ func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver s
 		}
 		planJSON, _ := json.Marshal(plan)
 		cctx, cancel := Within(ctx, dl.ForCommit())
-		out, err := c.RunLimit(cctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(planJSON)), maxReport)
+		out, err := tr.commit(cctx, c, helper, planJSON)
 		cancel()
 		if err != nil {
 			return nil, RemoteError("committing on the host", err)
@@ -433,6 +443,47 @@ func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver s
 		}
 		up, plan.Remove = again, nil
 	}
+}
+
+// sftpTransport is the OpenSSH way: SFTP for the files, sh for the commit.
+type sftpTransport struct{ root string }
+
+func (t sftpTransport) send(ctx context.Context, c *tunnel.Client, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
+	return uploadAll(ctx, c, t.root, up, dl, moved)
+}
+
+func (sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte) ([]byte, error) {
+	return c.RunLimit(ctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(plan)), maxReport)
+}
+
+// sendWithProgress sends up, saying how far it has got every few seconds.
+func sendWithProgress(ctx context.Context, c *tunnel.Client, tr transport, up []upload, dl Deadlines, progress func(string)) (int64, error) {
+	if len(up) == 0 {
+		return 0, nil
+	}
+	var moved atomic.Int64
+	var total int64
+	for _, u := range up {
+		total += u.src.Size
+	}
+	start := time.Now()
+	ticker := time.NewTicker(3 * time.Second)
+	defer ticker.Stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+				n := moved.Load()
+				rate := float64(n) / time.Since(start).Seconds()
+				progress(fmt.Sprintf("sent %s of %s (%s/s)", HumanBytes(n), HumanBytes(total), HumanBytes(int64(rate))))
+			}
+		}
+	}()
+	return tr.send(ctx, c, up, dl, &moved)
 }
 
 // resolveOllie asks the login shell where it finds "ollie" now.
@@ -476,10 +527,7 @@ type upload struct {
 // the SFTP session is closed (the next use opens another): pkg/sftp's
 // writes take no context, and a host that stops acknowledging them would
 // hold the upload forever.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl Deadlines, progress func(string)) (int64, error) {
-	if len(up) == 0 {
-		return 0, nil
-	}
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
 	sc, err := c.SFTP()
 	if err != nil {
 		return 0, fmt.Errorf("sftp: %w", err)
@@ -512,33 +560,12 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 	sem := make(chan struct{}, 16)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A long upload says how far it has got every few seconds.
-	var moved atomic.Int64
-	var total int64
-	for _, u := range up {
-		total += u.src.Size
-	}
-	start := time.Now()
-	ticker := time.NewTicker(3 * time.Second)
-	defer ticker.Stop()
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				n := moved.Load()
-				rate := float64(n) / time.Since(start).Seconds()
-				progress(fmt.Sprintf("sent %s of %s (%s/s)", HumanBytes(n), HumanBytes(total), HumanBytes(int64(rate))))
-			}
-		}
-	}()
 	for _, u := range up {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := uploadOne(ctx, sc, root, u, &moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
+			if err := uploadOne(ctx, sc, root, u, moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err

@@ -352,7 +352,11 @@ exec "$r/current/olliesrv" start`
 func startRemote(ctx context.Context, c *tunnel.Client, dl deploy.Deadlines) (string, error) {
 	ctx, cancel := deploy.Within(ctx, dl.ForStep())
 	defer cancel()
-	out, err := c.RunLimit(ctx, deploy.Sh(startScript), nil, deploy.MaxSmallReply)
+	cmd := deploy.Sh(startScript)
+	if c.Appliance() {
+		cmd = "olliesrv start"
+	}
+	out, err := c.RunLimit(ctx, cmd, nil, deploy.MaxSmallReply)
 	if err != nil {
 		return "", deploy.RemoteError("olliesrv start", err)
 	}
@@ -559,7 +563,9 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	if stop {
 		sctx, cancel := deploy.Within(ctx, 2*h.deadlines.ForStep())
 		defer cancel()
-		if c, cerr := h.th.Client(sctx); cerr == nil {
+		if c, cerr := h.th.Client(sctx); cerr == nil && c.Appliance() {
+			err = fmt.Errorf("olliesrv on %s is its SSH listener too: it keeps running (stop its service on the host)", host)
+		} else if cerr == nil {
 			if _, rerr := c.RunLimit(sctx, deploy.Sh(`r="$HOME/.local/share/ollie"; exec "$r/current/olliesrv" stop`), nil, deploy.MaxSmallReply); rerr != nil {
 				err = deploy.RemoteError("olliesrv stop", rerr)
 			}

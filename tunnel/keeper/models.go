@@ -6,6 +6,7 @@ package keeper
 // keeps the host's backend configuration pointing at it.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"ollie/tunnel"
+	"ollie/tunnel/deploy"
 	"ollie/tunnel/models"
 )
 
@@ -93,7 +95,9 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 		sock := h.modelsSocket()
 		// A socket left by an earlier connection would make sshd refuse
 		// the forward: this desktop's route replaces it.
-		if sc, err := c.SFTP(); err == nil {
+		if c.Appliance() {
+			// The listener replaces a stale socket itself.
+		} else if sc, err := c.SFTP(); err == nil {
 			sc.Remove(sock)
 		}
 		ln, err := c.ListenUnix(sock)
@@ -141,6 +145,12 @@ func (h *heldHost) writeDesktopBackend(ctx context.Context, c *tunnel.Client, ro
 			"type": "openai", "url": "http://desktop/v1", "socket": sock, "model": route.Model,
 		}},
 	}, "", "  ")
+	if c.Appliance() {
+		if _, err := c.RunLimit(ctx, "olliesrv install backends desktop", bytes.NewReader(append(b, '\n')), deploy.MaxSmallReply); err != nil {
+			return deploy.RemoteError("writing the desktop's backend on the host", err)
+		}
+		return h.invalidateBackends(ctx, c)
+	}
 	sc, err := c.SFTP()
 	if err != nil {
 		return err
@@ -168,6 +178,11 @@ func (h *heldHost) writeDesktopBackend(ctx context.Context, c *tunnel.Client, ro
 		sc.Remove(tmp)
 		return fmt.Errorf("writing %s on the host: %w", path.Join(dir, DesktopBackendsFile), werr)
 	}
+	return h.invalidateBackends(ctx, c)
+}
+
+// invalidateBackends has the host's daemon read its backends again.
+func (h *heldHost) invalidateBackends(ctx context.Context, c *tunnel.Client) error {
 	nc, err := h.nsConn(ctx, c)
 	if err != nil {
 		return err

@@ -261,7 +261,10 @@ func (h *heldHost) unregister(c *tunnel.Client, path string, ln net.Listener, lo
 	ln.Close()
 	// The daemon removes the socket with the registration; if it did not
 	// answer, remove it here.
-	if sc, err := c.SFTP(); err == nil {
+	if c.Appliance() {
+		// Its SFTP serves the namespace; the listener removed the socket
+		// with the forward.
+	} else if sc, err := c.SFTP(); err == nil {
 		if fi, err := sc.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			sc.Remove(path)
 		}

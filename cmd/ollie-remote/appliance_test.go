@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/agent/fakellm"
+	"ollie/internal/lab"
+	"ollie/internal/sshlab"
+	"ollie/ns/client"
+)
+
+// listenerHost is a lab user's host served by olliesrv's own SSH listener
+// alone: its OpenSSH sshd is stopped, and ollie-remote reaches it through
+// an ssh config alias with the listener's Port.
+type listenerHost struct {
+	h      *sshlab.Host
+	port   int
+	image  string // the binary the listener was started from, as an image's would be
+	config string // ssh config with Host appl
+	cmd    *exec.Cmd
+	log    *lockedBuffer
+}
+
+// startListenerHost stops h's sshd and runs "olliesrv serve -ssh" as its
+// user on h's address, letting in the lab's client key.
+func startListenerHost(t *testing.T, l *sshlab.Lab, h *sshlab.Host) *listenerHost {
+	t.Helper()
+	_, err := exec.LookPath("setpriv")
+	lab.Need(t, err == nil, "setpriv (util-linux)")
+	h.Stop()
+	lh := &listenerHost{h: h, image: filepath.Join(h.Home, "image-olliesrv"), log: &lockedBuffer{}}
+	b, err := os.ReadFile(filepath.Join(binDir, "olliesrv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lh.image, b, 0755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(h.Home, ".config", "ollie")
+	os.MkdirAll(cfg, 0700)
+	os.WriteFile(filepath.Join(cfg, "authorized_keys"), []byte(l.ClientPub+"\n"), 0600)
+	chownHome(t, h)
+
+	ln, err := net.Listen("tcp", h.Addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh.port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+
+	// The host key, made by the user's own olliesrv, goes into the
+	// desktop's known_hosts as ssh-keyscan would put it.
+	if out, err := lh.asUser("ssh-fingerprint").CombinedOutput(); err != nil {
+		t.Fatalf("olliesrv ssh-fingerprint: %v\n%s", err, out)
+	}
+	pub, err := exec.Command("ssh-keygen", "-y", "-f", filepath.Join(h.Home, ".local/state/ollie/ssh_host_ed25519_key")).Output()
+	if err != nil {
+		t.Fatalf("ssh-keygen -y: %v", err)
+	}
+	dir := t.TempDir()
+	known := filepath.Join(dir, "known_hosts")
+	os.WriteFile(known, fmt.Appendf(nil, "[%s]:%d %s", h.Addr, lh.port, pub), 0600)
+	lh.config = filepath.Join(dir, "ssh_config")
+	os.WriteFile(lh.config, fmt.Appendf(nil, "Host appl\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
+		h.Addr, lh.port, h.User, l.ClientKey, known), 0600)
+
+	lh.cmd = lh.asUser("serve", "-ssh", net.JoinHostPort(h.Addr, strconv.Itoa(lh.port)))
+	lh.cmd.Stdout, lh.cmd.Stderr = lh.log, lh.log
+	if err := lh.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		lh.cmd.Process.Kill()
+		lh.cmd.Wait()
+	})
+	lh.waitListening(t)
+	return lh
+}
+
+// asUser is the image's olliesrv run as the host's user, with a login's
+// plain environment.
+func (lh *listenerHost) asUser(args ...string) *exec.Cmd {
+	h := lh.h
+	argv := append([]string{"--reuid", strconv.Itoa(h.UID), "--regid", strconv.Itoa(h.GID), "--init-groups",
+		"env", "-i", "HOME=" + h.Home, "USER=" + h.User, "LOGNAME=" + h.User, "PATH=/usr/local/bin:/usr/bin:/bin", lh.image}, args...)
+	return exec.Command("setpriv", argv...)
+}
+
+func (lh *listenerHost) waitListening(t *testing.T) {
+	t.Helper()
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", net.JoinHostPort(lh.h.Addr, strconv.Itoa(lh.port)))
+		if err == nil {
+			c.Close()
+			return
+		}
+		if i == 200 {
+			t.Fatalf("the listener never listened:\n%s", lh.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// exe is the binary the listener's process runs now.
+func (lh *listenerHost) exe() string {
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", lh.cmd.Process.Pid))
+	return exe
+}
+
+func chownHome(t *testing.T, h *sshlab.Host) {
+	if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), h.Home).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+}
+
+// TestListenerOnlyHost: a host with no OpenSSH, only olliesrv -ssh.
+// ollie-remote deploys to it (the listener restarts itself on the
+// deployed binary, in the same process), holds it with up (the namespace
+// by direct-streamlocal, approvals by a streamlocal-forward of the broker
+// socket, the desktop's model by one of models.sock), a sudo tool's
+// password travels from the desktop's askpass and is nowhere on the host
+// afterwards, and an upgrade through the held connection restarts the
+// listener without losing the session.
+func TestListenerOnlyHost(t *testing.T) {
+	pwb := make([]byte, 12)
+	rand.Read(pwb)
+	password := "Pw-" + hex.EncodeToString(pwb)
+	l := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orappl", Password: password, Sudoers: true})
+	h := l.Host(0)
+	r := newRemote(t, l)
+	lh := startListenerHost(t, l, h)
+	pid := lh.cmd.Process.Pid
+	data := copyData(t, map[string]string{
+		"root_id.meta": `{"description": "Print the user id the tool runs as.", "sudo": true, "readOnly": true}`,
+		"root_id":      "#!/bin/sh\nid -u\n",
+	})
+	desk := privateDir(t)
+	program, asked := askpass(t, desk, password, true)
+	remote := func(bin string, args ...string) *exec.Cmd {
+		cmd := exec.Command(remoteBin, append([]string{"-F", lh.config, "-bin", bin, "-data", data}, args...)...)
+		cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=", "XDG_STATE_HOME="+filepath.Join(r.dir, "state"), "OLLIE_ASKPASS="+program)
+		return cmd
+	}
+
+	// A cold deploy: no shell, no filesystem SFTP on this host.
+	out, err := remote(binDir, "deploy", "appl").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") {
+		t.Fatalf("deploy: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
+	}
+	root := filepath.Join(h.Home, ".local/share/ollie")
+	ver := sha(t, filepath.Join(binDir, "olliesrv"))[:12]
+	lh.waitListening(t)
+	if cur, _ := os.Readlink(filepath.Join(root, "current")); cur != ver {
+		t.Errorf("current → %q, want %s", cur, ver)
+	}
+	if got := sha(t, filepath.Join(root, "data", "tools", "root_id")); got != sha(t, filepath.Join(data, "tools", "root_id")) {
+		t.Error("data/root_id differs from the desktop's")
+	}
+	if got, want := lh.exe(), filepath.Join(root, ver, "olliesrv"); got != want || lh.cmd.Process.Pid != pid {
+		t.Errorf("the listener (pid %d, was %d) runs %s, want %s", lh.cmd.Process.Pid, pid, got, want)
+	}
+	if _, err := os.Stat(filepath.Join(h.Home, ".local/bin/ollie")); err == nil {
+		t.Error("deploy installed ~/.local/bin/ollie on a listener host, whose shell is ollie's own")
+	}
+	// Again: nothing to do, and nothing restarted.
+	if out, err := remote(binDir, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "up to date") {
+		t.Fatalf("second deploy: %v\n%s", err, out)
+	}
+
+	// up, with the desktop's model for the host's agents.
+	llm := fakellm.Start(t)
+	llm.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("root_id said so"))
+	deskCfg := desktopBackends(t, llm.URL, "", "desk-model")
+	up := remote(binDir, "up", "-model-via", "desktop:deskllm", "appl")
+	up.Env = append(up.Env, "XDG_CONFIG_HOME="+deskCfg)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("up: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
+	}
+	c, err := client.DialAs(filepath.Join(r.dir, "appl.ns"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	waitFor := func(what, file, want string) {
+		t.Helper()
+		for {
+			b, _ := c.ReadAll(ctx, file)
+			if strings.Contains(string(b), want) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: %s never held %q:\n%s\nlistener:\n%s", what, file, want, b, lh.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("the approval channel", "bypass/broker", "broker-")
+	waitFor("the desktop's model", "backends", "desktop\topenai")
+	if _, err := c.RdWr(ctx, "session/new", []byte("name=s")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RdWr(ctx, "session/s/agent/new", []byte("name=a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, "session/s/agent/a/prompt", []byte("who am I as root?")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the agent's answer", "session/s/agent/a/log", "root_id said so")
+	reqs := llm.ChatRequests()
+	toolOut := ""
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" {
+			toolOut = m.Text()
+		}
+	}
+	if strings.TrimSpace(toolOut) != "0" {
+		t.Errorf("root_id's output reached the model as %q, want 0", toolOut)
+	}
+	if b, _ := os.ReadFile(asked); !strings.Contains(string(b), "appl asks to run as root") || !strings.Contains(string(b), "sudo password for root on appl") {
+		t.Errorf("the desktop was asked:\n%s", b)
+	}
+
+	// An upgrade through the held connection: another build (the same
+	// program with bytes after it, so another version) replaces the
+	// listener's binary, and the session is still there after.
+	bin2 := filepath.Join(t.TempDir(), "bin")
+	os.MkdirAll(bin2, 0755)
+	b, _ := os.ReadFile(filepath.Join(binDir, "olliesrv"))
+	os.WriteFile(filepath.Join(bin2, "olliesrv"), append(b, []byte("\nanother build\n")...), 0755)
+	ver2 := sha(t, filepath.Join(bin2, "olliesrv"))[:12]
+	if out, err := remote(bin2, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "restarted the listener on the new version") {
+		t.Fatalf("upgrade: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
+	}
+	lh.waitListening(t)
+	if got, want := lh.exe(), filepath.Join(root, ver2, "olliesrv"); got != want || lh.cmd.Process.Pid != pid {
+		t.Errorf("after the upgrade the listener (pid %d, was %d) runs %s, want %s", lh.cmd.Process.Pid, pid, got, want)
+	}
+	// The keeper's proxy re-attaches; the durable session came back.
+	waitFor("the session after the upgrade", "session/s/agent/a/log", "root_id said so")
+	waitFor("the approval channel after the upgrade", "bypass/broker", "broker-")
+	c.Close()
+
+	out, err = remote(binDir, "down", "-stop-daemon", "appl").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "its SSH listener too: it keeps running") {
+		t.Errorf("down -stop-daemon of a listener host: %v\n%s", err, out)
+	}
+	if syscallAlive(pid) == false {
+		t.Error("down -stop-daemon stopped the listener")
+	}
+
+	searchFor(t, password, h.Home, "/tmp", "/var/log")
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(password)) {
+				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+				t.Errorf("the password is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+			}
+		}
+	}
+}
+
+func syscallAlive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
