@@ -21,7 +21,7 @@ func serveMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("olliesrv serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tcp := fs.String("tcp", "", "also serve on this TCP `address`: UNAUTHENTICATED, anyone who can connect reads what is world-readable (as none, who writes nothing)")
-	sshAddr := fs.String("ssh", "", "also serve ollie over SSH on this TCP `address` (the appliance listener): keys from ~/.config/ollie/authorized_keys")
+	sshAddr := fs.String("ssh", "", "also serve ollie over SSH on this TCP `address` (the appliance listener): keys from ~/.config/ollie/authorized_keys; default: ssh in ~/.config/ollie/olliesrv.yaml")
 	trace := fs.Bool("trace", false, "log every 9P message to stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -30,7 +30,18 @@ func serveMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "olliesrv serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	conf, confFile, err := loadConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
+		return 1
+	}
+	if *sshAddr == "" && conf.SSH != "" {
+		*sshAddr = conf.SSH
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if conf.SSH != "" {
+		log.Info("olliesrv: configuration", "file", confFile)
+	}
 	if *sshAddr != "" {
 		// The listener's host is upgraded by ollie-remote deploy: what it
 		// made current wins over the binary a unit or an image started.

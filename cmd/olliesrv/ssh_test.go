@@ -78,7 +78,9 @@ func TestBinarySSHListener(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(conf, "ollie", "authorized_keys"), []byte(auth.String()), 0600)
 
-	cmd := exec.Command(srv, "-ssh", "127.0.0.1:0")
+	// The listener from the configuration file, no flag.
+	os.WriteFile(filepath.Join(conf, "ollie", ConfigFile), []byte("ssh: 127.0.0.1:0\n"), 0600)
+	cmd := exec.Command(srv)
 	cmd.Env = append(os.Environ(), "NAMESPACE="+dir, "HOME="+home, "XDG_CONFIG_HOME="+conf, "XDG_STATE_HOME="+state)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
@@ -133,6 +135,17 @@ func TestBinarySSHListener(t *testing.T) {
 	}
 	if out, code := ssh("admin", "", "olliesrv", "stop"); code != sshd.ExitRefused {
 		t.Errorf("exec of olliesrv stop: %d %q, want it refused", code, out)
+	}
+	// ollie-remote's few olliesrv commands, for an admin key only, and
+	// uploads only where deploy installs.
+	if out, code := ssh("admin", "", "olliesrv", "version"); code != 0 || !strings.HasPrefix(out, "olliesrv ") {
+		t.Errorf("admin exec of olliesrv version: %d %q", code, out)
+	}
+	if out, code := ssh("reader", "", "olliesrv", "version"); code != sshd.ExitRefused {
+		t.Errorf("read-only exec of olliesrv version: %d %q, want it refused", code, out)
+	}
+	if out, code := ssh("admin", "", "olliesrv", "install", "receive", home); code != sshd.ExitRefused || !strings.Contains(out, "under ~/.local/share/ollie only") {
+		t.Errorf("admin exec of olliesrv install receive elsewhere: %d %q, want it refused", code, out)
 	}
 	// The namespace over SFTP, with OpenSSH's sftp: the admin lists and
 	// reads; the reader reads and may not write.
@@ -195,4 +208,31 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestConfigFile: olliesrv.yaml is read strictly, each error naming the
+// file; a missing file is no error.
+func TestConfigFile(t *testing.T) {
+	conf := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", conf)
+	if c, _, err := loadConfig(); err != nil || c.SSH != "" {
+		t.Fatalf("no file: %+v %v", c, err)
+	}
+	file := filepath.Join(conf, "ollie", ConfigFile)
+	os.MkdirAll(filepath.Dir(file), 0700)
+	for text, want := range map[string]string{
+		"ssh: :2222\n":            "",
+		"shh: :2222\n":            `field shh not found`,
+		"ssh: [1, 2]\n":           "cannot unmarshal",
+		"ssh: :1\n---\nssh: :2\n": "more than one YAML document",
+	} {
+		os.WriteFile(file, []byte(text), 0600)
+		c, _, err := loadConfig()
+		switch {
+		case want == "" && (err != nil || c.SSH != ":2222"):
+			t.Errorf("%q: %+v %v", text, c, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file)):
+			t.Errorf("%q: %v, want an error naming %s and saying %q", text, err, file, want)
+		}
+	}
 }
