@@ -676,3 +676,63 @@ func TestClosedChannelEndsCommand(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestStaleSocketReplaced: a socket left at a forward's path by a dead
+// listener (no forward of this server holds it) is replaced, as the
+// keeper needs after the listener restarts; a socket another connection
+// forwards now, and a file that is not a socket, are left alone.
+func TestStaleSocketReplaced(t *testing.T) {
+	f := start(t)
+	target := filepath.Join(f.dir, "target.sock")
+	tl, err := net.Listen("unix", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("reached\n"))
+			c.Close()
+		}
+	}()
+	models := filepath.Join(f.ns, "models.sock")
+	stale, err := net.Listen("unix", models)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+
+	fwd := exec.Command("ssh", f.sshArgs(f.key, "-N", "-o", "ExitOnForwardFailure=yes", "-R", models+":"+target)...)
+	if err := fwd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { fwd.Process.Kill(); fwd.Wait() }()
+	var got string
+	for deadline := time.Now().Add(15 * time.Second); got != "reached\n" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("unix", models); err == nil {
+			got, _ = bufio.NewReader(c).ReadString('\n')
+			c.Close()
+		}
+	}
+	if got != "reached\n" {
+		t.Fatalf("the forward over a stale socket: read %q", got)
+	}
+	// Held by that connection: a second one may not take it.
+	if _, errOut, code := f.run(f.key, "", []string{"-N", "-o", "ExitOnForwardFailure=yes", "-R", models + ":" + target}); code != 255 || !strings.Contains(errOut, "forwarding failed") {
+		t.Errorf("a second forward of a held socket: exit %d, %q", code, errOut)
+	}
+	// A file that is not a socket is never removed.
+	plain := filepath.Join(f.ns, "broker-plainfile")
+	os.WriteFile(plain, []byte("keep"), 0600)
+	if _, _, code := f.run(f.key, "", []string{"-N", "-o", "ExitOnForwardFailure=yes", "-R", plain + ":" + target}); code != 255 {
+		t.Errorf("a forward over a plain file: exit %d, want 255", code)
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "keep" {
+		t.Errorf("the plain file at a forward's path holds %q now", b)
+	}
+}
