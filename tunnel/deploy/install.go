@@ -4,7 +4,9 @@
 // fsync, rename, the current link, pruning, the ollie command, restarting
 // the daemon) happens on the host, in one exec of "olliesrv install", so a
 // deploy costs few round trips and needs no tool on the host but this
-// binary. The desktop half trusts the host's answers only as data.
+// binary. The desktop half trusts the host's answers only as data. A host
+// served by ollie's own SSH listener has no shell and no file SFTP: there
+// the same steps are the listener's olliesrv commands (appliance.go).
 package deploy
 
 import (
