@@ -103,6 +103,17 @@ func startListener(tb testing.TB, cfg listenerConfig) *listenerHost {
 	if cfg.Cred != nil {
 		h.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cfg.Cred}
 	}
+	h.start()
+	return h
+}
+
+// start starts h.cmd, a daemon with the listener on an address of port
+// 0 or another, waits until the listener and the 9P socket answer, and
+// writes the ssh config that reaches the listener; the daemon is killed
+// when the test ends, unless stopped before.
+func (h *listenerHost) start() {
+	tb := h.tb
+	tb.Helper()
 	pr, pw := io.Pipe()
 	h.cmd.Stderr = pw
 	if err := h.cmd.Start(); err != nil {
@@ -120,7 +131,7 @@ func startListener(tb testing.TB, cfg listenerConfig) *listenerHost {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			h.log.WriteString(sc.Text() + "\n")
-			if m := regexp.MustCompile(`ssh listener" addr=127\.0\.0\.1:(\d+)`).FindStringSubmatch(sc.Text()); m != nil {
+			if m := regexp.MustCompile(`ssh listener" addr=\S*:(\d+) `).FindStringSubmatch(sc.Text()); m != nil {
 				port <- m[1]
 			}
 		}
@@ -155,7 +166,6 @@ func startListener(tb testing.TB, cfg listenerConfig) *listenerHost {
 	if err := os.WriteFile(h.SSHConfig, []byte(conf), 0644); err != nil {
 		tb.Fatal(err)
 	}
-	return h
 }
 
 // ssh runs OpenSSH's ssh to the listener with args after the host,
