@@ -264,12 +264,16 @@ func TestListenerSSHFS(t *testing.T) {
 	if out, err := sh("echo 'hello through sshfs' > " + mnt + "/session/lab/agent/a/prompt"); err != nil {
 		t.Fatalf("echo prompt > mnt/session/lab/agent/a/prompt: %v %s", err, out)
 	}
-	// While the answer comes, tail shows its first line without its last.
+	// While the answer comes, tail shows its first line without its last,
+	// and the glob reads the agent's state of now.
 	midway := false
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(tailOut.String(), "last line of the answer") {
-		if s := tailOut.String(); strings.Contains(s, "first line of the answer") {
+		if s := tailOut.String(); !midway && strings.Contains(s, "first line of the answer") {
 			midway = true
+			if out, err := sh("cat " + mnt + "/session/*/agent/*/state"); err != nil || out != "thinking\n" {
+				t.Errorf("cat mnt/session/*/agent/*/state while the agent answers: %q %v", out, err)
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("tail -f of the chat never showed the whole answer: %q (stderr %q)\nolliesrv:\n%s", tailOut.String(), tailErr.String(), h.log.String())
