@@ -25,7 +25,7 @@ var (
 
 // binaries builds olliesrv the way the Makefile does (static) and links
 // it as ollie, once per test run.
-func binaries(t *testing.T) (olliesrv, ollie string) {
+func binaries(t testing.TB) (olliesrv, ollie string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		builtDir, buildErr = os.MkdirTemp("", "olliebin")
