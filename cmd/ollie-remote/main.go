@@ -303,7 +303,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		case r.Files == 0 && len(r.Changed) <= 1:
 			result = "ok, up to date"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), deploy.HumanBytes(r.Sent), r.Took.Seconds(), result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), sentCell(r), r.Took.Seconds(), result)
 	}
 	tw.Flush()
 	if degraded > 0 {
@@ -373,3 +373,12 @@ const (
 // cell is a table cell whose text a host chose: one line, made safe (a
 // tab would shift the columns), clipped, "-" when empty.
 func cell(s string) string { return orDash(termsafe.Field(s, maxCell)) }
+
+// sentCell is what a deploy put on the wire, and what share of the files'
+// size that was when they travelled compressed.
+func sentCell(r deploy.Result) string {
+	if r.Size > 0 && r.Sent < r.Size {
+		return fmt.Sprintf("%s (%.1f%% of %s)", deploy.HumanBytes(r.Sent), 100*float64(r.Sent)/float64(r.Size), deploy.HumanBytes(r.Size))
+	}
+	return deploy.HumanBytes(r.Sent)
+}

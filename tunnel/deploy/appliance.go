@@ -195,17 +195,19 @@ func pushAppliance(ctx context.Context, c *tunnel.Client, b *Bundle, o Options, 
 	root := path.Join(p.Home, ".local/share/ollie")
 	ver := VersionOf(bin)
 	res.Version = ver
-	up, remove := changes(b, bin, ver, p.Manifest)
+	up, remove, helperVer := changes(b, bin, ver, p.Manifest, nil)
 	newExe := path.Join(root, ver, "olliesrv")
 	if len(up) == 0 && len(remove) == 0 && p.Manifest.Current == ver && p.Manifest.Daemon == newExe {
 		res.Changed = []string{"up to date: no file sent"}
+		keepDeployed(bin)
 		return nil
 	}
 	if len(up)+len(remove) > 0 || p.Manifest.Current != ver {
 		tr := &tarTransport{root: root}
-		if _, err := commitFilesVia(ctx, c, tr, res, root, ver, up, remove, o.Keep, dl, progress, true); err != nil {
+		if _, err := commitFilesVia(ctx, c, tr, res, root, ver, helperVer, up, remove, o.Keep, dl, progress, true); err != nil {
 			return err
 		}
+		keepDeployed(bin)
 	}
 	// The listener is the daemon: it restarts itself on the new binary
 	// (sessions are durable and come back), which ends this connection.
@@ -239,15 +241,19 @@ func versionSet(b *Bundle) map[string]bool {
 	return vs
 }
 
-// changes are the uploads and removals that bring m to b.
-func changes(b *Bundle, bin LocalFile, ver string, m *Manifest) (up []upload, remove []string) {
+// changes are the uploads and removals that bring m to b, and the
+// installed version whose olliesrv must commit them ("" for the new
+// binary, or the one of this version); cold are the host's decompressors.
+func changes(b *Bundle, bin LocalFile, ver string, m *Manifest, cold []string) (up []upload, remove []string, helperVer string) {
 	if m.Versions[ver] != bin.SHA256 {
-		up = append(up, upload{src: bin, path: ver + "/olliesrv", runs: true})
+		var u upload
+		u, helperVer = binaryUpload(bin, ver, m, cold)
+		up = append(up, u)
 	}
 	for _, rel := range sortedKeys(b.Data) {
 		f := b.Data[rel]
 		if have, ok := m.Data[rel]; !ok || have.SHA256 != f.SHA256 || have.Mode != f.Mode {
-			up = append(up, upload{src: f, path: "data/" + rel})
+			up = append(up, upload{src: f, want: f, path: "data/" + rel})
 		}
 	}
 	for _, rel := range sortedKeys(m.Data) {
@@ -255,7 +261,7 @@ func changes(b *Bundle, bin LocalFile, ver string, m *Manifest) (up []upload, re
 			remove = append(remove, rel)
 		}
 	}
-	return up, remove
+	return up, remove, helperVer
 }
 
 func clip(b []byte) string {
@@ -315,6 +321,6 @@ func (t *tarTransport) send(ctx context.Context, c *tunnel.Client, up []upload, 
 	return sent, nil
 }
 
-func (t *tarTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte) ([]byte, error) {
+func (t *tarTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte, pre *upload) ([]byte, error) {
 	return c.RunLimit(ctx, "olliesrv install commit", strings.NewReader(string(plan)), maxReport)
 }

@@ -40,6 +40,9 @@ type Manifest struct {
 	Installed bool              `json:"installed"` // ~/.local/bin/ollie and the login shell's PATH line are in place
 	Daemon    string            `json:"daemon"`    // the running daemon's binary, "" when none
 	Shell     string            `json:"shell"`     // the user's login shell, "" when unknown
+	// Decoders are the encodings this host's olliesrv decodes in a
+	// commit (compress.go); an older olliesrv says none.
+	Decoders []string `json:"decoders,omitempty"`
 }
 
 // File is one file's content hash and permission bits.
@@ -69,6 +72,10 @@ type PlannedFile struct {
 	Path   string      `json:"path"`
 	SHA256 string      `json:"sha256"`
 	Mode   fs.FileMode `json:"mode"`
+	// Encoding, when set, is how Tmp is encoded (one of Decoders); Base
+	// the version whose olliesrv a patch applies to.
+	Encoding string `json:"encoding,omitempty"`
+	Base     string `json:"base,omitempty"`
 }
 
 // Report says what changed on the host.
@@ -178,6 +185,7 @@ func ReadManifest(root string, versions []string) (*Manifest, error) {
 	m.Shell = loginShell()
 	m.Installed = ollieCommandInstalled(root, m.Shell)
 	m.Daemon = runningDaemonExe()
+	m.Decoders = Decoders
 	return m, nil
 }
 
@@ -268,6 +276,16 @@ func Commit(plan Plan) (*Report, error) {
 		dst, err := inside(plan.Root, f.Path)
 		if err != nil {
 			return nil, err
+		}
+		if f.Encoding != "" {
+			plain, err := decodeUpload(plan.Root, tmp, f)
+			os.Remove(tmp)
+			if err != nil {
+				// Damaged on the way, most likely: sent again.
+				rep.Bad = append(rep.Bad, f.Path)
+				continue
+			}
+			tmp = plain
 		}
 		ok, err := commitFile(tmp, dst, f.SHA256, f.Mode)
 		if err != nil {

@@ -117,7 +117,8 @@ type Result struct {
 	Host     string        `json:"host"`
 	Platform string        `json:"platform"`
 	Version  string        `json:"version"`
-	Sent     int64         `json:"sent"`  // bytes of file content
+	Sent     int64         `json:"sent"`  // bytes of file content on the wire (compressed)
+	Size     int64         `json:"size"`  // what those files are once decoded
 	Files    int           `json:"files"` // files uploaded
 	Took     time.Duration `json:"took"`
 	Changed  []string      `json:"changed"`
@@ -134,10 +135,11 @@ type Result struct {
 }
 
 // probeScript prints the host's Platform and home, where the login
-// shell finds "ollie", then what the installed olliesrv (if any) says the
-// host holds. It runs under /bin/sh whatever the user's login shell is.
+// shell finds "ollie", the decompressors on its PATH, then what the
+// installed olliesrv (if any) says the host holds. It runs under /bin/sh whatever the user's login shell is.
 const probeScript = `uname -sm; printf '%s\n' "$HOME"
 ` + resolveScript + `
+for p in zstd xz gzip; do command -v $p >/dev/null 2>&1 && printf '%s ' $p; done; echo
 r="$HOME/.local/share/ollie"
 if [ -x "$r/current/olliesrv" ] && "$r/current/olliesrv" install manifest "$r" "$@" 2>/dev/null; then :; else echo '{}'; fi`
 
@@ -289,8 +291,8 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	if err != nil {
 		return fail(RemoteError("probing the host", err))
 	}
-	lines := strings.SplitN(string(out), "\n", 4)
-	if len(lines) < 4 {
+	lines := strings.SplitN(string(out), "\n", 5)
+	if len(lines) < 5 {
 		return fail(fmt.Errorf("probing the host: unexpected answer %q", out))
 	}
 	plat, err := Platform(lines[0])
@@ -304,7 +306,8 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	}
 	var m Manifest
 	found, foundPath := parseFound(lines[2])
-	if err := json.Unmarshal([]byte(lines[3]), &m); err != nil {
+	cold := strings.Fields(lines[3])
+	if err := json.Unmarshal([]byte(lines[4]), &m); err != nil {
 		return fail(fmt.Errorf("reading the host's manifest: %w", err))
 	}
 	bin, ok := b.Bins[plat]
@@ -315,14 +318,15 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	ver := VersionOf(bin)
 	res.Version = ver
 
-	up, remove := changes(b, bin, ver, &m)
+	up, remove, helperVer := changes(b, bin, ver, &m, cold)
 	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
 	res.Shell = termsafe.Field(m.Shell, maxShellField)
 	var rcProblems []string
 	if len(up) == 0 && len(remove) == 0 && m.Current == ver && m.Installed && daemonOK {
 		res.Changed = []string{"up to date: no file sent"}
+		keepDeployed(bin)
 	} else {
-		rep, err := commitFiles(ctx, c, &res, root, ver, up, remove, keep, dl, progress)
+		rep, err := commitFilesVia(ctx, c, sftpTransport{root: root}, &res, root, ver, helperVer, up, remove, keep, dl, progress, false)
 		if err != nil {
 			return fail(err)
 		}
@@ -330,6 +334,7 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 			res.Shell = termsafe.Field(rep.Shell, maxShellField)
 		}
 		rcProblems = hostLines(rep.Problems)
+		keepDeployed(bin)
 		if !m.Installed {
 			// The command or the login shell's files changed: ask it again.
 			if found, foundPath, err = resolveOllie(ctx, c, dl); err != nil {
@@ -355,13 +360,6 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	return res
 }
 
-// commitFiles uploads what the host lacks and commits it with the host's
-// olliesrv, sending again once what arrived damaged; res counts what was
-// sent and hears what changed.
-func commitFiles(ctx context.Context, c *tunnel.Client, res *Result, root, ver string, up []upload, remove []string, keep int, dl Deadlines, progress func(string)) (*Report, error) {
-	return commitFilesVia(ctx, c, sftpTransport{root: root}, res, root, ver, up, remove, keep, dl, progress, false)
-}
-
 // A transport carries files to the host and has them committed there:
 // over SFTP and sh where OpenSSH serves the host, as a tar stream to the
 // appliance listener's own commands where it does not.
@@ -369,19 +367,30 @@ type transport interface {
 	// send uploads up, setting each one's tmp, and counts the bytes moved.
 	send(ctx context.Context, c *tunnel.Client, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error)
 	// commit runs install commit with plan on stdin; helper is the binary
-	// that should run it, where the transport can choose.
-	commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte) ([]byte, error)
+	// that should run it, where the transport can choose; pre, if not
+	// nil, is the binary sent for a decompressor of the host, to be run
+	// into its plain name first.
+	commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte, pre *upload) ([]byte, error)
 }
 
-func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Result, root, ver string, up []upload, remove []string, keep int, dl Deadlines, progress func(string), appliance bool) (*Report, error) {
+// commitFilesVia uploads what the host lacks and commits it with the
+// host's olliesrv (the installed helperVer's, or the new binary itself
+// when ""), sending again once what arrived damaged; res counts what was
+// sent and hears what changed.
+func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Result, root, ver, helperVer string, up []upload, remove []string, keep int, dl Deadlines, progress func(string), appliance bool) (*Report, error) {
 	plat := res.Platform
 
 	if len(up) > 0 {
-		var total int64
+		var total, size int64
+		how := ""
 		for _, u := range up {
 			total += u.src.Size
+			size += u.want.Size
+			if u.enc != "" {
+				how = fmt.Sprintf("; the binary's %s as %s", HumanBytes(u.want.Size), describeEnc(u))
+			}
 		}
-		progress(fmt.Sprintf("%s, sending %d files (%s)", plat, len(up), HumanBytes(total)))
+		progress(fmt.Sprintf("%s, sending %d files (%s%s)", plat, len(up), HumanBytes(total), how))
 	}
 	// The listener restarts itself once the commit has answered: a
 	// restart inside the commit would end the connection carrying it.
@@ -396,24 +405,39 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 		cancel()
 		res.Sent += sent
 		res.Files += len(up)
+		for _, u := range up {
+			res.Size += u.want.Size
+		}
 		if err != nil {
 			return nil, fmt.Errorf("uploading: %w", err)
 		}
 		plan.Files = plan.Files[:0]
-		for _, u := range up {
-			plan.Files = append(plan.Files, PlannedFile{Tmp: u.tmp, Path: u.path, SHA256: u.src.SHA256, Mode: u.src.Mode})
-		}
 		// The new binary commits itself; with no new binary the installed
-		// one of this version does the work.
+		// one of this version does the work, and a binary sent for the
+		// installed olliesrv to decode is committed by that one.
 		helper := path.Join(root, ver, "olliesrv")
-		for _, u := range up {
-			if u.path == ver+"/olliesrv" {
-				helper = path.Join(root, u.tmp)
+		if helperVer != "" {
+			helper = path.Join(root, helperVer, "olliesrv")
+		}
+		var pre *upload
+		for i := range up {
+			u := &up[i]
+			pf := PlannedFile{Tmp: u.tmp, Path: u.path, SHA256: u.want.SHA256, Mode: u.want.Mode}
+			switch {
+			case u.program != "":
+				u.plain = path.Join(path.Dir(u.tmp), "."+path.Base(u.path)+".ollie-tmp-"+RandomHex(6))
+				pf.Tmp, pre = u.plain, u
+			case u.enc != "":
+				pf.Encoding, pf.Base = u.enc, u.base
+			}
+			plan.Files = append(plan.Files, pf)
+			if u.path == ver+"/olliesrv" && helperVer == "" {
+				helper = path.Join(root, pf.Tmp)
 			}
 		}
 		planJSON, _ := json.Marshal(plan)
 		cctx, cancel := Within(ctx, dl.ForCommit())
-		out, err := tr.commit(cctx, c, helper, planJSON)
+		out, err := tr.commit(cctx, c, helper, planJSON, pre)
 		cancel()
 		if err != nil {
 			return nil, RemoteError("committing on the host", err)
@@ -437,7 +461,7 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 		for _, u := range up {
 			for _, bad := range rep.Bad {
 				if u.path == bad {
-					again = append(again, upload{src: u.src, path: u.path, runs: u.runs})
+					again = append(again, upload{src: u.src, want: u.want, path: u.path, runs: u.runs, enc: u.enc, base: u.base, program: u.program})
 				}
 			}
 		}
@@ -452,8 +476,24 @@ func (t sftpTransport) send(ctx context.Context, c *tunnel.Client, up []upload, 
 	return uploadAll(ctx, c, t.root, up, dl, moved)
 }
 
-func (sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte) ([]byte, error) {
+func (t sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte, pre *upload) ([]byte, error) {
+	if pre != nil {
+		// The host's decompressor makes the binary that then commits.
+		return c.RunLimit(ctx, Sh(`set -e; cd "$1"; "$2" -dc < "$3" > "$4"; rm -f -- "$3"; chmod 700 "$4"; exec "$5" install commit`,
+			t.root, pre.program, pre.tmp, pre.plain, helper), strings.NewReader(string(plan)), maxReport)
+	}
 	return c.RunLimit(ctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(plan)), maxReport)
+}
+
+// describeEnc says how an upload travels, for progress.
+func describeEnc(u upload) string {
+	switch u.enc {
+	case EncPatch:
+		return fmt.Sprintf("a zstd patch against %s (%s)", u.base, HumanBytes(u.src.Size))
+	case EncZstd:
+		return "zstd for the host's olliesrv (" + HumanBytes(u.src.Size) + ")"
+	}
+	return fmt.Sprintf("%s for the host's %s (%s)", strings.TrimSuffix(u.enc, "-cli"), u.program, HumanBytes(u.src.Size))
 }
 
 // sendWithProgress sends up, saying how far it has got every few seconds.
@@ -516,10 +556,15 @@ func hostLines(ls []string) []string {
 }
 
 type upload struct {
-	src  LocalFile
-	path string // under the root
-	tmp  string // under the root, set by uploadAll
-	runs bool   // the binary: it runs (its own commit) before it is committed
+	src  LocalFile // what is sent
+	want LocalFile // the file as it must end up: src, or what src decodes to
+	path string    // under the root
+	tmp  string    // under the root, set by the transport's send
+	runs bool      // the binary: it may run (its own commit) before it is committed
+	// enc is how src is encoded ("" as it is; see compress.go); base the
+	// version a patch applies to; program the host's decompressor for a
+	// CLI encoding, which the commit's script runs into plain.
+	enc, base, program, plain string
 }
 
 // uploadAll copies every file to a temporary name beside its destination,
