@@ -150,14 +150,15 @@ func TestListenerOnlyHost(t *testing.T) {
 	program, asked := askpass(t, desk, password, true)
 	remote := func(bin string, args ...string) *exec.Cmd {
 		cmd := exec.Command(remoteBin, append([]string{"-F", lh.config, "-bin", bin, "-data", data}, args...)...)
-		cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=", "XDG_STATE_HOME="+filepath.Join(r.dir, "state"), "OLLIE_ASKPASS="+program)
+		cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=", "XDG_STATE_HOME="+filepath.Join(r.dir, "state"), "OLLIE_ASKPASS="+program,
+			"XDG_CACHE_HOME="+filepath.Join(r.dir, "cache"))
 		return cmd
 	}
 
 	// A cold deploy: no shell, no filesystem SFTP on this host.
 	out, err := remote(binDir, "deploy", "appl").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") {
-		t.Fatalf("deploy: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
+	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") || !strings.Contains(string(out), "as zstd for the host's olliesrv") {
+		t.Fatalf("deploy (want the binary as zstd for the listener's olliesrv): %v\n%s\nlistener:\n%s", err, out, lh.log.String())
 	}
 	root := filepath.Join(h.Home, ".local/share/ollie")
 	ver := sha(t, filepath.Join(binDir, "olliesrv"))[:12]
@@ -242,7 +243,8 @@ func TestListenerOnlyHost(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(binDir, "olliesrv"))
 	os.WriteFile(filepath.Join(bin2, "olliesrv"), append(b, []byte("\nanother build\n")...), 0755)
 	ver2 := sha(t, filepath.Join(bin2, "olliesrv"))[:12]
-	if out, err := remote(bin2, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "restarted the listener on the new version") {
+	if out, err := remote(bin2, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "restarted the listener on the new version") ||
+		!strings.Contains(string(out), "as a zstd patch against "+ver) {
 		t.Fatalf("upgrade: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
 	}
 	lh.waitListening(t)
@@ -277,4 +279,59 @@ func TestListenerOnlyHost(t *testing.T) {
 func syscallAlive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 	return err == nil
+}
+
+// TestDeployCompressed: over OpenSSH, a cold host gets the binary
+// compressed for its own zstd, at most a quarter of its size on the wire;
+// an upgrade then travels as a patch against the version the host runs,
+// at most 1 % of the binary; a desktop that no longer has that version
+// sends zstd for the host's olliesrv instead. Each time the host runs
+// exactly the desktop's binary.
+func TestDeployCompressed(t *testing.T) {
+	l := sshlab.Start(t, sshlab.Config{Hosts: 1, UserPrefix: "orzst"})
+	h := l.Host(0)
+	r := newRemote(t, l)
+	cacheDir := filepath.Join(r.dir, "cache")
+	deploy := func(bin, want string) []string {
+		t.Helper()
+		cmd := exec.Command(remoteBin, "-F", l.ConfigFile, "-bin", bin, "-data", dataDir, "deploy", "h11")
+		cmd.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "SSH_AUTH_SOCK=", "XDG_STATE_HOME="+filepath.Join(r.dir, "state"), "XDG_CACHE_HOME="+cacheDir)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("deploy: %v, want %q in:\n%s", err, want, out)
+		}
+		checkDeployed(t, h, filepath.Join(bin, "olliesrv"))
+		return tableRow(string(out), "h11")
+	}
+	// The SENT cell: "6.6 MiB (22.8% of 29.1 MiB)".
+	share := func(row []string) float64 {
+		t.Helper()
+		for i, f := range row {
+			if strings.HasPrefix(f, "(") && strings.HasSuffix(f, "%") {
+				v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(f, "("), "%"), 64)
+				if err == nil && i+2 < len(row) && row[i+1] == "of" {
+					return v
+				}
+			}
+		}
+		t.Fatalf("no share of the size in %q", row)
+		return 0
+	}
+	if s := share(deploy(binDir, "for the host's zstd")); s > 25 {
+		t.Errorf("a cold deploy sent %.1f%% of the files' size, want at most 25%%", s)
+	}
+	bin2 := filepath.Join(t.TempDir(), "bin")
+	os.MkdirAll(bin2, 0755)
+	b, _ := os.ReadFile(filepath.Join(binDir, "olliesrv"))
+	os.WriteFile(filepath.Join(bin2, "olliesrv"), append(b, []byte("\none more line\n")...), 0755)
+	ver := sha(t, filepath.Join(binDir, "olliesrv"))[:12]
+	if s := share(deploy(bin2, "as a zstd patch against "+ver)); s > 1 {
+		t.Errorf("an upgrade sent %.2f%% of the binary, want at most 1%%", s)
+	}
+	// A third build, the second one no longer in this desktop's cache.
+	os.RemoveAll(cacheDir)
+	bin3 := filepath.Join(t.TempDir(), "bin")
+	os.MkdirAll(bin3, 0755)
+	os.WriteFile(filepath.Join(bin3, "olliesrv"), append(b, []byte("\nyet another line\n")...), 0755)
+	deploy(bin3, "as zstd for the host's olliesrv")
 }

@@ -247,10 +247,11 @@ func deployedBinary(sum string) (LocalFile, bool) {
 }
 
 // binaryUpload is how bin goes to a host with manifest m and the cold
-// decompressors its shell found (nil over the listener): the upload, and
-// the version whose installed olliesrv must commit it ("" for the new
-// binary itself).
-func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string) (u upload, helperVersion string) {
+// decompressors its shell found: the upload, and the version whose
+// installed olliesrv must commit it ("" for the new binary itself). Over
+// the listener (appliance) the listener's own olliesrv, which wrote m,
+// commits whatever is sent.
+func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string, appliance bool) (u upload, helperVersion string) {
 	u = upload{src: bin, want: bin, path: ver + "/olliesrv", runs: true}
 	decodes := func(enc string) bool { return slices.Contains(m.Decoders, enc) }
 	if m.Current != "" && decodes(EncPatch) && validVersion(m.Current) {
@@ -261,7 +262,7 @@ func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string) (u uplo
 			}
 		}
 	}
-	if m.Current != "" && decodes(EncZstd) && validVersion(m.Current) && m.Versions[m.Current] != "" {
+	if decodes(EncZstd) && (appliance || validVersion(m.Current) && m.Versions[m.Current] != "") {
 		if z, err := compressedFor(bin, EncZstd); err == nil {
 			u.src, u.enc = z, EncZstd
 			return u, m.Current

@@ -46,12 +46,12 @@ func TestBinaryUploadChoice(t *testing.T) {
 	old, cur := compressFixture(t)
 	withOllie := &Manifest{Current: "oldver", Versions: map[string]string{"oldver": old.SHA256}, Decoders: Decoders}
 
-	u, helper := binaryUpload(cur, "newver", withOllie, []string{"gzip"})
+	u, helper := binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false)
 	if u.enc != EncZstd || helper != "oldver" {
 		t.Errorf("a host with ollie, its version unknown here: %q by %q, want zstd by oldver", u.enc, helper)
 	}
 	keepDeployed(old)
-	u, helper = binaryUpload(cur, "newver", withOllie, []string{"gzip"})
+	u, helper = binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false)
 	if u.enc != EncPatch || u.base != "oldver" || helper != "oldver" {
 		t.Fatalf("a host running what this desktop deployed: %q against %q by %q, want a patch against oldver", u.enc, u.base, helper)
 	}
@@ -59,11 +59,14 @@ func TestBinaryUploadChoice(t *testing.T) {
 		t.Errorf("the patch is %d bytes for a %d-byte binary (want ≤ 1%%), or it does not end as the binary", u.src.Size, cur.Size)
 	}
 	older := &Manifest{Current: "oldver", Versions: map[string]string{"oldver": old.SHA256}} // says no decoders
-	if u, helper = binaryUpload(cur, "newver", older, []string{"xz", "gzip"}); u.enc != EncXzCLI || u.program != "xz" || helper != "" {
+	if u, helper = binaryUpload(cur, "newver", older, []string{"xz", "gzip"}, false); u.enc != EncXzCLI || u.program != "xz" || helper != "" {
 		t.Errorf("an olliesrv that decodes nothing, xz and gzip on the host: %q by %q (%q)", u.enc, u.program, helper)
 	}
+	if u, helper = binaryUpload(cur, "newver", &Manifest{Decoders: Decoders}, nil, true); u.enc != EncZstd {
+		t.Errorf("a listener with no version installed yet: %q (helper %q), want zstd for the listener's olliesrv", u.enc, helper)
+	}
 	for cold, want := range map[string]string{"zstd xz gzip": EncZstdCLI, "gzip": EncGzipCLI, "": ""} {
-		u, helper = binaryUpload(cur, "newver", &Manifest{}, strings.Fields(cold))
+		u, helper = binaryUpload(cur, "newver", &Manifest{}, strings.Fields(cold), false)
 		if u.enc != want || helper != "" {
 			t.Errorf("a cold host with %q: %q (helper %q), want %q", cold, u.enc, helper, want)
 		}
@@ -113,7 +116,7 @@ func TestCommitDecodes(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "v1", "olliesrv"), oldBytes, 0755)
 	os.Symlink("v1", filepath.Join(root, "current"))
 	m := &Manifest{Current: "v1", Versions: map[string]string{"v1": old.SHA256}, Decoders: Decoders}
-	patch, _ := binaryUpload(cur, "v2", m, nil)
+	patch, _ := binaryUpload(cur, "v2", m, nil, false)
 	zst, err := compressedFor(cur, EncZstd)
 	if err != nil {
 		t.Fatal(err)

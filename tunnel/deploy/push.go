@@ -318,7 +318,7 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	ver := VersionOf(bin)
 	res.Version = ver
 
-	up, remove, helperVer := changes(b, bin, ver, &m, cold)
+	up, remove, helperVer := changes(b, bin, ver, &m, cold, false)
 	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
 	res.Shell = termsafe.Field(m.Shell, maxShellField)
 	var rcProblems []string
