@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,8 +115,30 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 			t.Fatalf("the flood never arrived: %d shown, %d waiting, %+v refused", len(person.shown()), len(q.Pending()), b.Refused("h4"))
 		}
 	}
-	before := len(person.shown())
-	if err := ask("h5", "honest"); err != nil {
+	// Counted from when h5's request is in the queue: the prompts of h4
+	// begun while it was still on its way (a dial and a handshake, slow
+	// under load) do not count against the queue.
+	asked := make(chan error, 1)
+	go func() { asked <- ask("h5", "honest") }()
+	before := -1
+	for before < 0 {
+		select {
+		case err := <-asked:
+			t.Fatalf("h5's request was answered before it was seen queued: %v", err)
+		default:
+		}
+		n := len(person.shown())
+		for _, r := range q.Pending() {
+			if r.Host == "h5" {
+				before = n
+			}
+		}
+		if i := slices.Index(person.shown(), "h5"); i >= 0 {
+			before = min(n, i)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := <-asked; err != nil {
 		t.Fatalf("h5: %v", err)
 	}
 	seen := person.shown()

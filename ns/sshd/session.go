@@ -240,7 +240,7 @@ func (ss *session) ollieCommand(line string) (*exec.Cmd, string) {
 func (ss *session) adminCommand(args []string) (*exec.Cmd, string) {
 	if ss.login.grant.readOnly || ss.s.Admin == nil {
 		ss.s.refuse(ss.ctx, "exec of olliesrv by a key that may not", "")
-		return nil, "olliesrv commands are not run for this key"
+		return nil, fmt.Sprintf("olliesrv commands are not run for this key: this listener runs ollie commands only (%s)", strings.Join(Subcommands, ", "))
 	}
 	cmd, err := ss.s.Admin(args)
 	if err != nil {
