@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,6 +263,25 @@ func TestListenerOnlyHost(t *testing.T) {
 	}
 	if syscallAlive(pid) == false {
 		t.Error("down -stop-daemon stopped the listener")
+	}
+
+	// A service or an image starting its own binary again (a reboot):
+	// the deployed one runs, with the session.
+	remote(binDir, "down", "appl").Run()
+	lh.cmd.Process.Kill()
+	lh.cmd.Wait()
+	lh.cmd = lh.asUser("serve", "-ssh", net.JoinHostPort(h.Addr, strconv.Itoa(lh.port)))
+	lh.cmd.Stdout, lh.cmd.Stderr = lh.log, lh.log
+	if err := lh.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lh.waitListening(t)
+	if got, want := lh.exe(), filepath.Join(root, ver2, "olliesrv"); got != want {
+		t.Errorf("started from the image's binary, the listener runs %s, want the deployed %s", got, want)
+	}
+	sshOut, err := exec.Command("ssh", "-F", lh.config, "appl", "ls", "session").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^s/?$`).Match(sshOut) {
+		t.Errorf("ssh appl ls session after the restart: %v %q", err, sshOut)
 	}
 
 	searchFor(t, password, h.Home, "/tmp", "/var/log")
