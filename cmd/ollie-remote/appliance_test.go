@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -77,17 +76,23 @@ func startListenerHost(t *testing.T, l *sshlab.Lab, h *sshlab.Host) *listenerHos
 	os.WriteFile(lh.config, fmt.Appendf(nil, "Host appl\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n",
 		h.Addr, lh.port, h.User, l.ClientKey, known), 0600)
 
-	lh.cmd = lh.asUser("serve", "-ssh", net.JoinHostPort(h.Addr, strconv.Itoa(lh.port)))
-	lh.cmd.Stdout, lh.cmd.Stderr = lh.log, lh.log
-	if err := lh.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		lh.cmd.Process.Kill()
 		lh.cmd.Wait()
 	})
-	lh.waitListening(t)
+	lh.start(t)
 	return lh
+}
+
+// start runs the image's olliesrv -ssh and waits for it to listen.
+func (lh *listenerHost) start(t *testing.T) {
+	t.Helper()
+	lh.cmd = lh.asUser("serve", "-ssh", net.JoinHostPort(lh.h.Addr, strconv.Itoa(lh.port)))
+	lh.cmd.Stdout, lh.cmd.Stderr = lh.log, lh.log
+	if err := lh.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lh.waitListening(t)
 }
 
 // asUser is the image's olliesrv run as the host's user, with a login's
@@ -270,12 +275,7 @@ func TestListenerOnlyHost(t *testing.T) {
 	remote(binDir, "down", "appl").Run()
 	lh.cmd.Process.Kill()
 	lh.cmd.Wait()
-	lh.cmd = lh.asUser("serve", "-ssh", net.JoinHostPort(h.Addr, strconv.Itoa(lh.port)))
-	lh.cmd.Stdout, lh.cmd.Stderr = lh.log, lh.log
-	if err := lh.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lh.waitListening(t)
+	lh.start(t)
 	if got, want := lh.exe(), filepath.Join(root, ver2, "olliesrv"); got != want {
 		t.Errorf("started from the image's binary, the listener runs %s, want the deployed %s", got, want)
 	}
@@ -285,15 +285,7 @@ func TestListenerOnlyHost(t *testing.T) {
 	}
 
 	searchFor(t, password, h.Home, "/tmp", "/var/log")
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"cmdline", "environ"} {
-			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(password)) {
-				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-				t.Errorf("the password is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
-			}
-		}
-	}
+	searchProcsFor(t, password)
 }
 
 func syscallAlive(pid int) bool {

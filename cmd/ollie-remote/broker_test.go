@@ -177,15 +177,7 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 
 	// The password is nowhere on the host.
 	searchFor(t, password, h.Home, "/tmp", "/var/log")
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"cmdline", "environ"} {
-			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(password)) {
-				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-				t.Errorf("the password is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
-			}
-		}
-	}
+	searchProcsFor(t, password)
 	sessions, _ := filepath.Glob(filepath.Join(h.Home, ".local/state/ollie/sessions/*"))
 	if len(sessions) == 0 {
 		t.Error("no session file to search")
@@ -197,6 +189,21 @@ func readChat(c *client.Conn) string {
 	defer cancel()
 	b, _ := c.ReadAll(ctx, "session/s/agent/a/log")
 	return string(b)
+}
+
+// searchProcsFor fails the test if secret is in any process's argv or
+// environment.
+func searchProcsFor(t *testing.T, secret string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(secret)) {
+				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+				t.Errorf("the secret is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+			}
+		}
+	}
 }
 
 // searchFor fails the test if secret is in any file under the roots.

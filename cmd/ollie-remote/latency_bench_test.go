@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +26,7 @@ func BenchmarkDeployOverLatency(b *testing.B) {
 	}
 	lab := sshlab.Start(b, sshlab.Config{Hosts: 1, UserPrefix: "orlat"})
 	h := lab.Host(0)
-	port := delayedRelay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port), 10*time.Millisecond)
+	port := newSlowLink(10*time.Millisecond, 0).relay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port))
 	dir := b.TempDir()
 	known := filepath.Join(dir, "known_hosts")
 	key := strings.Fields(h.HostKeyPub)
@@ -73,57 +72,4 @@ func BenchmarkDeployOverLatency(b *testing.B) {
 	b.ReportMetric(tr.Seconds()/n, "rsync-s/op")
 	b.ReportMetric(td.Seconds()/tr.Seconds(), "deploy/rsync")
 	b.ReportMetric(0, "ns/op")
-}
-
-// delayedRelay relays TCP connections to target, delaying what goes each
-// way by d, and returns its port.
-func delayedRelay(b *testing.B, target string, d time.Duration) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	pipe := func(dst, src net.Conn) {
-		type chunk struct {
-			at time.Time
-			p  []byte
-		}
-		q := make(chan chunk, 1<<14)
-		go func() {
-			defer dst.Close()
-			for c := range q {
-				time.Sleep(time.Until(c.at))
-				if _, err := dst.Write(c.p); err != nil {
-					return
-				}
-			}
-		}()
-		defer close(q)
-		for {
-			p := make([]byte, 32<<10)
-			n, err := src.Read(p)
-			if n > 0 {
-				q <- chunk{time.Now().Add(d), p[:n]}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go pipe(s, c)
-			go pipe(c, s)
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
 }

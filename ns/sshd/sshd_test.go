@@ -504,22 +504,7 @@ func TestForwards(t *testing.T) {
 	// -L tcp and -L to another socket: each connection is refused.
 	tcpFwd := freePort(t)
 	sock := filepath.Join(f.dir, "l.sock")
-	otherTarget := filepath.Join(f.dir, "target.sock")
-	tl, err := net.Listen("unix", otherTarget)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tl.Close()
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("reached"))
-			c.Close()
-		}
-	}()
+	otherTarget := replyingSocket(t, filepath.Join(f.dir, "target.sock"), "reached")
 	nsLocal := filepath.Join(f.dir, "ns.sock")
 	fwd := exec.Command("ssh", f.sshArgs(f.key, "-N", "-o", "ExitOnForwardFailure=yes",
 		"-L", fmt.Sprintf("127.0.0.1:%d:127.0.0.1:%d", tcpFwd, f.port),
@@ -535,6 +520,7 @@ func TestForwards(t *testing.T) {
 		{"-L to another socket", "unix", sock, "direct-streamlocal to " + otherTarget},
 	} {
 		var conn net.Conn
+		var err error
 		deadline := time.Now().Add(15 * time.Second)
 		for conn == nil {
 			conn, err = net.Dial(c.network, c.addr)
@@ -683,22 +669,7 @@ func TestClosedChannelEndsCommand(t *testing.T) {
 // forwards now, and a file that is not a socket, are left alone.
 func TestStaleSocketReplaced(t *testing.T) {
 	f := start(t)
-	target := filepath.Join(f.dir, "target.sock")
-	tl, err := net.Listen("unix", target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tl.Close()
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("reached\n"))
-			c.Close()
-		}
-	}()
+	target := replyingSocket(t, filepath.Join(f.dir, "target.sock"), "reached\n")
 	models := filepath.Join(f.ns, "models.sock")
 	stale, err := net.Listen("unix", models)
 	if err != nil {
@@ -735,4 +706,26 @@ func TestStaleSocketReplaced(t *testing.T) {
 	if b, _ := os.ReadFile(plain); string(b) != "keep" {
 		t.Errorf("the plain file at a forward's path holds %q now", b)
 	}
+}
+
+// replyingSocket listens on path until the test ends, writing reply to
+// each connection and closing it; it returns path.
+func replyingSocket(t *testing.T, path, reply string) string {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(reply))
+			c.Close()
+		}
+	}()
+	return path
 }
