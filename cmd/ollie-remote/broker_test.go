@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,7 +207,14 @@ func searchProcsFor(t *testing.T, secret string) {
 	}
 }
 
-// searchFor fails the test if secret is in any file under the roots.
+// testsBegan is before any secret a test makes: a file last changed
+// earlier cannot hold one.
+var testsBegan = time.Now().Add(-time.Second)
+
+// searchFor fails the test if secret is in any file under the roots. It
+// reads only the files changed (ctime, which no one can set back) since
+// the tests began: a file cannot hold a secret made after it was last
+// written, and /tmp on a long-lived machine holds gigabytes of older ones.
 func searchFor(t *testing.T, secret string, roots ...string) {
 	t.Helper()
 	n := 0
@@ -215,7 +223,11 @@ func searchFor(t *testing.T, secret string, roots ...string) {
 			if err != nil || !d.Type().IsRegular() {
 				return nil
 			}
-			if fi, err := d.Info(); err != nil || fi.Size() > 256<<20 {
+			fi, err := d.Info()
+			if err != nil || fi.Size() > 256<<20 {
+				return nil
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(testsBegan) {
 				return nil
 			}
 			b, err := os.ReadFile(p)

@@ -32,6 +32,8 @@ func binaries(t testing.TB) (olliesrv, ollie string) {
 		if buildErr != nil {
 			return
 		}
+		dir := builtDir
+		nstest.AtExit(func() { os.RemoveAll(dir) })
 		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(builtDir, "olliesrv"), ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

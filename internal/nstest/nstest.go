@@ -125,7 +125,9 @@ func Main(m *testing.M) {
 	}
 	// Helper processes inherit the test's choice rather than make their own.
 	if os.Getenv("OLLIE_TEST_STATE") != "" {
-		os.Exit(m.Run())
+		code := m.Run()
+		runAtExit()
+		os.Exit(code)
 	}
 	state, err := os.MkdirTemp("", "ollie-test-state")
 	if err != nil {
@@ -134,6 +136,31 @@ func Main(m *testing.M) {
 	os.Setenv("XDG_STATE_HOME", state)
 	os.Setenv("OLLIE_TEST_STATE", state)
 	code := m.Run()
+	runAtExit()
 	os.RemoveAll(state)
 	os.Exit(code)
+}
+
+var (
+	atExitMu sync.Mutex
+	atExit   []func()
+)
+
+// AtExit runs f when Main's tests have run, before the process exits:
+// what a test process builds once for all its tests (a binary in a
+// temporary directory) is removed then, not left behind in /tmp.
+func AtExit(f func()) {
+	atExitMu.Lock()
+	defer atExitMu.Unlock()
+	atExit = append(atExit, f)
+}
+
+func runAtExit() {
+	atExitMu.Lock()
+	fs := atExit
+	atExit = nil
+	atExitMu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }

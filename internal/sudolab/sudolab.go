@@ -178,6 +178,7 @@ func build(t *testing.T) string {
 			buildErr = err
 			return
 		}
+		nstest.AtExit(func() { os.RemoveAll(dir) })
 		built = filepath.Join(dir, "olliesrv")
 		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", built, "ollie/cmd/olliesrv")
 		cmd.Dir = moduleDir(t)
