@@ -189,6 +189,9 @@ func run(t *testing.T, pol *Policy, dir, tool string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if testPool != nil {
+		return runPooled(t, ctx, testPool, pol, dir, tool, args...)
+	}
 	cmd, err := Command(ctx, pol, tool, args)
 	if err != nil {
 		t.Fatalf("Command: %v", err)
