@@ -84,6 +84,9 @@ type Child struct {
 	mu     sync.Mutex
 	idle   []*childConn
 	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // childConn is one attached connection to the child.
@@ -91,6 +94,11 @@ type childConn struct {
 	conn *client.Conn
 	fsys *client.Fsys
 }
+
+// helperPoolSize is how many sandbox helpers a session's toolsrv keeps
+// waiting: a turn's parallel calls beyond it each start their own, at the
+// cold path's cost.
+const helperPoolSize = 2
 
 // maxIdle bounds the connections kept for reuse: as many as calls
 // commonly run at once in one session.
@@ -433,7 +441,13 @@ func (c *Child) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
 }
 
 // Close stops the child, which kills its processes, and waits for it.
+// A second Close returns the first's error.
 func (c *Child) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.close() })
+	return c.closeErr
+}
+
+func (c *Child) close() error {
 	c.mu.Lock()
 	c.closed = true
 	idle := c.idle
@@ -491,6 +505,13 @@ func child() error {
 		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir, Yolo: cfg.Yolo}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
+	}
+	if !cfg.Yolo {
+		// Sandboxed calls go to helpers started ahead of them. The pool
+		// is this process's: its helpers die with it (Pdeathsig, and
+		// their sockets close), and Close below ends the idle ones.
+		runner.Helpers = sandbox.NewPool(helperPoolSize)
+		defer runner.Helpers.Close()
 	}
 	procs := &Procs{Runner: runner}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {

@@ -58,7 +58,12 @@ func runner(t *testing.T, tools map[string][2]string) (*Runner, string) {
 		}
 	}
 	cwd := t.TempDir()
+	// Sandboxed calls go through pre-started helpers, as in a session's
+	// toolsrv.
+	helpers := sandbox.NewPool(2)
+	t.Cleanup(helpers.Close)
 	return &Runner{
+		Helpers:   helpers,
 		Tools:     s,
 		Cwd:       cwd,
 		Profiles:  sandbox.Profiles{Dirs: []string{"../data/sandbox"}},

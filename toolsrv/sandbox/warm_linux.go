@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -33,6 +34,7 @@ import (
 
 // warmMain is the outer stage of a pre-started helper. It never returns.
 func warmMain() {
+	closeInherited()
 	// Listen first, as helper does: a Kill that comes as soon as the call
 	// is handed over must not be lost.
 	sigs := make(chan os.Signal, 8)
@@ -184,6 +186,7 @@ func warm(sigs chan os.Signal) int {
 // for the call, takes its descriptors and directory, and confines itself
 // and execs the tool as the cold path's stage does. It never returns.
 func warmConfineMain() {
+	closeInherited()
 	warmUp(true)
 	data, fds, err := recvFramed(callFD, maxCall)
 	unix.Close(callFD)
@@ -302,6 +305,26 @@ func warmUp(confining bool) {
 	if abi := Status().ABI; abi > 0 {
 		cfg := landlock.Config{HandledAccessFS: abiConfigs[abi].HandledAccessFS}
 		if fd, _, err := cfg.NewRulesetFD(landlock.PathAccess(rights(Read, os.ModeDir)&cfg.HandledAccessFS, "/")); err == nil && fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// closeInherited closes the descriptors above the socket that this process
+// inherited by accident: those without close-on-exec, which whatever
+// started olliesrv may have left open (the Go runtime opens its own with
+// close-on-exec). A waiting helper holds nothing but what it was given.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= callFD {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
 			unix.Close(fd)
 		}
 	}
