@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == testToolArg {
 		os.Exit(testTool(os.Args[2:]))
 	}
+	if os.Getenv(poolTestEnv) != "" {
+		testPool = NewPool(2)
+		code := m.Run()
+		testPool.Close()
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
