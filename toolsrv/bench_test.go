@@ -5,11 +5,14 @@ package toolsrv
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"9fans.net/go/plan9"
 )
 
 // BenchmarkDispatchVsBare is the sandboxed dispatch as a session's
@@ -77,4 +80,42 @@ func BenchmarkDispatchVsBare(b *testing.B) {
 	b.ReportMetric(mean(pool)/mean(bare), "pooled/bare")
 	b.ReportMetric(median(pool)/median(bare), "pooled/bare-p50")
 	b.ReportMetric(mean(start)/mean(bare), "cold/bare")
+}
+
+// BenchmarkChildOp is one small operation on a session's toolsrv (read
+// its tools file: walk, open, read, clunk), as Child does it, on a
+// connection kept from the previous operation, beside the same with a
+// connection dialled and attached for it (how Child worked before it kept
+// connections), alternating in one loop.
+func BenchmarkChildOp(b *testing.B) {
+	c, _ := spawnChild(b, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
+	ctx := context.Background()
+	var kept, dialled time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := c.ReadFile(ctx, "tools"); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		cc, err := c.dial(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, err := cc.fsys.Open("tools", plan9.OREAD)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadAll(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		cc.conn.Close()
+		t2 := time.Now()
+		kept += t1.Sub(t0)
+		dialled += t2.Sub(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(kept.Nanoseconds())/n, "kept-ns/op")
+	b.ReportMetric(float64(dialled.Nanoseconds())/n, "dialled-ns/op")
+	b.ReportMetric(float64(dialled)/float64(kept), "dialled/kept")
 }

@@ -159,3 +159,27 @@ func TestHelpersDieWithChild(t *testing.T) {
 		waitGone(t, "confining stage", stages)
 	})
 }
+
+// An idle connection found broken is replaced: the operation reconnects
+// instead of failing.
+func TestChildReconnects(t *testing.T) {
+	c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
+	ctx := context.Background()
+	if _, err := c.ReadFile(ctx, "tools"); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	idle := slices.Clone(c.idle)
+	c.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle connections after one operation, want 1", len(idle))
+	}
+	idle[0].conn.Close() // as a connection the child dropped
+	if b, err := c.ReadFile(ctx, "tools"); err != nil || !strings.HasPrefix(string(b), "echo\t") {
+		t.Fatalf("after a broken idle connection: %q %v", b, err)
+	}
+	// An error the child answers is the operation's: no second try.
+	if _, err := c.ReadFile(ctx, "no/such/file"); err == nil {
+		t.Fatal("reading a missing file succeeded")
+	}
+}
