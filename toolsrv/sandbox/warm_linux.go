@@ -42,6 +42,11 @@ func warmMain() {
 	// The confining stage dies with this thread (Pdeathsig).
 	runtime.LockOSThread()
 	code := warm(sigs)
+	if callStderr != nil {
+		// The call's output ends with the status: a caller that copies
+		// stderr from a pipe need not wait for this process's exit.
+		callStderr.Close()
+	}
 	if statusFD >= 0 {
 		// The call's status, sent before this process exits: the pool's
 		// Wait returns once the call is over, without waiting for a Go
@@ -52,6 +57,10 @@ func warmMain() {
 	}
 	os.Exit(code)
 }
+
+// callStderr is the call's stderr, where this stage's own messages about
+// the call go.
+var callStderr *os.File
 
 // statusFD is the socket a received call's status goes back on, -1
 // before a call came.
@@ -132,6 +141,7 @@ func warm(sigs chan os.Signal) int {
 		return fail(os.Stderr, fmt.Errorf("sandbox: the call came with %d descriptors, not stdin, stdout and stderr", len(fds)))
 	}
 	stderr := os.NewFile(uintptr(fds[2]), "stderr")
+	callStderr = stderr
 	_, p, err := decodeCall(data)
 	if err == nil {
 		err = p.Check()
