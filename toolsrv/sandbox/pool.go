@@ -102,15 +102,19 @@ type Pool struct {
 	pending sync.WaitGroup // refills and discards
 }
 
-// warmHelper is one pre-started helper and the pool's end of its socket.
+// warmHelper is one pre-started helper and the pool's ends of its
+// sockets: to the helper, which sends the call's status back on it, and to
+// its confining stage, which the call goes to.
 type warmHelper struct {
 	proc *os.Process
 	sock int
+	call int
 }
 
-// discard ends an idle helper: with its socket closed before a call it
+// discard ends an idle helper: with its sockets closed before a call it
 // exits at once, and is reaped here.
 func (h *warmHelper) discard() {
+	unix.Close(h.call)
 	unix.Close(h.sock)
 	h.proc.Wait()
 }
@@ -290,7 +294,11 @@ func (c *Call) Start() error {
 		if err != nil {
 			return fail(err)
 		}
-		err = sendFramed(h.sock, msg, fds)
+		err = errors.New("the helper had died")
+		if h.alive() {
+			err = sendFramed(h.call, msg, fds)
+		}
+		unix.Close(h.call)
 		if err == nil {
 			c.Process, c.sock = h.proc, h.sock
 			break

@@ -19,22 +19,28 @@ import (
 // A pre-started helper (see [Pool]) is the same two stages as a helper
 // [Command] starts, started before there is a call: the outer stage
 // (warmMain) is the subreaper and has already started its confining stage
-// (warmConfineMain), which waits for the call. When the call comes on fd
-// 3, a socket, with the call's stdin, stdout and stderr, the outer stage
-// sets the call's pids.max and hands the call on; the confining stage
-// takes the descriptors as its own 0, 1 and 2, changes to the call's
-// directory, applies the limits and Landlock and execs the tool. From
-// there on it is a helper like any other: it forwards signals, reaps
-// everything the call started and exits with the tool's status.
+// (warmConfineMain), which waits for the call. The pool holds a socket to
+// each: the call, with its stdin, stdout and stderr, goes straight to the
+// confining stage, which takes the descriptors as its own 0, 1 and 2,
+// changes to the call's directory, sets the call's pids.max (root: the
+// outer stage made the cgroup and put the stage in it before the call),
+// applies the limits and Landlock and execs the tool. The outer stage,
+// which is not on that path, waits for the tool from the start, forwards
+// signals, reaps everything the call started, and sends the exit status
+// back on its own socket before it exits.
 //
 // Both stages start from a clean state: no environment, directory /,
 // /dev/null as stdin and stdout, the toolsrv's log as stderr, nothing else.
 // The call brings its environment, directory and descriptors; its profile
 // decides what of them the tool keeps, as on the cold path.
 
+// stageFD is where the outer stage finds the confining stage's socket,
+// which it passes on as the stage's callFD.
+const stageFD = 4
+
 // warmMain is the outer stage of a pre-started helper. It never returns.
 func warmMain() {
-	closeInherited()
+	closeInherited(stageFD)
 	// Listen first, as helper does: a Kill that comes as soon as the call
 	// is handed over must not be lost.
 	sigs := make(chan os.Signal, 8)
@@ -42,135 +48,67 @@ func warmMain() {
 	// The confining stage dies with this thread (Pdeathsig).
 	runtime.LockOSThread()
 	code := warm(sigs)
-	if callStderr != nil {
-		// The call's output ends with the status: a caller that copies
-		// stderr from a pipe need not wait for this process's exit.
-		callStderr.Close()
-	}
-	if statusFD >= 0 {
-		// The call's status, sent before this process exits: the pool's
-		// Wait returns once the call is over, without waiting for a Go
-		// process to tear itself down (about a millisecond here).
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], uint32(code))
-		unix.Write(statusFD, b[:])
-	}
+	// The call's status, sent before this process exits: the pool's Wait
+	// returns once the call is over, without waiting for a Go process to
+	// tear itself down (about a millisecond here). Before a call (the
+	// pool closed) nobody reads it.
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(code))
+	unix.Write(callFD, b[:])
 	os.Exit(code)
 }
 
-// callStderr is the call's stderr, where this stage's own messages about
-// the call go.
-var callStderr *os.File
-
-// statusFD is the socket a received call's status goes back on, -1
-// before a call came.
-var statusFD = -1
-
 func warm(sigs chan os.Signal) int {
-	fail := func(w io.Writer, err error) int {
-		fmt.Fprintln(w, err)
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
 		return 126
 	}
+	stageSock := os.NewFile(stageFD, "call")
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return fail(os.Stderr, fmt.Errorf("sandbox: prctl(PR_SET_CHILD_SUBREAPER): %w", err))
+		stageSock.Close()
+		return fail(fmt.Errorf("sandbox: prctl(PR_SET_CHILD_SUBREAPER): %w", err))
 	}
-	// For root, the call's cgroup is made now, off the call's path; its
-	// pids.max comes with the call.
+	// For root, the call's cgroup is made now, off the call's path; the
+	// stage sets its pids.max when the call comes.
 	var cg *callCgroup
-	var cgErr error
+	cgDir := "-"
 	if nprocExempt() {
 		if parent, err := pidsCgroupParent(); err == nil {
-			cg, cgErr = makeCallCgroup(parent)
-		}
-	}
-	removeCg := func(stderr io.Writer) {
-		if cg != nil {
-			if err := cg.remove(); err != nil {
-				fmt.Fprintln(stderr, err)
+			if cg, err = makeCallCgroup(parent); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			} else {
+				cgDir = cg.dir
 			}
 		}
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		removeCg(os.Stderr)
-		return fail(os.Stderr, fmt.Errorf("sandbox: socketpair: %w", err))
+	removeCg := func() {
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
 	}
-	stageEnd := os.NewFile(uintptr(pair[1]), "call")
-	stage, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmConfineArg}, &os.ProcAttr{
+	stage, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmConfineArg, cgDir}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{"GOMAXPROCS=1"},
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageEnd},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
-	stageEnd.Close()
+	stageSock.Close()
 	if err != nil {
-		removeCg(os.Stderr)
-		return fail(os.Stderr, fmt.Errorf("sandbox: starting the confining stage: %w", err))
-	}
-	abandon := func(stderr io.Writer) {
-		unix.Close(pair[0])
-		stage.Kill()
-		reap(stage.Pid)
-		removeCg(stderr)
+		removeCg()
+		return fail(fmt.Errorf("sandbox: starting the confining stage: %w", err))
 	}
 	// The stage waits for its call, so it is in the cgroup before it can
 	// start anything.
 	if cg != nil {
 		if err := cg.add(stage.Pid); err != nil {
-			abandon(os.Stderr)
-			return fail(os.Stderr, err)
+			stage.Kill()
+			reap(stage.Pid)
+			removeCg()
+			return fail(err)
 		}
 	}
-
-	warmUp(false)
-	data, fds, err := recvFramed(callFD, maxCall)
-	if err != nil {
-		unix.Close(callFD)
-		closeFDs(fds)
-		abandon(os.Stderr)
-		if errors.Is(err, io.EOF) {
-			return 0 // the pool closed, or its toolsrv ended, before a call
-		}
-		return fail(os.Stderr, fmt.Errorf("sandbox: receiving the call: %w", err))
-	}
-	// From here on the pool waits for the call's status on the socket.
-	statusFD = callFD
-	if len(fds) != 3 {
-		closeFDs(fds)
-		abandon(os.Stderr)
-		return fail(os.Stderr, fmt.Errorf("sandbox: the call came with %d descriptors, not stdin, stdout and stderr", len(fds)))
-	}
-	stderr := os.NewFile(uintptr(fds[2]), "stderr")
-	callStderr = stderr
-	_, p, err := decodeCall(data)
-	if err == nil {
-		err = p.Check()
-	}
-	if err != nil {
-		closeFDs(fds[:2])
-		abandon(stderr)
-		return fail(stderr, err)
-	}
-	if lim := p.Limits.effective(); lim.Processes != Unlimited {
-		switch {
-		case cg != nil:
-			if err := cg.setMax(lim.Processes); err != nil {
-				fmt.Fprintf(stderr, "%v: running the tool without limits.processes\n", err)
-			}
-		case cgErr != nil:
-			fmt.Fprintf(stderr, "%v: running the tool without limits.processes\n", cgErr)
-		}
-	}
-	err = sendFramed(pair[0], data, fds)
-	unix.Close(pair[0])
-	closeFDs(fds[:2]) // the tool has them; stderr stays for this stage's messages
-	if err != nil {
-		stage.Kill()
-		reap(stage.Pid)
-		removeCg(stderr)
-		return fail(stderr, fmt.Errorf("sandbox: handing the call to the confining stage: %w", err))
-	}
-
 	go func() {
 		for s := range sigs {
 			if s == killSignal {
@@ -182,30 +120,32 @@ func warm(sigs chan os.Signal) int {
 		}
 	}()
 	ws := reap(stage.Pid)
-	removeCg(stderr)
+	removeCg()
 	switch {
 	case ws.Exited():
 		return ws.ExitStatus()
 	case ws.Signaled():
 		return 128 + int(ws.Signal())
 	}
-	return fail(stderr, fmt.Errorf("sandbox: tool ended with wait status %#x", int(ws)))
+	return fail(fmt.Errorf("sandbox: tool ended with wait status %#x", int(ws)))
 }
 
 // warmConfineMain is the confining stage of a pre-started helper: it waits
-// for the call, takes its descriptors and directory, and confines itself
-// and execs the tool as the cold path's stage does. It never returns.
+// for the call, takes its descriptors and directory, sets its pids.max,
+// and confines itself and execs the tool as the cold path's stage does.
+// Its argument is its cgroup's directory, or "-" for none. It never
+// returns.
 func warmConfineMain() {
-	closeInherited()
-	warmUp(true)
+	closeInherited(callFD)
+	warmUp()
 	data, fds, err := recvFramed(callFD, maxCall)
 	unix.Close(callFD)
 	if errors.Is(err, io.EOF) {
 		closeFDs(fds)
-		os.Exit(0) // the outer stage ended before a call
+		os.Exit(0) // the pool closed before a call
 	}
 	if err == nil && len(fds) != 3 {
-		err = fmt.Errorf("the call came with %d descriptors", len(fds))
+		err = fmt.Errorf("the call came with %d descriptors, not stdin, stdout and stderr", len(fds))
 	}
 	if err != nil {
 		closeFDs(fds)
@@ -228,10 +168,33 @@ func warmConfineMain() {
 		}
 	}
 	if err == nil {
+		setCallPids(p, os.Args[len(os.Args)-1])
 		err = confine(p, m.Path, m.Argv, m.Env)
 	}
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(126)
+}
+
+// setCallPids gives the call's cgroup (dir, "-" for none) the policy's
+// limits.processes, for root, whom RLIMIT_NPROC does not bound; without
+// one it says on the call's stderr that the limit is not applied, as the
+// cold path's helper does.
+func setCallPids(p *Policy, dir string) {
+	lim := p.Limits.effective()
+	if lim.Processes == Unlimited || !nprocExempt() {
+		return
+	}
+	if dir == "-" {
+		_, err := pidsCgroupParent()
+		if err == nil {
+			err = errors.New("sandbox: no cgroup was made for the call")
+		}
+		fmt.Fprintf(os.Stderr, "%v: running the tool without limits.processes\n", err)
+		return
+	}
+	if err := (&callCgroup{dir}).setMax(lim.Processes); err != nil {
+		fmt.Fprintf(os.Stderr, "%v: running the tool without limits.processes\n", err)
+	}
 }
 
 func closeFDs(fds []int) {
@@ -297,17 +260,16 @@ func recvFramed(fd, max int) ([]byte, []int, error) {
 }
 
 // warmUp runs, while the stage waits, the code a call will run: decoding a
-// call and, for the confining stage, building (not applying) a Landlock
-// ruleset. A process runs code it has not run before at the price of page
+// call and building (not applying) a Landlock ruleset. A process runs code it has not run before at the price of page
 // faults, which are dear on a virtual machine; taken now, they are off the
 // call's path. Nothing of it stays: the ruleset is closed, the policy is
 // made up.
-func warmUp(confining bool) {
+func warmUp() {
 	p := &Policy{Paths: []PathRule{{Path: "/", Access: Read | Exec}}, Env: []string{"PATH"}}
 	pol, _ := json.Marshal(p)
 	data, _ := json.Marshal(callMsg{Path: "/bin/true", Argv: []string{"true"}, Env: []string{"PATH=/bin"}, Policy: pol})
 	m, p, err := decodeCall(data)
-	if err != nil || !confining {
+	if err != nil {
 		return
 	}
 	filterEnv(m.Env, p.Env)
@@ -320,18 +282,18 @@ func warmUp(confining bool) {
 	}
 }
 
-// closeInherited closes the descriptors above the socket that this process
-// inherited by accident: those without close-on-exec, which whatever
+// closeInherited closes the descriptors above last (its sockets) that this
+// process inherited by accident: those without close-on-exec, which whatever
 // started olliesrv may have left open (the Go runtime opens its own with
 // close-on-exec). A waiting helper holds nothing but what it was given.
-func closeInherited() {
+func closeInherited(last int) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= callFD {
+		if err != nil || fd <= last {
 			continue
 		}
 		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
