@@ -94,7 +94,6 @@ func sendFramed(fd int, data []byte, fds []int) error {
 // helper exits when the pool closes or its process ends). Close ends
 // every idle helper and waits for them; calls already handed over run on.
 type Pool struct {
-	size  int
 	ready chan *warmHelper
 
 	mu      sync.Mutex
@@ -126,7 +125,7 @@ func NewPool(size int) *Pool {
 	if !poolSupported || size <= 0 {
 		return nil
 	}
-	p := &Pool{size: size, ready: make(chan *warmHelper, size)}
+	p := &Pool{ready: make(chan *warmHelper, size)}
 	for range size {
 		p.refill()
 	}
