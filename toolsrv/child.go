@@ -84,6 +84,9 @@ type Child struct {
 	mu     sync.Mutex
 	idle   []*childConn
 	closed bool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // childConn is one attached connection to the child.
@@ -91,6 +94,11 @@ type childConn struct {
 	conn *client.Conn
 	fsys *client.Fsys
 }
+
+// helperPoolSize is how many sandbox helpers a session's toolsrv keeps
+// waiting: a turn's parallel calls beyond it each start their own, at the
+// cold path's cost.
+const helperPoolSize = 2
 
 // maxIdle bounds the connections kept for reuse: as many as calls
 // commonly run at once in one session.
@@ -218,9 +226,16 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 // a running call; release hands it back for reuse when the operation went
 // well, and closes it otherwise.
 func (c *Child) attach(ctx context.Context) (*client.Fsys, func(ok bool), error) {
-	cc, err := c.take(ctx)
+	fsys, release, _, err := c.attachFrom(ctx, true)
+	return fsys, release, err
+}
+
+// attachFrom is attach; idle false always dials. reused says the
+// connection was an idle one.
+func (c *Child) attachFrom(ctx context.Context, idle bool) (_ *client.Fsys, _ func(ok bool), reused bool, _ error) {
+	cc, reused, err := c.take(ctx, idle)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	stop := context.AfterFunc(ctx, func() { cc.conn.Close() })
 	return cc.fsys, func(ok bool) {
@@ -229,18 +244,47 @@ func (c *Child) attach(ctx context.Context) (*client.Fsys, func(ok bool), error)
 			return
 		}
 		c.put(cc)
-	}, nil
+	}, reused, nil
 }
 
-func (c *Child) take(ctx context.Context) (*childConn, error) {
+// open opens path on a connection to the child for one operation, as
+// attach gives one. An idle connection that turns out broken (its first
+// request fails with no answer from the child) is dropped and the open
+// tried once more on a new one: nothing has run on the broken one, so the
+// operation is not repeated, only reconnected.
+func (c *Child) open(ctx context.Context, path string, mode uint8) (*client.Fid, func(ok bool), error) {
+	for idle := true; ; idle = false {
+		fsys, release, reused, err := c.attachFrom(ctx, idle)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := fsys.Open(path, mode)
+		if err == nil {
+			return f, release, nil
+		}
+		release(false)
+		var answered client.Error // an Rerror: the connection works
+		if !reused || ctx.Err() != nil || errors.As(err, &answered) {
+			return nil, nil, ctxErr(ctx, err)
+		}
+	}
+}
+
+func (c *Child) take(ctx context.Context, idle bool) (*childConn, bool, error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); idle && n > 0 {
 		cc := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
-		return cc, nil
+		return cc, true, nil
 	}
 	c.mu.Unlock()
+	cc, err := c.dial(ctx)
+	return cc, false, err
+}
+
+// dial makes a new attached connection to the child.
+func (c *Child) dial(ctx context.Context) (*childConn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.Socket)
 	if err != nil {
@@ -272,14 +316,9 @@ func (c *Child) put(cc *childConn) {
 
 // ReadFile reads a file of the child's namespace.
 func (c *Child) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	fsys, release, err := c.attach(ctx)
+	f, release, err := c.open(ctx, path, plan9.OREAD)
 	if err != nil {
 		return nil, err
-	}
-	f, err := fsys.Open(path, plan9.OREAD)
-	if err != nil {
-		release(false)
-		return nil, ctxErr(ctx, err)
 	}
 	b, err := io.ReadAll(f)
 	f.Close()
@@ -290,14 +329,9 @@ func (c *Child) ReadFile(ctx context.Context, path string) ([]byte, error) {
 // RdWr writes a request to a file of the child's namespace and reads the
 // reply.
 func (c *Child) RdWr(ctx context.Context, path string, req []byte) ([]byte, error) {
-	fsys, release, err := c.attach(ctx)
+	f, release, err := c.open(ctx, path, plan9.ORDWR)
 	if err != nil {
 		return nil, err
-	}
-	f, err := fsys.Open(path, plan9.ORDWR)
-	if err != nil {
-		release(false)
-		return nil, ctxErr(ctx, err)
 	}
 	var b []byte
 	if _, err = f.Write(req); err == nil {
@@ -375,14 +409,9 @@ func (c *Child) Poll(ctx context.Context, id string, off int64) (*tool.ProcPoll,
 // Follow copies a streaming file of the child's namespace to w until it
 // ends or ctx does.
 func (c *Child) Follow(ctx context.Context, path string, w io.Writer) error {
-	fsys, release, err := c.attach(ctx)
+	f, release, err := c.open(ctx, path, plan9.OREAD)
 	if err != nil {
 		return err
-	}
-	f, err := fsys.Open(path, plan9.OREAD)
-	if err != nil {
-		release(false)
-		return ctxErr(ctx, err)
 	}
 	_, err = io.Copy(w, f)
 	f.Close()
@@ -392,14 +421,9 @@ func (c *Child) Follow(ctx context.Context, path string, w io.Writer) error {
 
 // Procs lists the background processes: id<TAB>tool<TAB>status.
 func (c *Child) Procs(ctx context.Context) ([]byte, error) {
-	fsys, release, err := c.attach(ctx)
+	dir, release, err := c.open(ctx, "proc", plan9.OREAD)
 	if err != nil {
 		return nil, err
-	}
-	dir, err := fsys.Open("proc", plan9.OREAD)
-	if err != nil {
-		release(false)
-		return nil, ctxErr(ctx, err)
 	}
 	ents, err := dir.Dirreadall()
 	dir.Close()
@@ -433,7 +457,13 @@ func (c *Child) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
 }
 
 // Close stops the child, which kills its processes, and waits for it.
+// A second Close returns the first's error.
 func (c *Child) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.close() })
+	return c.closeErr
+}
+
+func (c *Child) close() error {
 	c.mu.Lock()
 	c.closed = true
 	idle := c.idle
@@ -491,6 +521,13 @@ func child() error {
 		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir, Yolo: cfg.Yolo}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}
+	}
+	if !cfg.Yolo {
+		// Sandboxed calls go to helpers started ahead of them. The pool
+		// is this process's: its helpers die with it (Pdeathsig, and
+		// their sockets close), and Close below ends the idle ones.
+		runner.Helpers = sandbox.NewPool(helperPoolSize)
+		defer runner.Helpers.Close()
 	}
 	procs := &Procs{Runner: runner}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {

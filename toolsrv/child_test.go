@@ -38,7 +38,7 @@ func testParent() {
 	select {}
 }
 
-func spawnChild(t *testing.T, tools map[string][2]string) (*Child, *Runner) {
+func spawnChild(t testing.TB, tools map[string][2]string) (*Child, *Runner) {
 	t.Helper()
 	r, _ := runner(t, tools)
 	os.Setenv("OLLIE_DATA", "../data") // the child finds data/sandbox there

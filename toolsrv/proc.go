@@ -122,23 +122,23 @@ func (ps *Procs) StartFor(ctx context.Context, c Caller, name string, args json.
 		return nil, err
 	}
 	p := &Proc{Tool: name, Sandbox: profile, Started: ps.now(), Out: stream.NewStream(0), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.Out, p.Out
-	if err := start(cmd); err != nil {
+	cmd.setOutput(p.Out, p.Out)
+	if err := cmd.start(); err != nil {
 		os.RemoveAll(scratch)
 		return nil, fmt.Errorf("cannot start %s: %w", t.Path, err)
 	}
-	p.pid, p.proc = cmd.Process.Pid, cmd.Process
+	p.pid, p.proc = cmd.process().Pid, cmd.process()
 	ps.mu.Lock()
 	ps.next++
 	p.ID = strconv.Itoa(ps.next)
 	ps.procs[p.ID] = p
 	ps.mu.Unlock()
 	go func() {
-		err := cmd.Wait()
+		err := cmd.wait()
 		syscall.Kill(-p.pid, syscall.SIGKILL) // stragglers of the group
 		os.RemoveAll(scratch)
 		p.mu.Lock()
-		p.exit = cmd.ProcessState.ExitCode()
+		p.exit = cmd.exitCode()
 		switch {
 		case p.reason != "":
 		case err != nil && p.exit < 0:

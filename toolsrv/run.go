@@ -74,6 +74,11 @@ type Runner struct {
 	CallOutputLimit   int64 // bytes of output one call may write before it is killed (DefaultCallOutputLimit)
 	SessionSpillLimit int64 // bytes of cut output kept on disk across the Runner's calls (DefaultSessionSpillLimit)
 
+	// Helpers holds sandbox helpers started ahead of their calls: a
+	// sandboxed call through it pays no Go process start. The session's
+	// toolsrv owns one; nil starts a helper per call (sandbox.Command).
+	Helpers *sandbox.Pool
+
 	ToolsPath     []string // OLLIE_TOOLS_PATH for tools
 	ElevateSocket string   // OLLIE_ELEVATE_SOCKET for tools
 	Namespace     string   // OLLIE_NAMESPACE for tools: the directory of the namespace socket
@@ -150,7 +155,7 @@ func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, 
 // with the contract's stdin and environment, in its own process group
 // that ctx's end kills whole. It returns the name of the profile applied,
 // or "none".
-func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*exec.Cmd, string, error) {
+func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*callProc, string, error) {
 	profile := flags.Sandbox
 	if profile == "" {
 		profile = "default"
@@ -164,18 +169,43 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 		return nil, "", err
 	}
 	r.allowSpill(policy)
-	var cmd *exec.Cmd
 	if t.Sudo {
 		// sudo resets the environment and reads the password, if one is
 		// needed, from the same stdin as the tool's arguments.
-		cmd, err = r.sudoCommand(ctx, t, own, grant)
+		cmd, err := r.sudoCommand(ctx, t, own, grant)
 		if err != nil {
 			return nil, "", err
 		}
 		cmd.Dir = c.Cwd
-		return cmd, "none (sudo)", nil
+		return &callProc{cmd: cmd}, "none (sudo)", nil
 	}
-	if t.Elevated || flags.Bypass || r.Yolo {
+	env := []string{
+		"PWD=" + c.Cwd,
+		"TMPDIR=" + scratch,
+		"OLLIE_TOOLS_PATH=" + strings.Join(r.ToolsPath, ":"),
+		"OLLIE_ELEVATE_SOCKET=" + r.ElevateSocket,
+	}
+	if r.Namespace != "" {
+		env = append(env, "OLLIE_NAMESPACE="+r.Namespace)
+	}
+	if c.Token != "" {
+		env = append(env, client.TokenEnv+"="+c.Token)
+	}
+	const waitDelay = 2 * time.Second
+	unsandboxed := t.Elevated || flags.Bypass || r.Yolo
+	if !unsandboxed && r.Helpers != nil {
+		call, err := r.Helpers.Command(ctx, policy, t.Path, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		call.Dir = c.Cwd
+		call.Stdin = bytes.NewReader(own)
+		call.Env = append(call.Env, env...)
+		call.WaitDelay = waitDelay
+		return &callProc{call: call}, profile, nil
+	}
+	var cmd *exec.Cmd
+	if unsandboxed {
 		profile = "none"
 		cmd, err = sandbox.Unsandboxed(ctx, policy, t.Path, nil)
 	} else {
@@ -186,18 +216,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 	}
 	cmd.Dir = c.Cwd
 	cmd.Stdin = bytes.NewReader(own)
-	cmd.Env = append(cmd.Env,
-		"PWD="+c.Cwd,
-		"TMPDIR="+scratch,
-		"OLLIE_TOOLS_PATH="+strings.Join(r.ToolsPath, ":"),
-		"OLLIE_ELEVATE_SOCKET="+r.ElevateSocket,
-	)
-	if r.Namespace != "" {
-		cmd.Env = append(cmd.Env, "OLLIE_NAMESPACE="+r.Namespace)
-	}
-	if c.Token != "" {
-		cmd.Env = append(cmd.Env, client.TokenEnv+"="+c.Token)
-	}
+	cmd.Env = append(cmd.Env, env...)
 	if profile == "none" {
 		// No helper reaps what an unsandboxed tool starts: the end of ctx
 		// kills its process group. A sandboxed call keeps Command's
@@ -205,13 +224,34 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 		// not; SIGKILL to the group would kill the helper first.
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	}
-	cmd.WaitDelay = 2 * time.Second
-	return cmd, profile, nil
+	cmd.WaitDelay = waitDelay
+	return &callProc{cmd: cmd}, profile, nil
 }
 
-// start starts cmd and closes the pipes the child now holds: the sandbox
-// helper's policy pipe, and sudo's stdin.
-func start(cmd *exec.Cmd) error {
+// A callProc is a call's process: an *exec.Cmd (unsandboxed, sudo, or a
+// helper started for the call) or a *sandbox.Call (a helper of the
+// Runner's pool). Either way the process is the leader of the call's
+// process group.
+type callProc struct {
+	cmd  *exec.Cmd
+	call *sandbox.Call
+}
+
+func (p *callProc) setOutput(stdout, stderr io.Writer) {
+	if p.call != nil {
+		p.call.Stdout, p.call.Stderr = stdout, stderr
+		return
+	}
+	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+}
+
+// start starts the call and closes the pipes the child now holds: the
+// sandbox helper's policy pipe, and sudo's stdin.
+func (p *callProc) start() error {
+	if p.call != nil {
+		return p.call.Start()
+	}
+	cmd := p.cmd
 	err := cmd.Start()
 	for _, f := range cmd.ExtraFiles {
 		f.Close()
@@ -220,6 +260,32 @@ func start(cmd *exec.Cmd) error {
 		f.Close()
 	}
 	return err
+}
+
+func (p *callProc) wait() error {
+	if p.call != nil {
+		return p.call.Wait()
+	}
+	return p.cmd.Wait()
+}
+
+// process is the call's process, once started.
+func (p *callProc) process() *os.Process {
+	if p.call != nil {
+		return p.call.Process
+	}
+	return p.cmd.Process
+}
+
+// exitCode is the call's exit status after wait, -1 if there is none.
+func (p *callProc) exitCode() int {
+	if p.call != nil {
+		return p.call.ExitCode()
+	}
+	if p.cmd.ProcessState == nil {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (res *tool.Result) {
@@ -266,17 +332,15 @@ func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own js
 	stderr := &capture{cap: outCap / 4, out: out, name: t.Name + ".stderr"}
 	defer stdout.close()
 	defer stderr.close()
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := start(cmd); err != nil {
+	cmd.setOutput(stdout, stderr)
+	if err := cmd.start(); err != nil {
 		return failed(t.Name, fmt.Sprintf("cannot start %s: %v", t.Path, err))
 	}
-	err = cmd.Wait()
+	err = cmd.wait()
 	// Nothing a call started outlives it; background calls are for that.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	syscall.Kill(-cmd.process().Pid, syscall.SIGKILL)
 	res.Elapsed = time.Since(begin)
-	if cmd.ProcessState != nil {
-		res.ExitCode = cmd.ProcessState.ExitCode()
-	}
+	res.ExitCode = cmd.exitCode()
 
 	switch {
 	case errors.Is(context.Cause(ctx), ErrOutputLimit):

@@ -35,13 +35,16 @@ func TestMain(m *testing.M) {
 }
 
 // runner builds a Runner over a tools dir holding the given tools: name →
-// [meta, script].
-func runner(t *testing.T, tools map[string][2]string) (*Runner, string) {
+// [meta, script]; an empty script leaves the meta's cmd to be run.
+func runner(t testing.TB, tools map[string][2]string) (*Runner, string) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, tool := range tools {
 		if err := os.WriteFile(filepath.Join(dir, name+".meta"), []byte(tool[0]), 0644); err != nil {
 			t.Fatal(err)
+		}
+		if tool[1] == "" {
+			continue // the meta's cmd is the executable
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(tool[1]), 0755); err != nil {
 			t.Fatal(err)
@@ -58,7 +61,12 @@ func runner(t *testing.T, tools map[string][2]string) (*Runner, string) {
 		}
 	}
 	cwd := t.TempDir()
+	// Sandboxed calls go through pre-started helpers, as in a session's
+	// toolsrv.
+	helpers := sandbox.NewPool(2)
+	t.Cleanup(helpers.Close)
 	return &Runner{
+		Helpers:   helpers,
 		Tools:     s,
 		Cwd:       cwd,
 		Profiles:  sandbox.Profiles{Dirs: []string{"../data/sandbox"}},

@@ -68,8 +68,9 @@ func sudoHelper() {
 	if err == nil {
 		var b strings.Builder
 		cmd.Stdout, cmd.Stderr = &b, &b
-		if err = start(cmd); err == nil {
-			err = cmd.Wait()
+		p := &callProc{cmd: cmd}
+		if err = p.start(); err == nil {
+			err = p.wait()
 		}
 		out.Output = b.String()
 	}

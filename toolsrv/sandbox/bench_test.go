@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -90,4 +91,80 @@ func BenchmarkSandboxVsBare(b *testing.B) {
 	if bareCPU > 0 {
 		b.ReportMetric(float64(sandboxedCPU)/float64(bareCPU), "sandboxed/bare-cpu")
 	}
+}
+
+// runPooledTrue runs /bin/true through a pre-started helper of p.
+func runPooledTrue(b *testing.B, p *Pool, pol *Policy) {
+	c, err := p.Command(context.Background(), pol, "/bin/true", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// waitFull waits, untimed, until every helper of p waits for a call: a
+// call's latency is measured as a session sees it, the pool refilled
+// since the last call (calls come seconds apart, at the model's pace).
+func waitFull(b *testing.B, p *Pool, size int) {
+	for deadline := time.Now().Add(10 * time.Second); p.Idle() < size; {
+		if time.Now().After(deadline) {
+			b.Fatalf("the pool has %d of %d helpers after 10 s", p.Idle(), size)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkPoolVsBare alternates, in one loop, a bare fork/exec of
+// /bin/true, the same under the default profile through a pre-started
+// helper (Pool), and through a helper started for the call (Command, the
+// cold path), and reports each and the ratios to bare (goal for the pool:
+// ≤ 1.5). The pool is refilled before each pooled call, outside the
+// timings.
+func BenchmarkPoolVsBare(b *testing.B) {
+	pol := benchPolicy(b)
+	const size = 2
+	p := NewPool(size)
+	defer p.Close()
+	var bare, pooled, cold []time.Duration
+	for b.Loop() {
+		waitFull(b, p, size)
+		t0 := time.Now()
+		runBare(b)
+		t1 := time.Now()
+		runPooledTrue(b, p, pol)
+		t2 := time.Now()
+		waitFull(b, p, size) // the cold call alone, with no refill beside it
+		t3 := time.Now()
+		runSandboxed(b, pol)
+		t4 := time.Now()
+		bare = append(bare, t1.Sub(t0))
+		pooled = append(pooled, t2.Sub(t1))
+		cold = append(cold, t4.Sub(t3))
+	}
+	// Means, and medians: on a shared machine a few calls wait for the
+	// CPU for many milliseconds, and the median shows the typical call.
+	mean := func(d []time.Duration) float64 {
+		var sum time.Duration
+		for _, x := range d {
+			sum += x
+		}
+		return float64(sum) / float64(len(d))
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	b.ReportMetric(mean(bare), "bare-ns/op")
+	b.ReportMetric(mean(pooled), "pooled-ns/op")
+	b.ReportMetric(mean(cold), "cold-ns/op")
+	b.ReportMetric(mean(pooled)/mean(bare), "pooled/bare")
+	b.ReportMetric(median(pooled)/median(bare), "pooled/bare-p50")
+	b.ReportMetric(mean(cold)/mean(bare), "cold/bare")
+	b.ReportMetric(median(bare), "bare-p50-ns")
+	b.ReportMetric(median(pooled), "pooled-p50-ns")
 }

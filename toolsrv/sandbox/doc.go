@@ -15,7 +15,9 @@
 // helper, [IsHelper] and [HelperMain] are its side, and the binary's main
 // calls them first thing. The policy travels over inherited pipes, never in
 // argv or the environment. A profile's [Limits] bound each call's memory,
-// processes and files.
+// processes and files. A [Pool] starts helpers before their calls, so that
+// a call pays no process start: [Pool.Command] hands the call to one that
+// waits, and the result guarantees what [Command]'s does.
 // [Unsandboxed] is the approved bypass: no Landlock, the same environment
 // allowlist and process-group settings.
 //

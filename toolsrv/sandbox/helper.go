@@ -194,6 +194,14 @@ func IsHelper() bool { return len(os.Args) > 1 && os.Args[1] == helperArg }
 // the reason to stderr and exits 126, the shell's status for "found but
 // could not run".
 func HelperMain() {
+	if len(os.Args) > 2 {
+		switch os.Args[2] {
+		case warmArg:
+			warmMain()
+		case warmConfineArg:
+			warmConfineMain()
+		}
+	}
 	code, err := helper(os.Args[2:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
@@ -233,21 +241,22 @@ func helper(args []string) (int, error) {
 		return 0, err
 	}
 	if confining {
-		return 0, confine(p, args[1], args[1:])
+		return 0, confine(p, args[1], args[1:], os.Environ())
 	}
 	return supervise(data, p, args)
 }
 
 // confine applies p's limits and Landlock to this process and execs tool
-// with argv in its place. It returns only on failure.
-func confine(p *Policy, tool string, argv []string) error {
+// with argv and the variables of env that p allows in its place. It
+// returns only on failure.
+func confine(p *Policy, tool string, argv, env []string) error {
 	if err := setLimits(p.Limits.effective()); err != nil {
 		return err
 	}
 	if err := apply(p, tool); err != nil {
 		return err
 	}
-	err := syscall.Exec(tool, argv, filterEnv(os.Environ(), p.Env))
+	err := syscall.Exec(tool, argv, filterEnv(env, p.Env))
 	if errors.Is(err, syscall.EACCES) {
 		return fmt.Errorf("sandbox: exec %s: %w (the profile's exec paths must hold the tool's interpreter and loader, and its directory if it runs other programs from there)", tool, err)
 	}
@@ -266,11 +275,21 @@ func readPolicy(f *os.File) (*Policy, []byte, error) {
 	if len(data) > maxPolicy {
 		return nil, nil, fmt.Errorf("sandbox: policy exceeds %d bytes", maxPolicy)
 	}
+	p, err := decodePolicy(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: reading policy from fd %d: %w", policyFD, err)
+	}
+	return p, data, nil
+}
+
+// decodePolicy decodes a policy strictly: a field this binary does not
+// know is an error, not a rule left out.
+func decodePolicy(data []byte) (*Policy, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var p Policy
 	if err := dec.Decode(&p); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: reading policy from fd %d: %w", policyFD, err)
+		return nil, err
 	}
-	return &p, data, nil
+	return &p, nil
 }

@@ -220,16 +220,39 @@ type callCgroup struct{ dir string }
 // newCallCgroup makes the cgroup for this helper's call in parent, after
 // clearing out those of helpers that died without removing theirs.
 func newCallCgroup(parent string, max uint64) (*callCgroup, error) {
+	c, err := makeCallCgroup(parent)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.setMax(max); err != nil {
+		c.remove()
+		return nil, err
+	}
+	return c, nil
+}
+
+// makeCallCgroup makes the cgroup for this helper's call in parent, with
+// no pids.max yet, after clearing out those of helpers that died without
+// removing theirs.
+func makeCallCgroup(parent string) (*callCgroup, error) {
 	removeStaleCgroups(parent)
 	c := &callCgroup{filepath.Join(parent, callCgroupPrefix+strconv.Itoa(os.Getpid()))}
 	if err := os.Mkdir(c.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: cgroup for limits.processes: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(c.dir, "pids.max"), []byte(strconv.FormatUint(max, 10)), 0); err != nil {
-		c.remove()
-		return nil, fmt.Errorf("sandbox: cgroup for limits.processes: %w", err)
-	}
 	return c, nil
+}
+
+// setMax sets c's pids.max; Unlimited lifts it.
+func (c *callCgroup) setMax(max uint64) error {
+	v := "max"
+	if max != Unlimited {
+		v = strconv.FormatUint(max, 10)
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, "pids.max"), []byte(v), 0); err != nil {
+		return fmt.Errorf("sandbox: cgroup for limits.processes: %w", err)
+	}
+	return nil
 }
 
 // add moves the process pid, and so all it will start, into c.

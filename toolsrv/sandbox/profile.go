@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -337,7 +338,7 @@ func (ps Profiles) search() paths.Search { return paths.Search{Dirs: ps.Dirs, Ex
 func (ps Profiles) Load(name string) (*Profile, error) {
 	file, data, err := ps.search().Find(name)
 	if err == nil {
-		return ParseProfile(name, file, data)
+		return parsed.load(name, file, data)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("sandbox: profile %q: %w", name, err)
@@ -351,3 +352,51 @@ func (ps Profiles) Load(name string) (*Profile, error) {
 
 // Names lists the profiles found in any directory, sorted, each once.
 func (ps Profiles) Names() []string { return ps.search().Names() }
+
+// parsed holds the profiles parsed so far, by file: every tool call loads
+// its profile, and parsing the YAML costs more than a millisecond of CPU
+// on a small machine, as much as the fork/exec of the tool. The file is
+// still read on every load, and a profile is parsed again whenever its
+// bytes differ from those parsed, so an edit takes effect at the next
+// call as before.
+var parsed profileCache
+
+type profileCache struct {
+	mu    sync.Mutex
+	files map[string]parsedProfile
+}
+
+type parsedProfile struct {
+	name string
+	data []byte
+	prof *Profile
+}
+
+func (c *profileCache) load(name, file string, data []byte) (*Profile, error) {
+	c.mu.Lock()
+	e, ok := c.files[file]
+	c.mu.Unlock()
+	if ok && e.name == name && bytes.Equal(e.data, data) {
+		return e.prof.clone(), nil
+	}
+	p, err := ParseProfile(name, file, data)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.files == nil {
+		c.files = map[string]parsedProfile{}
+	}
+	c.files[file] = parsedProfile{name: name, data: bytes.Clone(data), prof: p.clone()}
+	c.mu.Unlock()
+	return p, nil
+}
+
+// clone is a copy of p that shares nothing with it: callers may change
+// what Load returns.
+func (p *Profile) clone() *Profile {
+	q := *p
+	q.Read, q.Write, q.Exec, q.Env = slices.Clone(p.Read), slices.Clone(p.Write), slices.Clone(p.Exec), slices.Clone(p.Env)
+	q.Bind.Ports, q.Connect.Ports = slices.Clone(p.Bind.Ports), slices.Clone(p.Connect.Ports)
+	return &q
+}

@@ -293,3 +293,38 @@ func TestDeployedLimitsAreTheDefaults(t *testing.T) {
 		t.Errorf("default.yaml limits %+v, built-in defaults %+v", p.Limits, DefaultLimits)
 	}
 }
+
+// Load keeps parsed profiles, but a caller's changes to what it returned
+// never reach the next Load, and an edited file is parsed again.
+func TestProfilesLoadCached(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(file, []byte("read: [/etc]\nenv: [PATH]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps := Profiles{Dirs: []string{dir}}
+	a, err := ps.Load("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both the first load (parsed) and a later one (from the cache).
+	for i := range 3 {
+		if !slices.Equal(a.Read, []string{"/etc"}) || !slices.Equal(a.Env, []string{"PATH"}) {
+			t.Errorf("Load %d: read %q env %q, want [/etc] [PATH]: an earlier caller's changes leaked", i+1, a.Read, a.Env)
+		}
+		a.Read[0], a.Env[0] = "/changed", "HOME"
+		if a, err = ps.Load("p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(file, []byte("read: [/usr]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ps.Load("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Read, []string{"/usr"}) || len(c.Env) != 0 {
+		t.Errorf("after an edit: read %q env %q, want [/usr] []", c.Read, c.Env)
+	}
+}

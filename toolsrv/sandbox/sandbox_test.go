@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == testToolArg {
 		os.Exit(testTool(os.Args[2:]))
 	}
+	if os.Getenv(poolTestEnv) != "" {
+		testPool = NewPool(2)
+		code := m.Run()
+		testPool.Close()
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -189,6 +195,9 @@ func run(t *testing.T, pol *Policy, dir, tool string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if testPool != nil {
+		return runPooled(t, ctx, testPool, pol, dir, tool, args...)
+	}
 	cmd, err := Command(ctx, pol, tool, args)
 	if err != nil {
 		t.Fatalf("Command: %v", err)

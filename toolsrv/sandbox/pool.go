@@ -1,0 +1,526 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// warmArg, after helperArg, makes the binary a pre-started helper's
+	// outer stage; warmConfineArg its confining stage.
+	warmArg        = "warm"
+	warmConfineArg = "warm-confine"
+	// callFD is where a pre-started stage receives its call: a socket.
+	callFD = 3
+	// maxCall bounds a call: its policy, argv and environment.
+	maxCall = 2 * maxPolicy
+)
+
+// callMsg is a call as a pre-started helper receives it, beside its
+// stdin, stdout and stderr.
+type callMsg struct {
+	Path   string          `json:"path"`
+	Argv   []string        `json:"argv"`
+	Env    []string        `json:"env"`
+	Dir    string          `json:"dir,omitempty"`
+	Policy json.RawMessage `json:"policy"`
+}
+
+func decodeCall(data []byte) (*callMsg, *Policy, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m callMsg
+	if err := dec.Decode(&m); err != nil {
+		return nil, nil, fmt.Errorf("sandbox: reading the call: %w", err)
+	}
+	if !filepath.IsAbs(m.Path) || len(m.Argv) == 0 {
+		return nil, nil, fmt.Errorf("sandbox: the call names no absolute tool path (%q) or no argv", m.Path)
+	}
+	p, err := decodePolicy(m.Policy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: reading the call's policy: %w", err)
+	}
+	return &m, p, nil
+}
+
+// sendFramed writes data, preceded by its length, on the stream socket fd,
+// with fds attached to the length.
+func sendFramed(fd int, data []byte, fds []int) error {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(data)))
+	for {
+		err := unix.Sendmsg(fd, hdr[:], unix.UnixRights(fds...), nil, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// A Pool keeps helpers started ahead of their calls, so that a call pays
+// no Go process start: it is handed to a helper already waiting, which
+// confines itself and execs the tool. Each helper takes one call; the
+// pool starts the next in the background as each is taken.
+//
+// The helpers are children of the process that made the pool, and die
+// with it: Pdeathsig, and the end of their socket to the pool (an idle
+// helper exits when the pool closes or its process ends). Close ends
+// every idle helper and waits for them; calls already handed over run on.
+type Pool struct {
+	ready chan *warmHelper
+
+	mu      sync.Mutex
+	closed  bool
+	pending sync.WaitGroup // refills and discards
+}
+
+// warmHelper is one pre-started helper and the pool's ends of its
+// sockets: to the helper, which sends the call's status back on it, and to
+// its confining stage, which the call goes to.
+type warmHelper struct {
+	proc *os.Process
+	sock int
+	call int
+}
+
+// discard ends an idle helper: with its sockets closed before a call it
+// exits at once, and is reaped here.
+func (h *warmHelper) discard() {
+	unix.Close(h.call)
+	unix.Close(h.sock)
+	h.proc.Wait()
+}
+
+// NewPool returns a pool of size pre-started helpers, which it starts in
+// the background. It returns nil where there is no pre-started helper
+// (outside Linux): callers then use [Command].
+func NewPool(size int) *Pool {
+	if !poolSupported || size <= 0 {
+		return nil
+	}
+	p := &Pool{ready: make(chan *warmHelper, size)}
+	for range size {
+		p.refill()
+	}
+	return p
+}
+
+// refill starts one helper in the background and adds it to the pool.
+func (p *Pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.pending.Add(1)
+	go func() {
+		defer p.pending.Done()
+		h, err := startWarm()
+		if err != nil {
+			return // the next call starts one itself, and reports why it cannot
+		}
+		p.mu.Lock()
+		if !p.closed {
+			select {
+			case p.ready <- h:
+				p.mu.Unlock()
+				return
+			default:
+			}
+		}
+		p.mu.Unlock()
+		h.discard()
+	}()
+}
+
+// take returns a waiting helper, or starts one when none waits. The
+// caller has the pool start another (refill) once the call is done.
+func (p *Pool) take() (*warmHelper, error) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, errors.New("sandbox: the helper pool is closed")
+	}
+	select {
+	case h := <-p.ready:
+		return h, nil
+	default:
+		return startWarm()
+	}
+}
+
+// Idle returns how many helpers wait for a call.
+func (p *Pool) Idle() int { return len(p.ready) }
+
+// Close ends the idle helpers and waits for them and for helpers being
+// started. Calls already running are not touched.
+func (p *Pool) Close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.pending.Wait() // no refill sends after this
+	for {
+		select {
+		case h := <-p.ready:
+			h.discard()
+		default:
+			return
+		}
+	}
+}
+
+// Command is [Command] through the pool: a call to run the tool at path
+// with args under policy pol, handed at Start to a helper that is already
+// waiting. What the call guarantees is what Command's does: the same
+// limits, Landlock, subreaper, process group, signals, [Kill] and exit
+// statuses. The returned Call is set up like Command's *exec.Cmd: Env
+// holds the environment pol allows, to append to; set Stdin, Stdout,
+// Stderr, Dir and WaitDelay before Start.
+func (p *Pool) Command(ctx context.Context, pol *Policy, path string, args []string) (*Call, error) {
+	if err := checkCall(pol, path); err != nil {
+		return nil, err
+	}
+	if err := pol.Check(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(pol)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if len(data) > maxPolicy {
+		return nil, fmt.Errorf("sandbox: policy of %d bytes exceeds %d", len(data), maxPolicy)
+	}
+	return &Call{ctx: ctx, pool: p, path: path, argv: append([]string{path}, args...), policy: data,
+		Env: filterEnv(os.Environ(), pol.Env)}, nil
+}
+
+// A Call is a tool call run by a pre-started helper. Its fields mean what
+// exec.Cmd's of the same names do.
+type Call struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	Dir            string
+	Env            []string
+	WaitDelay      time.Duration
+
+	Process *os.Process // the helper; [Kill] it to end the call
+
+	ctx    context.Context
+	pool   *Pool
+	path   string
+	argv   []string
+	policy []byte
+
+	childFiles []*os.File // the call's ends, closed once handed over
+	parentIO   []*os.File // ours, closed after Wait
+	copies     []func() error
+	copyErr    chan error
+	waited     chan struct{}
+	refill     *time.Timer
+	sock       int // the helper's socket: the call's status comes on it
+	code       int // the exit status, once Wait has returned
+	waitCalled bool
+}
+
+// Start hands the call to a waiting helper (or, when none waits, one
+// started now).
+func (c *Call) Start() error {
+	if c.Process != nil {
+		return errors.New("sandbox: call already started")
+	}
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	fail := func(err error) error {
+		closeFiles(c.childFiles)
+		closeFiles(c.parentIO)
+		return err
+	}
+	stdin, err := c.input()
+	if err != nil {
+		return fail(err)
+	}
+	stdout, err := c.output(c.Stdout)
+	if err != nil {
+		return fail(err)
+	}
+	stderr := stdout
+	if !sameWriter(c.Stderr, c.Stdout) {
+		if stderr, err = c.output(c.Stderr); err != nil {
+			return fail(err)
+		}
+	}
+	msg, err := json.Marshal(callMsg{Path: c.path, Argv: c.argv, Env: c.Env, Dir: c.Dir, Policy: c.policy})
+	if err != nil {
+		return fail(err)
+	}
+	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())}
+	// A helper that died while it waited (killed by someone) fails the
+	// hand-over; the next one is tried.
+	for attempt := 1; ; attempt++ {
+		h, err := c.pool.take()
+		if err != nil {
+			return fail(err)
+		}
+		err = errors.New("the helper had died")
+		if h.alive() {
+			err = sendFramed(h.call, msg, fds)
+		}
+		unix.Close(h.call)
+		if err == nil {
+			c.Process, c.sock = h.proc, h.sock
+			break
+		}
+		unix.Close(h.sock)
+		c.pool.refill()
+		h.proc.Kill()
+		h.proc.Wait()
+		if attempt == 3 {
+			return fail(fmt.Errorf("sandbox: handing the call to a helper: %w", err))
+		}
+	}
+	closeFiles(c.childFiles)
+	c.copyErr = make(chan error, len(c.copies))
+	for _, f := range c.copies {
+		go func() { c.copyErr <- f() }()
+	}
+	c.waited = make(chan struct{})
+	go c.watch()
+	// The next helper starts when this call is done, or refillAfter into
+	// it: starting one costs two Go process starts, which on a small
+	// machine would take the CPU from the call that was meant not to wait.
+	c.refill = time.AfterFunc(refillAfter, c.pool.refill)
+	return nil
+}
+
+// refillAfter is how long a call may run before the pool starts the
+// helper that replaces the one it took, if the call has not ended by then.
+const refillAfter = 100 * time.Millisecond
+
+// watch ends the call when its context does: Kill, then SIGKILL to the
+// helper if it has not exited WaitDelay later.
+func (c *Call) watch() {
+	select {
+	case <-c.waited:
+		return
+	case <-c.ctx.Done():
+	}
+	Kill(c.Process)
+	if c.WaitDelay <= 0 {
+		return
+	}
+	t := time.NewTimer(c.WaitDelay)
+	defer t.Stop()
+	select {
+	case <-c.waited:
+	case <-t.C:
+		c.Process.Kill()
+	}
+}
+
+// Wait waits for the call to end: for the status the helper sends once
+// the tool and every process it started are gone (or, if the helper died
+// without sending it, for the helper's exit), and for the call's output
+// to be copied, at most WaitDelay longer when WaitDelay is set. The
+// helper is reaped in the background: it is about to exit.
+func (c *Call) Wait() error {
+	if c.Process == nil {
+		return errors.New("sandbox: call not started")
+	}
+	if c.waitCalled {
+		return errors.New("sandbox: Wait was already called")
+	}
+	c.waitCalled = true
+	code, err := c.status()
+	close(c.waited)
+	if c.refill.Stop() {
+		c.pool.refill()
+	}
+	c.code = code
+	var timeout <-chan time.Time
+	if c.WaitDelay > 0 {
+		t := time.NewTimer(c.WaitDelay)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var copyErr error
+	for left := len(c.copies); left > 0; {
+		select {
+		case e := <-c.copyErr:
+			left--
+			if copyErr == nil {
+				copyErr = e
+			}
+		case <-timeout:
+			// Something the call passed its output to outlives it: stop
+			// reading, as exec.Cmd does past WaitDelay.
+			closeFiles(c.parentIO)
+			copyErr = exec.ErrWaitDelay
+			timeout = nil
+		}
+	}
+	closeFiles(c.parentIO)
+	switch {
+	case err != nil:
+		return err
+	case code != 0:
+		return &ExitError{Code: code}
+	}
+	return copyErr
+}
+
+// status reads the call's status from the helper's socket; without one,
+// it is the helper's own exit status (128+N for signal N, as the helper
+// reports a tool's). The helper is reaped either way.
+func (c *Call) status() (int, error) {
+	var b [4]byte
+	got := 0
+	for got < len(b) {
+		n, err := unix.Read(c.sock, b[got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		got += n
+	}
+	unix.Close(c.sock)
+	if got == len(b) {
+		go c.Process.Wait()
+		return int(int32(binary.BigEndian.Uint32(b[:]))), nil
+	}
+	state, err := c.Process.Wait()
+	if err != nil {
+		return -1, err
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return state.ExitCode(), nil
+}
+
+// ExitCode returns the call's exit status once Wait has returned: the
+// tool's, 128+N if signal N ended it, 126 if the sandbox refused to run
+// it; -1 before.
+func (c *Call) ExitCode() int {
+	if !c.waitCalled {
+		return -1
+	}
+	return c.code
+}
+
+// An ExitError is a call that exited with a status other than 0.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// input returns the call's stdin: the caller's file, /dev/null, or a pipe
+// fed from Stdin.
+func (c *Call) input() (*os.File, error) {
+	if f, ok := c.Stdin.(*os.File); ok {
+		return f, nil
+	}
+	if c.Stdin == nil {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		c.childFiles = append(c.childFiles, f)
+		return f, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	c.childFiles = append(c.childFiles, r)
+	c.parentIO = append(c.parentIO, w)
+	c.copies = append(c.copies, func() error {
+		_, err := io.Copy(w, c.Stdin)
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, os.ErrClosed) {
+			err = nil // the tool did not read it all, as exec.Cmd allows
+		}
+		if cerr := w.Close(); err == nil && !errors.Is(cerr, os.ErrClosed) {
+			err = cerr
+		}
+		return err
+	})
+	return r, nil
+}
+
+// output returns the descriptor a stream of the call writes to: the
+// caller's file, /dev/null, or a pipe copied to w.
+func (c *Call) output(w io.Writer) (*os.File, error) {
+	if f, ok := w.(*os.File); ok {
+		return f, nil
+	}
+	if w == nil {
+		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, err
+		}
+		c.childFiles = append(c.childFiles, f)
+		return f, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	c.childFiles = append(c.childFiles, pw)
+	c.parentIO = append(c.parentIO, r)
+	c.copies = append(c.copies, func() error {
+		_, err := io.Copy(w, r)
+		if errors.Is(err, os.ErrClosed) {
+			err = nil // closed past WaitDelay; Wait says so
+		}
+		return err
+	})
+	return pw, nil
+}
+
+// sameWriter reports whether a and b are the same writer, as exec.Cmd
+// decides when Stdout and Stderr share a pipe.
+func sameWriter(a, b io.Writer) (same bool) {
+	if a == nil || b == nil {
+		return false
+	}
+	defer func() { recover() }() // incomparable dynamic types
+	return a == b
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}

@@ -1,0 +1,303 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	"golang.org/x/sys/unix"
+)
+
+// A pre-started helper (see [Pool]) is the same two stages as a helper
+// [Command] starts, started before there is a call: the outer stage
+// (warmMain) is the subreaper and has already started its confining stage
+// (warmConfineMain), which waits for the call. The pool holds a socket to
+// each: the call, with its stdin, stdout and stderr, goes straight to the
+// confining stage, which takes the descriptors as its own 0, 1 and 2,
+// changes to the call's directory, sets the call's pids.max (root: the
+// outer stage made the cgroup and put the stage in it before the call),
+// applies the limits and Landlock and execs the tool. The outer stage,
+// which is not on that path, waits for the tool from the start, forwards
+// signals, reaps everything the call started, and sends the exit status
+// back on its own socket before it exits.
+//
+// Both stages start from a clean state: no environment, directory /,
+// /dev/null as stdin and stdout, the toolsrv's log as stderr, nothing else.
+// The call brings its environment, directory and descriptors; its profile
+// decides what of them the tool keeps, as on the cold path.
+
+// stageFD is where the outer stage finds the confining stage's socket,
+// which it passes on as the stage's callFD.
+const stageFD = 4
+
+// warmMain is the outer stage of a pre-started helper. It never returns.
+func warmMain() {
+	closeInherited(stageFD)
+	// Listen first, as helper does: a Kill that comes as soon as the call
+	// is handed over must not be lost.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, killSignal)
+	// The confining stage dies with this thread (Pdeathsig).
+	runtime.LockOSThread()
+	code := warm(sigs)
+	// The call's status, sent before this process exits: the pool's Wait
+	// returns once the call is over, without waiting for a Go process to
+	// tear itself down (about a millisecond here). Before a call (the
+	// pool closed) nobody reads it.
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(code))
+	unix.Write(callFD, b[:])
+	os.Exit(code)
+}
+
+func warm(sigs chan os.Signal) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		return 126
+	}
+	stageSock := os.NewFile(stageFD, "call")
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		stageSock.Close()
+		return fail(fmt.Errorf("sandbox: prctl(PR_SET_CHILD_SUBREAPER): %w", err))
+	}
+	// For root, the call's cgroup is made now, off the call's path; the
+	// stage sets its pids.max when the call comes.
+	var cg *callCgroup
+	cgDir := "-"
+	if nprocExempt() {
+		if parent, err := pidsCgroupParent(); err == nil {
+			if cg, err = makeCallCgroup(parent); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			} else {
+				cgDir = cg.dir
+			}
+		}
+	}
+	removeCg := func() {
+		if cg != nil {
+			if err := cg.remove(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}
+	}
+	stage, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmConfineArg, cgDir}, &os.ProcAttr{
+		Dir:   "/",
+		Env:   []string{"GOMAXPROCS=1"},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	stageSock.Close()
+	if err != nil {
+		removeCg()
+		return fail(fmt.Errorf("sandbox: starting the confining stage: %w", err))
+	}
+	// The stage waits for its call, so it is in the cgroup before it can
+	// start anything.
+	if cg != nil {
+		if err := cg.add(stage.Pid); err != nil {
+			stage.Kill()
+			reap(stage.Pid)
+			removeCg()
+			return fail(err)
+		}
+	}
+	go func() {
+		for s := range sigs {
+			if s == killSignal {
+				s = syscall.SIGKILL
+			}
+			// By pidfd: once the tool is reaped this fails rather than
+			// reaching a process that got its pid.
+			stage.Signal(s)
+		}
+	}()
+	ws := reap(stage.Pid)
+	removeCg()
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return fail(fmt.Errorf("sandbox: tool ended with wait status %#x", int(ws)))
+}
+
+// warmConfineMain is the confining stage of a pre-started helper: it waits
+// for the call, takes its descriptors and directory, sets its pids.max,
+// and confines itself and execs the tool as the cold path's stage does.
+// Its argument is its cgroup's directory, or "-" for none. It never
+// returns.
+func warmConfineMain() {
+	closeInherited(callFD)
+	warmUp()
+	data, fds, err := recvFramed(callFD, maxCall)
+	unix.Close(callFD)
+	if errors.Is(err, io.EOF) {
+		closeFDs(fds)
+		os.Exit(0) // the pool closed before a call
+	}
+	if err == nil && len(fds) != 3 {
+		err = fmt.Errorf("the call came with %d descriptors, not stdin, stdout and stderr", len(fds))
+	}
+	if err != nil {
+		closeFDs(fds)
+		fmt.Fprintf(os.Stderr, "sandbox: receiving the call: %v\n", err)
+		os.Exit(126)
+	}
+	// Received descriptors are numbered above 3 (0–3 were open), so none
+	// is overwritten before it is duplicated.
+	for i, fd := range fds {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "sandbox: taking the call's descriptor %d: %v\n", i, err)
+			os.Exit(126)
+		}
+	}
+	closeFDs(fds)
+	m, p, err := decodeCall(data)
+	if err == nil && m.Dir != "" {
+		if err = os.Chdir(m.Dir); err != nil {
+			err = fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	if err == nil {
+		setCallPids(p, os.Args[len(os.Args)-1])
+		err = confine(p, m.Path, m.Argv, m.Env)
+	}
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(126)
+}
+
+// setCallPids gives the call's cgroup (dir, "-" for none) the policy's
+// limits.processes, for root, whom RLIMIT_NPROC does not bound; where
+// one could not be made it says on the call's stderr that the limit is not
+// applied, as the cold path's helper does.
+func setCallPids(p *Policy, dir string) {
+	lim := p.Limits.effective()
+	if lim.Processes == Unlimited || !nprocExempt() {
+		return
+	}
+	if dir == "-" {
+		// No pids cgroup on this host: Enforcement says so, and the cold
+		// path is silent too. One that could not be made is a failure.
+		if _, err := pidsCgroupParent(); err == nil {
+			fmt.Fprintln(os.Stderr, "sandbox: no cgroup was made for the call (the helper's error is in the log): running the tool without limits.processes")
+		}
+		return
+	}
+	if err := (&callCgroup{dir}).setMax(lim.Processes); err != nil {
+		fmt.Fprintf(os.Stderr, "%v: running the tool without limits.processes\n", err)
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// recvFramed reads what sendFramed wrote: the data, of at most max bytes,
+// and the descriptors, close-on-exec. A socket closed before anything came
+// is io.EOF.
+func recvFramed(fd, max int) ([]byte, []int, error) {
+	var hdr [4]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var fds []int
+	got := 0
+	for got < len(hdr) {
+		n, oobn, _, _, err := unix.Recvmsg(fd, hdr[got:], oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fds, err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return nil, fds, err
+			}
+			for i := range msgs {
+				if rights, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+					fds = append(fds, rights...)
+				}
+			}
+		}
+		if n == 0 {
+			if got == 0 {
+				return nil, fds, io.EOF
+			}
+			return nil, fds, io.ErrUnexpectedEOF
+		}
+		got += n
+	}
+	size := int(binary.BigEndian.Uint32(hdr[:]))
+	if size > max {
+		return nil, fds, fmt.Errorf("a call of %d bytes exceeds %d", size, max)
+	}
+	data := make([]byte, size)
+	for got := 0; got < size; {
+		n, err := unix.Read(fd, data[got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fds, err
+		}
+		if n == 0 {
+			return nil, fds, io.ErrUnexpectedEOF
+		}
+		got += n
+	}
+	return data, fds, nil
+}
+
+// warmUp runs, while the stage waits, the code a call will run: decoding a
+// call and building (not applying) a Landlock ruleset. A process runs code it has not run before at the price of page
+// faults, which are dear on a virtual machine; taken now, they are off the
+// call's path. Nothing of it stays: the ruleset is closed, the policy is
+// made up.
+func warmUp() {
+	p := &Policy{Paths: []PathRule{{Path: "/", Access: Read | Exec}}, Env: []string{"PATH"}}
+	pol, _ := json.Marshal(p)
+	data, _ := json.Marshal(callMsg{Path: "/bin/true", Argv: []string{"true"}, Env: []string{"PATH=/bin"}, Policy: pol})
+	m, p, err := decodeCall(data)
+	if err != nil {
+		return
+	}
+	filterEnv(m.Env, p.Env)
+	p.Limits.effective()
+	if abi := Status().ABI; abi > 0 {
+		cfg := landlock.Config{HandledAccessFS: abiConfigs[abi].HandledAccessFS}
+		if fd, _, err := cfg.NewRulesetFD(landlock.PathAccess(rights(Read, os.ModeDir)&cfg.HandledAccessFS, "/")); err == nil && fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// closeInherited closes the descriptors above last (its sockets) that this
+// process inherited by accident: those without close-on-exec, which whatever
+// started olliesrv may have left open (the Go runtime opens its own with
+// close-on-exec). A waiting helper holds nothing but what it was given.
+func closeInherited(last int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= last {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
+}

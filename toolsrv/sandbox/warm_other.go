@@ -1,0 +1,18 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"fmt"
+	"os"
+)
+
+// Pre-started helpers run on Linux only: NewPool returns nil elsewhere.
+
+func warmMain()        { warmUnsupported() }
+func warmConfineMain() { warmUnsupported() }
+
+func warmUnsupported() {
+	fmt.Fprintln(os.Stderr, "sandbox: pre-started helpers run on Linux only")
+	os.Exit(126)
+}
