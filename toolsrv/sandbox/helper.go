@@ -253,6 +253,8 @@ func confine(p *Policy, tool string, argv, env []string) error {
 	if err := setLimits(p.Limits.effective()); err != nil {
 		return err
 	}
+	// Before Landlock, which may hide /proc from this process.
+	closeAllOnExec()
 	if err := apply(p, tool); err != nil {
 		return err
 	}

@@ -301,3 +301,19 @@ func closeInherited(last int) {
 		}
 	}
 }
+
+// closeAllOnExec marks every descriptor above stderr close-on-exec, so
+// that the tool gets its stdin, stdout and stderr and nothing else,
+// whichever way the helper was started (a descriptor its starter left
+// without close-on-exec would otherwise reach the tool).
+func closeAllOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+}

@@ -16,3 +16,5 @@ func warmUnsupported() {
 	fmt.Fprintln(os.Stderr, "sandbox: pre-started helpers run on Linux only")
 	os.Exit(126)
 }
+
+func closeAllOnExec() {}
