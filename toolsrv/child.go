@@ -545,6 +545,11 @@ func child() error {
 	if err != nil {
 		return err
 	}
+	if dir := filepath.Dir(cfg.Socket); strings.HasPrefix(filepath.Base(dir), "ollie-tools-") {
+		// Spawn's private directory: gone with this process, even when
+		// the parent died without Close.
+		defer os.RemoveAll(dir)
+	}
 	if err := os.Chmod(cfg.Socket, 0600); err != nil {
 		return err
 	}

@@ -221,6 +221,16 @@ func TestChildDiesWithParent(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Its socket's private directory goes with it: a daemon killed
+	// outright leaves no directory per session behind in /tmp.
+	for deadline = time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Dir(sock)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is left after the toolsrv's parent was killed", filepath.Dir(sock))
+		}
+	}
 }
 
 // Calls reuse the connections earlier ones finished with, and a call whose
