@@ -208,7 +208,7 @@ func TestPatterns(t *testing.T) {
 func TestFileOfNames(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ssh_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(sshConfig, "/nonexistent")), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf(sshConfig, filepath.Join(dir, "no-such-include"))), 0o644)
 	wd, _ := os.Getwd()
 	inv := filepath.Join(wd, "testdata/ini/hosts.ini")
 	t.Chdir(dir)
@@ -250,7 +250,7 @@ func TestFileOfNames(t *testing.T) {
 func TestErrors(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "ssh_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(sshConfig, "/nonexistent")), 0o644)
+	os.WriteFile(cfg, []byte(fmt.Sprintf(sshConfig, filepath.Join(dir, "no-such-include"))), 0o644)
 	write := func(name, text string) string {
 		p := filepath.Join(dir, name)
 		os.WriteFile(p, []byte(text), 0o644)
