@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"9fans.net/go/plan9"
@@ -17,6 +18,14 @@ import (
 // (plan9.WriteFcall) and allocates tags from 1 upward, so wire sees every
 // request it sends and can inject flushes of its own under tags taken from
 // the top of the tag space.
+//
+// The 9fans client also frees a fid's number when it sends the Tclunk, not
+// when the Rclunk comes, so another goroutine may walk to a new fid of the
+// same number while the server still holds the old one, and get "duplicate
+// fid". wire keeps the numbers apart: a new fid whose number has a Tclunk
+// or Tremove in flight goes to the server under a substitute number, taken
+// from the top of the fid space, and every later message naming it is
+// rewritten to match.
 //
 // On the read side, wire hands the client only replies it knows: the
 // replies to injected flushes are swallowed (the 9fans muxer would block
@@ -44,6 +53,11 @@ type wire struct {
 	held     map[uint16][]byte // replies to flushed requests, held until their Rflush
 	sticky   int               // while > 0, each interruptible request is flushed as it is sent
 	next     uint16            // where the search for a free flush tag starts
+	fids     map[uint32]uint32 // the client's fid → the server's, where they differ
+	aliases  map[uint32]bool   // server fids standing in for a client's
+	closing  map[uint32]bool   // server fids with a Tclunk or Tremove awaiting its reply
+	clunks   map[uint16]uint32 // tag of such a Tclunk or Tremove → its server fid
+	nextFid  uint32            // where the search for a substitute fid starts
 	err      error             // why the connection failed, once it has
 	readDone bool              // Read has returned err: nothing more will be read
 
@@ -67,6 +81,11 @@ func newWire(rwc io.ReadWriteCloser) *wire {
 		flushed: map[uint16]bool{},
 		held:    map[uint16][]byte{},
 		next:    plan9.NOTAG - 1,
+		fids:    map[uint32]uint32{},
+		aliases: map[uint32]bool{},
+		closing: map[uint32]bool{},
+		clunks:  map[uint16]uint32{},
+		nextFid: plan9.NOFID - 1,
 	}
 }
 
@@ -108,16 +127,106 @@ func (w *wire) Write(p []byte) (int, error) {
 			return 0, plan9.ProtocolError(fmt.Sprintf("ns/client: tag %d is in use by a flush", tag))
 		}
 		w.out[tag] = typ
+		p = w.mapFids(p, tag)
 		if w.sticky > 0 && interruptible(typ) {
 			flush = w.flushLocked(tag)
 		}
 	}
 	w.mu.Unlock()
+	n := len(p)
 	w.send(p)
 	if flush != nil {
 		w.send(flush)
 	}
-	return len(p), nil
+	return n, nil
+}
+
+// Where each request names fids: the fid it acts on, and a new one.
+const (
+	fidAt    = 7  // every request naming a fid: Tattach, Twalk, Topen...
+	newfidAt = 11 // Twalk's newfid
+	afidAt   = 11 // Tattach's afid
+)
+
+// mapFids returns the request p (tagged tag) as the server must see it:
+// with each fid the client names replaced by the server's number for it.
+// A Tclunk or Tremove frees its fid's number for reuse only once its
+// reply arrives. w.mu is held.
+func (w *wire) mapFids(p []byte, tag uint16) []byte {
+	if len(p) < fidAt+4 {
+		return p
+	}
+	switch p[4] {
+	case plan9.Tattach:
+		p = w.newFid(p, fidAt)
+		if len(p) >= afidAt+4 {
+			p = w.oldFid(p, afidAt)
+		}
+	case plan9.Tauth:
+		p = w.newFid(p, fidAt)
+	case plan9.Twalk:
+		if len(p) < newfidAt+4 {
+			return p
+		}
+		same := binary.LittleEndian.Uint32(p[fidAt:]) == binary.LittleEndian.Uint32(p[newfidAt:])
+		p = w.oldFid(p, fidAt)
+		if same {
+			p = w.oldFid(p, newfidAt)
+		} else {
+			p = w.newFid(p, newfidAt)
+		}
+	case plan9.Topen, plan9.Tcreate, plan9.Tread, plan9.Twrite, plan9.Tstat, plan9.Twstat:
+		p = w.oldFid(p, fidAt)
+	case plan9.Tclunk, plan9.Tremove:
+		fid := binary.LittleEndian.Uint32(p[fidAt:])
+		p = w.oldFid(p, fidAt)
+		srv := binary.LittleEndian.Uint32(p[fidAt:])
+		delete(w.fids, fid)
+		delete(w.aliases, srv)
+		w.closing[srv] = true
+		w.clunks[tag] = srv
+	}
+	return p
+}
+
+// oldFid rewrites the fid at p[at:] to the server's number for it.
+func (w *wire) oldFid(p []byte, at int) []byte {
+	fid := binary.LittleEndian.Uint32(p[at:])
+	srv, ok := w.fids[fid]
+	if !ok {
+		return p
+	}
+	return setFid(p, at, srv)
+}
+
+// newFid gives the new fid at p[at:] a number the server does not hold:
+// its own, unless a Tclunk of that number is still in flight.
+func (w *wire) newFid(p []byte, at int) []byte {
+	fid := binary.LittleEndian.Uint32(p[at:])
+	if old, ok := w.fids[fid]; ok {
+		// The last fid of this number never reached the server (its walk
+		// failed), or the client reuses a number it never clunked.
+		delete(w.fids, fid)
+		delete(w.aliases, old)
+	}
+	if !w.closing[fid] || fid == plan9.NOFID {
+		return p
+	}
+	srv := w.nextFid
+	for w.closing[srv] || w.aliases[srv] {
+		srv--
+	}
+	w.nextFid = srv - 1
+	w.fids[fid] = srv
+	w.aliases[srv] = true
+	return setFid(p, at, srv)
+}
+
+// setFid returns a copy of p with the fid at p[at:] set to fid.
+func setFid(p []byte, at int, fid uint32) []byte {
+	q := slices.Clone(p)
+	binary.LittleEndian.PutUint32(q[at:], fid)
+	return q
 }
 
 // send writes one frame. A failure ends the connection, so that reading
@@ -243,6 +352,8 @@ func (w *wire) orphans() ([][]byte, error) {
 	}
 	clear(w.out)
 	clear(w.held)
+	clear(w.clunks)
+	clear(w.closing)
 	clear(w.flushes)
 	clear(w.flushed)
 	if len(rs) == 0 {
@@ -300,6 +411,11 @@ func (w *wire) admit(f []byte) [][]byte {
 	}
 	if typ == plan9.Rversion && len(f) >= 11 {
 		w.msize = min(w.msize, binary.LittleEndian.Uint32(f[7:11]))
+	}
+	if srv, ok := w.clunks[tag]; ok {
+		// Answered, even with an error, the fid is gone.
+		delete(w.clunks, tag)
+		delete(w.closing, srv)
 	}
 	delete(w.out, tag)
 	if w.flushed[tag] {

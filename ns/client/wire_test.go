@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"9fans.net/go/plan9"
+)
+
+// lateClunkServer is a 9P server that answers its first Tclunk only after
+// the request that follows it, as a server running requests concurrently
+// may: until then the fid stays, and a walk to a new fid of its number
+// fails with "duplicate fid". Every file holds "data". clunkSeen is told
+// of the Tclunk held back.
+func lateClunkServer(t *testing.T, c net.Conn, clunkSeen chan<- struct{}) {
+	defer c.Close()
+	fids := map[uint32]bool{}
+	var held *plan9.Fcall
+	holdNext := true
+	reply := func(r *plan9.Fcall) bool {
+		return plan9.WriteFcall(c, r) == nil
+	}
+	for {
+		f, err := plan9.ReadFcall(c)
+		if err != nil {
+			return
+		}
+		r := &plan9.Fcall{Type: f.Type + 1, Tag: f.Tag}
+		switch f.Type {
+		case plan9.Tversion:
+			r.Msize, r.Version = f.Msize, "9P2000"
+		case plan9.Tattach:
+			fids[f.Fid] = true
+			r.Qid = plan9.Qid{Type: plan9.QTDIR}
+		case plan9.Twalk:
+			switch {
+			case !fids[f.Fid]:
+				r.Type, r.Ename = plan9.Rerror, "unknown fid"
+			case f.Newfid != f.Fid && fids[f.Newfid]:
+				r.Type, r.Ename = plan9.Rerror, "duplicate fid"
+			default:
+				fids[f.Newfid] = true
+				for range f.Wname {
+					r.Wqid = append(r.Wqid, plan9.Qid{Path: 1})
+				}
+			}
+		case plan9.Topen, plan9.Tread, plan9.Tclunk:
+			if !fids[f.Fid] {
+				r.Type, r.Ename = plan9.Rerror, "unknown fid"
+				break
+			}
+			switch f.Type {
+			case plan9.Tread:
+				if f.Offset == 0 {
+					r.Data = []byte("data")
+				}
+			case plan9.Tclunk:
+				if !holdNext {
+					delete(fids, f.Fid)
+					break
+				}
+				held, holdNext = f, false
+				clunkSeen <- struct{}{}
+				continue
+			}
+		default:
+			r.Type, r.Ename = plan9.Rerror, "unexpected request"
+		}
+		if !reply(r) {
+			return
+		}
+		if held != nil {
+			delete(fids, held.Fid)
+			if !reply(&plan9.Fcall{Type: plan9.Rclunk, Tag: held.Tag}) {
+				return
+			}
+			held = nil
+		}
+	}
+}
+
+// TestFidReusedBeforeRclunk: the 9fans client frees a fid's number when it
+// sends the Tclunk, so a second goroutine walks to a new fid of that
+// number while the server still holds the old one. The walk must not fail
+// with "duplicate fid".
+func TestFidReusedBeforeRclunk(t *testing.T) {
+	cc, sc := net.Pipe()
+	clunkSeen := make(chan struct{}, 4)
+	go lateClunkServer(t, sc, clunkSeen)
+	c, err := NewConn(cc, "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	errc := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		// Its Tclunk stays unanswered until the next request arrives.
+		_, err := c.ReadAll(ctx, "a")
+		errc <- err
+	}()
+	<-clunkSeen
+	b, err := c.ReadAll(ctx, "b")
+	if err != nil {
+		t.Fatalf("read while another fid's clunk is in flight: %v", err)
+	}
+	if string(b) != "data" {
+		t.Errorf("read %q, want data", b)
+	}
+	wg.Wait()
+	if err := <-errc; err != nil {
+		t.Errorf("first read: %v", err)
+	}
+	// And the first number is the client's again once its Rclunk came.
+	if _, err := c.ReadAll(ctx, "c"); err != nil {
+		t.Errorf("read after both clunks: %v", err)
+	}
+}
