@@ -1,12 +1,19 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
 
 	"9fans.net/go/plan9"
+
+	"ollie/ns"
+	"ollie/ns/stream"
 )
 
 // lateClunkServer is a 9P server that answers its first Tclunk only after
@@ -120,5 +127,97 @@ func TestFidReusedBeforeRclunk(t *testing.T) {
 	// And the first number is the client's again once its Rclunk came.
 	if _, err := c.ReadAll(ctx, "c"); err != nil {
 		t.Errorf("read after both clunks: %v", err)
+	}
+}
+
+// treadCounter passes a connection through and counts the Treads sent and
+// not yet answered, keeping the most seen at once.
+type treadCounter struct {
+	net.Conn
+	mu   sync.Mutex
+	out  map[uint16]bool
+	most int
+	in   []byte // reply bytes not yet parsed into whole frames
+}
+
+func (c *treadCounter) Write(p []byte) (int, error) {
+	if len(p) >= 7 && p[4] == plan9.Tread {
+		c.mu.Lock()
+		c.out[binary.LittleEndian.Uint16(p[5:7])] = true
+		c.most = max(c.most, len(c.out))
+		c.mu.Unlock()
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *treadCounter) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	c.in = append(c.in, p[:n]...)
+	for len(c.in) >= 7 {
+		size := int(binary.LittleEndian.Uint32(c.in))
+		if len(c.in) < size {
+			break
+		}
+		delete(c.out, binary.LittleEndian.Uint16(c.in[5:7]))
+		c.in = c.in[size:]
+	}
+	c.mu.Unlock()
+	return n, err
+}
+
+// TestFollowReadsAhead: reading a file or stream longer than one read
+// keeps several Treads in flight and hands the bytes over in order, each
+// from its own offset; reading from an offset keeps the offset's meaning.
+func TestFollowReadsAhead(t *testing.T) {
+	data := make([]byte, 1<<20+12345)
+	for i := range data {
+		data[i] = byte(i * 7 / 5)
+	}
+	s := stream.NewStream(len(data))
+	s.Write(data)
+	s.Close()
+	tree, err := ns.NewTree(ns.Dir("", 0555, "",
+		ns.ReadFile("file", 0444, "", func(context.Context, *ns.Call) ([]byte, error) { return data, nil }),
+		ns.StreamFile("stream", 0444, "", func(context.Context, *ns.Call) (*stream.Stream, error) { return s, nil }),
+	), "glenda", "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := listenUnix(t, &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &treadCounter{Conn: nc, out: map[uint16]bool{}}
+	c, err := NewConn(tc, "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, name := range []string{"file", "stream"} {
+		got, err := c.ReadAll(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("%s: read %d bytes, not what it holds (%d bytes)", name, len(got), len(data))
+		}
+		var b bytes.Buffer
+		const from = 200000
+		end, err := c.FollowFrom(ctx, name, from, &b)
+		if err != nil {
+			t.Fatalf("%s from %d: %v", name, from, err)
+		}
+		if end != int64(len(data)) || !bytes.Equal(b.Bytes(), data[from:]) {
+			t.Errorf("%s from %d: reached %d with %d bytes, want %d and the file's bytes from there", name, from, end, b.Len(), len(data))
+		}
+	}
+	tc.mu.Lock()
+	most := tc.most
+	tc.mu.Unlock()
+	if most < 2 {
+		t.Errorf("at most %d Tread in flight, want several", most)
 	}
 }
