@@ -331,13 +331,14 @@ func (c *Conn) readRange(fid *p9.Fid, off, end int64, size int, w io.Writer) (in
 			} else {
 				b = make([]byte, size)
 			}
-			ch := &chunk{b: b[:min(int64(size), end-next)], done: make(chan struct{})}
+			b = b[:min(int64(size), end-next)]
+			ch := &chunk{done: make(chan struct{})}
 			go func(at int64) {
-				n, err := fid.ReadAt(ch.b, at)
-				ch.b, ch.err = ch.b[:n], err
+				n, err := fid.ReadAt(b, at)
+				ch.b, ch.err = b[:n], err
 				close(ch.done)
 			}(next)
-			next += int64(len(ch.b))
+			next += int64(len(b))
 			queue = append(queue, ch)
 		}
 		ch := queue[0]
