@@ -64,6 +64,7 @@ type wire struct {
 	rmu   sync.Mutex // the read side: the client reads from one goroutine at a time, not always the same
 	rd    *bufio.Reader
 	frame []byte   // the rest of the reply being handed to the client
+	buf   []byte   // where readFrame reads, reused once the client has the frame
 	ready [][]byte // replies released for the client, in order
 }
 
@@ -375,7 +376,13 @@ func (w *wire) readFrame() ([]byte, error) {
 	if size < 7 || size > msize {
 		return nil, plan9.ProtocolError(fmt.Sprintf("ns/client: reply of %d bytes (msize %d)", size, msize))
 	}
-	f := make([]byte, size)
+	// Read is the only caller, and calls again only once the client has
+	// read the last frame and nothing is left in ready: a frame kept any
+	// longer (held for a flush) is copied by admit.
+	if cap(w.buf) < int(size) {
+		w.buf = make([]byte, msize)
+	}
+	f := w.buf[:size]
 	copy(f, hdr[:])
 	if _, err := io.ReadFull(w.rd, f[4:]); err != nil {
 		return nil, err
@@ -419,7 +426,7 @@ func (w *wire) admit(f []byte) [][]byte {
 	}
 	delete(w.out, tag)
 	if w.flushed[tag] {
-		w.held[tag] = f
+		w.held[tag] = slices.Clone(f)
 		return nil
 	}
 	return [][]byte{f}
