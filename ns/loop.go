@@ -240,7 +240,10 @@ func (c *conn) flush(t *plan9.Fcall) {
 // mayBlock reports whether t's handler may block: a read that waits for
 // data or a lock, a walk or stat that asks a dynamic directory, an open
 // that runs a handler, any write, and a clunk that may close a source or
-// runs OnClunk functions.
+// runs OnClunk functions. Every request that calls a handler of the tree
+// is among them, so each handler gets a context of its own that ends when
+// it returns, as the tree's contract says; what is answered on the loop
+// runs only this package's code under the connection's context.
 func (c *conn) mayBlock(t *plan9.Fcall) bool {
 	switch t.Type {
 	case plan9.Twrite:
