@@ -137,14 +137,8 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // at the end of a stream blocks in the server until more comes, so Follow
 // returns only when the stream ends, ctx ends or the connection fails.
 func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
-	name = Clean(name)
-	return c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
-		if fid.Qid().Type&plan9.QTDIR != 0 {
-			return &fs.PathError{Op: "read", Path: name, Err: ErrIsDir}
-		}
-		_, err := c.follow(name, fid, 0, w)
-		return err
-	})
+	_, err := c.FollowFrom(ctx, name, 0, w)
+	return err
 }
 
 // Size is how much has been written to the stream at name so far: where a
@@ -166,22 +160,34 @@ func (c *Conn) Size(ctx context.Context, name string) (int64, error) {
 // FollowFrom is Follow from offset off of a stream, or from what has been
 // written so far when off is negative: what follows then is only what
 // comes next. It returns the offset it reached, so that a caller whose
-// connection failed can go on from there.
+// connection failed can go on from there. Errors writing to w are
+// returned as they are.
 func (c *Conn) FollowFrom(ctx context.Context, name string, off int64, w io.Writer) (int64, error) {
 	name = Clean(name)
-	err := c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
-		if off < 0 {
-			d, err := fid.Stat()
-			if err != nil {
-				return c.pathError("read", name, err)
-			}
-			off = int64(d.Length)
+	if err := ctx.Err(); err != nil {
+		return off, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	stop := c.watch(ctx)
+	defer stop()
+	f, err := c.w.open(name)
+	if err != nil {
+		return off, c.pathError("read", name, err)
+	}
+	defer f.clunk()
+	if f.qid.Type&plan9.QTDIR != 0 {
+		return off, &fs.PathError{Op: "read", Path: name, Err: ErrIsDir}
+	}
+	if off < 0 {
+		if off, err = f.length(); err != nil {
+			return 0, c.pathError("read", name, err)
 		}
-		var err error
-		off, err = c.follow(name, fid, off, w)
-		return err
-	})
-	return off, err
+	}
+	off, err = f.follow(off, w, min(readSize, c.w.iounit()))
+	var we writeError
+	if errors.As(err, &we) {
+		return off, we.err
+	}
+	return off, c.pathError("read", name, err)
 }
 
 // Write sends data to the file at name as one request: one Twrite when it
@@ -252,124 +258,6 @@ func (c *Conn) writeReq(name string, fid *p9.Fid, data []byte) error {
 	}
 	return nil
 }
-
-// readAhead is how many Treads follow keeps in flight where the file's
-// length says the bytes are there.
-const readAhead = 4
-
-// follow copies what fid reads from offset off to w until EOF, and returns
-// the offset it reached. A read at the end of a stream waits for more, so
-// it reads one Tread at a time; but after a read that came back full it
-// asks the file's length (Tstat: a stream's is what has been written so
-// far, a snapshot's its size) and reads up to that with readAhead Treads
-// in flight at increasing offsets, handed to w in order, as none of them
-// waits. Offsets keep their meaning: each byte is read at its own. A file
-// that reports no length (a request file, a subscription) is read one
-// Tread at a time throughout. Errors writing to w are returned as they
-// are.
-func (c *Conn) follow(name string, fid *p9.Fid, off int64, w io.Writer) (int64, error) {
-	if _, err := fid.Seek(off, io.SeekStart); err != nil {
-		return off, c.pathError("read", name, err)
-	}
-	buf := make([]byte, min(readSize, c.w.iounit()))
-	askLength := true
-	for {
-		n, err := fid.Read(buf)
-		if n > 0 {
-			off += int64(n)
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return off, werr
-			}
-		}
-		if err == io.EOF {
-			return off, nil
-		}
-		if err != nil {
-			return off, c.pathError("read", name, err)
-		}
-		if n < len(buf) || !askLength {
-			continue
-		}
-		d, err := fid.Stat()
-		if err != nil {
-			return off, c.pathError("read", name, err)
-		}
-		if int64(d.Length) <= off {
-			askLength = false // it says nothing of what is ahead
-			continue
-		}
-		off, err = c.readRange(fid, off, int64(d.Length), len(buf), w)
-		if err != nil {
-			return off, c.pathError("read", name, err)
-		}
-		if _, err := fid.Seek(off, io.SeekStart); err != nil {
-			return off, c.pathError("read", name, err)
-		}
-	}
-}
-
-// readRange copies the bytes from off to end of fid to w, in reads of
-// size bytes with readAhead in flight, and returns the offset reached. It
-// stops early, without an error, at a read that comes back short.
-func (c *Conn) readRange(fid *p9.Fid, off, end int64, size int, w io.Writer) (int64, error) {
-	type chunk struct {
-		b    []byte
-		err  error
-		done chan struct{}
-	}
-	var (
-		queue []*chunk
-		free  [][]byte
-		next  = off
-		err   error
-	)
-	for len(queue) > 0 || (next < end && err == nil) {
-		for err == nil && next < end && len(queue) < readAhead {
-			var b []byte
-			if len(free) > 0 {
-				b, free = free[len(free)-1], free[:len(free)-1]
-			} else {
-				b = make([]byte, size)
-			}
-			b = b[:min(int64(size), end-next)]
-			ch := &chunk{done: make(chan struct{})}
-			go func(at int64) {
-				n, err := fid.ReadAt(b, at)
-				ch.b, ch.err = b[:n], err
-				close(ch.done)
-			}(next)
-			next += int64(len(b))
-			queue = append(queue, ch)
-		}
-		ch := queue[0]
-		queue = queue[1:]
-		<-ch.done
-		if err != nil {
-			continue // drain what is in flight
-		}
-		if len(ch.b) > 0 {
-			if _, werr := w.Write(ch.b); werr != nil {
-				err = werr
-				continue
-			}
-			off += int64(len(ch.b))
-		}
-		switch {
-		case ch.err == io.EOF: // the file is shorter than it said
-			err = errShort
-		case ch.err != nil:
-			err = ch.err
-		}
-		free = append(free, ch.b[:size])
-	}
-	if err == errShort {
-		err = nil
-	}
-	return off, err
-}
-
-// errShort stops readRange at a short read: the rest is read one at a time.
-var errShort = errors.New("short read")
 
 // copyOut copies what fid reads to w until EOF. Errors writing to w are
 // returned as they are.

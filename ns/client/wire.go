@@ -33,6 +33,11 @@ import (
 // request is held until its Rflush arrives, so that the client cannot
 // reuse the tag while the server may still act on the flush.
 //
+// One goroutine (readLoop) reads every reply, for the client and for
+// wire's own calls (see call) alike, and queues the client's: the 9fans
+// client reads only while one of its own requests waits, and a call must
+// not wait for that, nor the client for a call blocked at a stream's end.
+//
 // The 9fans client has one waiting caller at a time read for all of them.
 // When that read fails only that caller returns, and when a write fails
 // the caller's tag stays behind and may be handed the job of reading: in
@@ -58,14 +63,19 @@ type wire struct {
 	closing  map[uint32]bool   // server fids with a Tclunk or Tremove awaiting its reply
 	clunks   map[uint16]uint32 // tag of such a Tclunk or Tremove → its server fid
 	nextFid  uint32            // where the search for a substitute fid starts
+	calls    map[uint16]*call  // wire's own requests awaiting a reply (see call)
+	root     uint32            // the server's number of the client's attach fid
+	attached bool              // root is set
 	err      error             // why the connection failed, once it has
-	readDone bool              // Read has returned err: nothing more will be read
+	readDone bool              // every request has been answered since: nothing more will be read
+	ready    [][]byte          // replies released for the client, in order
+	cond     *sync.Cond        // on mu: ready has grown, or readDone is set
 
-	rmu   sync.Mutex // the read side: the client reads from one goroutine at a time, not always the same
-	rd    *bufio.Reader
-	frame []byte   // the rest of the reply being handed to the client
-	buf   []byte   // where readFrame reads, reused once the client has the frame
-	ready [][]byte // replies released for the client, in order
+	rd   *bufio.Reader // readLoop's
+	rbuf []byte        // where readLoop reads the replies to calls, reused
+
+	rmu   sync.Mutex // the client reads from one goroutine at a time, not always the same
+	frame []byte     // the rest of the reply being handed to the client
 }
 
 // errLost answers, on the client's behalf, the requests outstanding when
@@ -73,7 +83,7 @@ type wire struct {
 const errLost = p9.Error("ns/client: connection lost")
 
 func newWire(rwc io.ReadWriteCloser) *wire {
-	return &wire{
+	w := &wire{
 		rwc:     rwc,
 		rd:      bufio.NewReaderSize(rwc, 64<<10),
 		msize:   8192 + plan9.IOHDRSZ,
@@ -87,7 +97,11 @@ func newWire(rwc io.ReadWriteCloser) *wire {
 		closing: map[uint32]bool{},
 		clunks:  map[uint16]uint32{},
 		nextFid: plan9.NOFID - 1,
+		calls:   map[uint16]*call{},
 	}
+	w.cond = sync.NewCond(&w.mu)
+	go w.readLoop()
+	return w
 }
 
 // interruptible reports whether a request of type typ may block in a
@@ -123,12 +137,16 @@ func (w *wire) Write(p []byte) (int, error) {
 		w.msize = binary.LittleEndian.Uint32(p[7:11])
 	}
 	if tag != plan9.NOTAG {
-		if _, ours := w.flushes[tag]; ours {
+		_, call := w.calls[tag]
+		if _, flush := w.flushes[tag]; flush || call {
 			w.mu.Unlock()
-			return 0, plan9.ProtocolError(fmt.Sprintf("ns/client: tag %d is in use by a flush", tag))
+			return 0, plan9.ProtocolError(fmt.Sprintf("ns/client: tag %d is in use by the wire", tag))
 		}
 		w.out[tag] = typ
 		p = w.mapFids(p, tag)
+		if typ == plan9.Tattach {
+			w.root, w.attached = binary.LittleEndian.Uint32(p[fidAt:]), true
+		}
 		if w.sticky > 0 && interruptible(typ) {
 			flush = w.flushLocked(tag)
 		}
@@ -266,6 +284,23 @@ func (w *wire) interrupt(stick int) {
 // flushLocked records a flush of the request tagged old and returns the
 // Tflush to send, or nil if no tag is free.
 func (w *wire) flushLocked(old uint16) []byte {
+	tag, ok := w.freeTagLocked()
+	if !ok {
+		return nil
+	}
+	f, err := (&plan9.Fcall{Type: plan9.Tflush, Tag: tag, Oldtag: old}).Bytes()
+	if err != nil {
+		return nil
+	}
+	w.flushes[tag] = old
+	w.flushed[old] = true
+	return f
+}
+
+// freeTagLocked returns a tag for a request of wire's own, from the top
+// of the tag space (the 9fans client counts up from the bottom), or false
+// if none is free. w.mu is held.
+func (w *wire) freeTagLocked() (uint16, bool) {
 	tag := w.next
 	for {
 		_, busy := w.flushes[tag]
@@ -278,47 +313,78 @@ func (w *wire) flushLocked(old uint16) []byte {
 			tag = plan9.NOTAG - 1
 		}
 		if tag == w.next {
-			return nil
+			return 0, false
 		}
 	}
 	w.next = tag - 1
 	if w.next == 0 {
 		w.next = plan9.NOTAG - 1
 	}
-	f, err := (&plan9.Fcall{Type: plan9.Tflush, Tag: tag, Oldtag: old}).Bytes()
-	if err != nil {
-		return nil
-	}
-	w.flushes[tag] = old
-	w.flushed[old] = true
-	return f
+	return tag, true
 }
 
 // Read hands the client the bytes of the replies meant for it.
 func (w *wire) Read(p []byte) (int, error) {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
-	for len(w.frame) == 0 {
-		if len(w.ready) > 0 {
-			w.frame, w.ready = w.ready[0], w.ready[1:]
-			continue
+	if len(w.frame) == 0 {
+		w.mu.Lock()
+		for len(w.ready) == 0 && !w.readDone {
+			w.cond.Wait()
 		}
-		if w.failed() == nil {
-			f, err := w.readFrame()
-			if err == nil {
-				w.ready = append(w.ready, w.admit(f)...)
-				continue
-			}
-			w.fail(err)
-		}
-		var err error
-		if w.ready, err = w.orphans(); err != nil {
+		if len(w.ready) == 0 {
+			err := w.err
+			w.mu.Unlock()
 			return 0, err
 		}
+		w.frame, w.ready = w.ready[0], w.ready[1:]
+		w.mu.Unlock()
 	}
 	n := copy(p, w.frame)
 	w.frame = w.frame[n:]
 	return n, nil
+}
+
+// readLoop reads replies until the connection fails, then answers every
+// request still outstanding, until none is.
+func (w *wire) readLoop() {
+	for {
+		f, err := w.readFrame()
+		if err != nil {
+			w.fail(err)
+			break
+		}
+		w.deliver(w.admit(f))
+	}
+	for {
+		rs, err := w.orphans()
+		if err != nil {
+			break
+		}
+		w.deliver(rs)
+	}
+	w.mu.Lock()
+	w.cond.Broadcast()
+	w.mu.Unlock()
+}
+
+// deliver passes on replies released by admit or orphans: a call's to its
+// waiter, the rest to the client.
+func (w *wire) deliver(frames [][]byte) {
+	for _, f := range frames {
+		tag := binary.LittleEndian.Uint16(f[5:7])
+		w.mu.Lock()
+		c := w.calls[tag]
+		delete(w.calls, tag)
+		if c == nil {
+			w.ready = append(w.ready, f)
+			w.cond.Broadcast()
+		}
+		w.mu.Unlock()
+		if c != nil {
+			c.ch <- c.decode(f)
+		}
+	}
 }
 
 func (w *wire) fail(err error) {
@@ -364,6 +430,8 @@ func (w *wire) orphans() ([][]byte, error) {
 	return rs, nil
 }
 
+// readFrame reads one reply: a call's into rbuf, which the call's result
+// copies before the next, the client's into a buffer of its own.
 func (w *wire) readFrame() ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(w.rd, hdr[:]); err != nil {
@@ -376,15 +444,27 @@ func (w *wire) readFrame() ([]byte, error) {
 	if size < 7 || size > msize {
 		return nil, plan9.ProtocolError(fmt.Sprintf("ns/client: reply of %d bytes (msize %d)", size, msize))
 	}
-	// Read is the only caller, and calls again only once the client has
-	// read the last frame and nothing is left in ready: a frame kept any
-	// longer (held for a flush) is copied by admit.
-	if cap(w.buf) < int(size) {
-		w.buf = make([]byte, msize)
+	var tag [3]byte
+	if _, err := io.ReadFull(w.rd, tag[:]); err != nil {
+		return nil, err
 	}
-	f := w.buf[:size]
+	w.mu.Lock()
+	_, call := w.calls[binary.LittleEndian.Uint16(tag[1:])]
+	w.mu.Unlock()
+	var f []byte
+	if call {
+		// A frame kept past the next read (held for a flush) is copied
+		// by admit.
+		if cap(w.rbuf) < int(size) {
+			w.rbuf = make([]byte, msize)
+		}
+		f = w.rbuf[:size]
+	} else {
+		f = make([]byte, size)
+	}
 	copy(f, hdr[:])
-	if _, err := io.ReadFull(w.rd, f[4:]); err != nil {
+	copy(f[4:], tag[:])
+	if _, err := io.ReadFull(w.rd, f[7:]); err != nil {
 		return nil, err
 	}
 	return f, nil
