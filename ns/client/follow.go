@@ -125,7 +125,7 @@ func (w *wire) ownFid() uint32 {
 type wfid struct {
 	w   *wire
 	fid uint32
-	qid plan9.Qid // as Ropen reports it
+	qid plan9.Qid // as the walk reported it, as the 9fans client keeps it
 }
 
 // errNotAttached answers an open before the client attached.
@@ -147,6 +147,7 @@ func (w *wire) open(name string) (*wfid, error) {
 		}
 	}
 	f := &wfid{w: w, fid: w.ownFid()}
+	root0 := len(elems) == 0
 	from := root
 	for first := true; first || len(elems) > 0; first = false {
 		n := min(len(elems), plan9.MAXWELEM)
@@ -164,6 +165,9 @@ func (w *wire) open(name string) (*wfid, error) {
 			}
 			return nil, r.err
 		}
+		if n > 0 {
+			f.qid = r.f.Wqid[n-1]
+		}
 		elems, from = elems[n:], f.fid
 	}
 	r := w.rpc(&plan9.Fcall{Type: plan9.Topen, Fid: f.fid, Mode: plan9.OREAD}, nil)
@@ -171,7 +175,9 @@ func (w *wire) open(name string) (*wfid, error) {
 		f.clunk()
 		return nil, r.err
 	}
-	f.qid = r.f.Qid
+	if root0 {
+		f.qid = r.f.Qid // no walk said what the root is
+	}
 	return f, nil
 }
 
