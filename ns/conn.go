@@ -33,13 +33,14 @@ type conn struct {
 	inflight sync.WaitGroup // handlers running
 	ended    chan struct{}  // closed when the loop stops reading requests
 
-	trace   io.Writer // Server.Trace without the data of writes, or nil
-	fmu     sync.Mutex
-	fidTab  map[uint32]*fid     // nil once the connection has ended
-	rmu     sync.Mutex          // guards reqs
-	reqs    map[uint16]*request // requests running in goroutines, by tag
-	wmu     sync.Mutex          // serialises replies with the tags leaving reqs
-	stopped atomic.Bool         // the loop has ended: replies are dropped
+	trace    io.Writer // Server.Trace without the data of writes, or nil
+	fmu      sync.Mutex
+	fidTab   map[uint32]*fid     // nil once the connection has ended
+	rmu      sync.Mutex          // guards reqs
+	reqs     map[uint16]*request // requests running in goroutines, by tag
+	wmu      sync.Mutex          // serialises replies with the tags leaving reqs
+	stopped  atomic.Bool         // the loop has ended: replies are dropped
+	loopDone chan struct{}       // closed when the loop has ended
 }
 
 // fidState is what a fid refers to, kept in fid.st.
