@@ -231,11 +231,9 @@ func benchPeer(b *testing.B) string {
 			peer.err = fmt.Errorf("bench peer did not start: %q, %v", line, err)
 			return
 		}
-		peer.dir, peer.cmd = dir, cmd
 		// Closing stdin (at the end of the run, or when this process
 		// dies) ends the peer.
-		peer.cmd.Stdin = nil
-		peerStdin = stdin
+		peer.dir, peer.cmd, peerStdin = dir, cmd, stdin
 	})
 	if peer.err != nil {
 		b.Fatal(peer.err)
