@@ -354,7 +354,9 @@ func (w *wire) readLoop() {
 			w.fail(err)
 			break
 		}
-		w.deliver(w.admit(f))
+		if f != nil {
+			w.deliver(w.admit(f))
+		}
 	}
 	for {
 		rs, err := w.orphans()
@@ -431,7 +433,8 @@ func (w *wire) orphans() ([][]byte, error) {
 }
 
 // readFrame reads one reply: a call's into rbuf, which the call's result
-// copies before the next, the client's into a buffer of its own.
+// copies before the next, the client's into a buffer of its own. The data
+// of a call's Rread goes straight to the call, and readFrame returns nil.
 func (w *wire) readFrame() ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(w.rd, hdr[:]); err != nil {
@@ -447,6 +450,11 @@ func (w *wire) readFrame() ([]byte, error) {
 	var tag [3]byte
 	if _, err := io.ReadFull(w.rd, tag[:]); err != nil {
 		return nil, err
+	}
+	if tag[0] == plan9.Rread && size >= 11 {
+		if c := w.takeRead(binary.LittleEndian.Uint16(tag[1:])); c != nil {
+			return nil, w.readInto(c, size)
+		}
 	}
 	w.mu.Lock()
 	_, call := w.calls[binary.LittleEndian.Uint16(tag[1:])]
@@ -468,6 +476,44 @@ func (w *wire) readFrame() ([]byte, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// takeRead returns the call tagged tag, answered from here on, if its
+// reply can go to it as it comes off the wire: no flush of it is in
+// flight (a flushed request's reply is held until its Rflush; see admit).
+// Once it is out of w.out no flush is sent for it.
+func (w *wire) takeRead(tag uint16) *call {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := w.calls[tag]
+	if c == nil || w.flushed[tag] {
+		return nil
+	}
+	delete(w.calls, tag)
+	delete(w.out, tag)
+	return c
+}
+
+// readInto reads the rest of an Rread of size bytes into c's buffer and
+// answers c, also when the connection fails on the way (having recorded
+// why first, which the caller's error reports).
+func (w *wire) readInto(c *call, size uint32) error {
+	var count [4]byte
+	_, err := io.ReadFull(w.rd, count[:])
+	n := binary.LittleEndian.Uint32(count[:])
+	if err == nil && (11+n != size || int(n) > len(c.dst)) {
+		err = plan9.ProtocolError(fmt.Sprintf("ns/client: Rread of %d bytes in %d (asked for %d)", n, size, len(c.dst)))
+	}
+	if err == nil {
+		_, err = io.ReadFull(w.rd, c.dst[:n])
+	}
+	if err != nil {
+		w.fail(err)
+		c.ch <- result{err: errLost}
+		return err
+	}
+	c.ch <- result{n: int(n)}
+	return nil
 }
 
 // admit takes one reply off the wire and returns the replies to release

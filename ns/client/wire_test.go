@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -219,5 +220,53 @@ func TestFollowReadsAhead(t *testing.T) {
 	tc.mu.Unlock()
 	if most < 2 {
 		t.Errorf("at most %d Tread in flight, want several", most)
+	}
+}
+
+// TestConnectionDiesInsideRread: the server's connection ends in the
+// middle of an Rread's data, which goes straight to Follow's buffer. The
+// read must fail as a lost connection, not wait forever.
+func TestConnectionDiesInsideRread(t *testing.T) {
+	cc, sc := net.Pipe()
+	go func() {
+		defer sc.Close()
+		for {
+			f, err := plan9.ReadFcall(sc)
+			if err != nil {
+				return
+			}
+			r := &plan9.Fcall{Type: f.Type + 1, Tag: f.Tag}
+			switch f.Type {
+			case plan9.Tversion:
+				r.Msize, r.Version = f.Msize, "9P2000"
+			case plan9.Tattach:
+				r.Qid = plan9.Qid{Type: plan9.QTDIR}
+			case plan9.Twalk:
+				for range f.Wname {
+					r.Wqid = append(r.Wqid, plan9.Qid{Path: 1})
+				}
+			case plan9.Tread:
+				// A header announcing 100 bytes, then 10, then the end.
+				b, _ := (&plan9.Fcall{Type: plan9.Rread, Tag: f.Tag, Data: make([]byte, 100)}).Bytes()
+				sc.Write(b[:11+10])
+				return
+			}
+			if plan9.WriteFcall(sc, r) != nil {
+				return
+			}
+		}
+	}()
+	c, err := NewConn(cc, "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.ReadAll(context.Background(), "file")
+		errc <- err
+	}()
+	if err := wait(t, "a read cut short by the connection", errc); !errors.Is(err, ErrConnLost) {
+		t.Errorf("read cut short: %v, want ErrConnLost", err)
 	}
 }
