@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -306,4 +307,50 @@ func (g *guard) waitAnswered(timeout time.Duration, ended <-chan struct{}) {
 	case <-ended:
 	case <-time.After(timeout):
 	}
+}
+
+// write sends one message as header plus data (data may be nil) and
+// accounts for its request; the caller holds c.wmu.
+func (g *guard) write(tag uint16, hdr, data []byte) (int, error) {
+	g.wmu.Lock()
+	g.mu.Lock()
+	g.answered(tag)
+	g.writing++
+	g.mu.Unlock()
+	var n int
+	var err error
+	switch g.conn.(type) {
+	case *net.UnixConn, *net.TCPConn:
+		if data != nil {
+			// One writev: the socket takes both parts as one write.
+			bufs := net.Buffers{hdr, data}
+			var m int64
+			m, err = bufs.WriteTo(g.conn)
+			n = int(m)
+			break
+		}
+		n, err = g.conn.Write(hdr)
+	default:
+		// Other transports (an SSH channel, a pipe) may take each Write
+		// as a message: one Write per reply.
+		if data != nil {
+			hdr = append(hdr[:len(hdr):len(hdr)], data...)
+		}
+		n, err = g.conn.Write(hdr)
+	}
+	g.wmu.Unlock()
+	g.mu.Lock()
+	g.writing--
+	g.idleCheck()
+	g.mu.Unlock()
+	return n, err
+}
+
+// forget accounts for a request whose reply is not written: the
+// connection has ended, or the reply could not be sent.
+func (g *guard) forget(tag uint16) {
+	g.mu.Lock()
+	g.answered(tag)
+	g.idleCheck()
+	g.mu.Unlock()
 }
