@@ -20,7 +20,7 @@ var ErrConnLost = errors.New("connection to olliesrv lost")
 // ErrIsDir is the error of reading a directory as a file; list it with Ls.
 var ErrIsDir = errors.New("is a directory")
 
-// readSize is the most one read asks for; the 9fans client lowers it to
+// readSize is the most one read asks for; it is lowered to
 // the negotiated msize less the header.
 const readSize = 128 << 10
 
