@@ -24,9 +24,9 @@ func (h fakeHost) LookPath(f string) (string, error) {
 	return "", errors.New("not found")
 }
 func (fakeHost) Stat(name string) (fs.FileInfo, error) { return nil, fs.ErrNotExist }
-func (h fakeHost) Getenv(k string) string             { return h.env[k] }
-func (fakeHost) GOOS() string                         { return "linux" }
-func (fakeHost) GOARCH() string                       { return "amd64" }
+func (h fakeHost) Getenv(k string) string              { return h.env[k] }
+func (fakeHost) GOOS() string                          { return "linux" }
+func (fakeHost) GOARCH() string                        { return "amd64" }
 
 func TestParse(t *testing.T) {
 	s, err := Parse("/d/apt/SKILL.md", []byte("---\nname: apt\ndescription: Packages with apt.\nwhen:\n  binary: apt-get\n  os: linux\ntools: [shell]\n---\n# Apt\nUse apt-get.\n"))
@@ -219,4 +219,3 @@ func TestSideFiles(t *testing.T) {
 		}
 	}
 }
-
