@@ -219,3 +219,38 @@ func TestSideFiles(t *testing.T) {
 		}
 	}
 }
+
+// The deployed skills parse, and a Debian host and an Alpine one offer
+// different ones.
+func TestStarterSkills(t *testing.T) {
+	dir, _ := filepath.Abs("../data/skills")
+	offered := func(bins ...string) string {
+		h := fakeHost{bins: map[string]bool{}}
+		for _, b := range bins {
+			h.bins[b] = true
+		}
+		var names []string
+		for _, e := range (Catalog{Dirs: []string{dir}, Host: h}).Resolve() {
+			if e.Status == Broken {
+				t.Errorf("%s: %v", e.File, e.Err)
+			}
+			if e.Status == Offered {
+				names = append(names, e.Name)
+			}
+		}
+		return strings.Join(names, " ")
+	}
+	if got := offered("apt-get", "systemctl"); got != "debian-packages ollie-namespace systemd" {
+		t.Errorf("a Debian host offers %q", got)
+	}
+	if got := offered("apk"); got != "ollie-namespace" {
+		t.Errorf("an Alpine host offers %q", got)
+	}
+	s, err := Catalog{Dirs: []string{dir}, Host: fakeHost{bins: map[string]bool{"systemctl": true}}}.Lookup("systemd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := s.Files(); len(f) != 1 || f[0] != "example.service" {
+		t.Errorf("systemd's files: %q", f)
+	}
+}
