@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"ollie/internal/paths"
+	"ollie/toolsrv"
 )
 
 // fakeHost is a machine with the binaries named in bins and nothing else.
@@ -252,5 +253,27 @@ func TestStarterSkills(t *testing.T) {
 	}
 	if f := s.Files(); len(f) != 1 || f[0] != "example.service" {
 		t.Errorf("systemd's files: %q", f)
+	}
+}
+
+// The real host's matcher (toolsrv.LocalHost: exec.LookPath on PATH) on
+// two PATHs, as two hosts with different binaries: one with apt-get and
+// systemctl, one with neither.
+func TestStarterSkillsOnTwoPATHs(t *testing.T) {
+	dir, _ := filepath.Abs("../data/skills")
+	debian, bare := t.TempDir(), t.TempDir()
+	for _, b := range []string{"apt-get", "systemctl"} {
+		write(t, filepath.Join(debian, b), "#!/bin/sh\n")
+		os.Chmod(filepath.Join(debian, b), 0o755)
+	}
+	for path, want := range map[string]string{debian: "debian-packages ollie-namespace systemd", bare: "ollie-namespace"} {
+		t.Setenv("PATH", path)
+		var names []string
+		for _, s := range (Catalog{Dirs: []string{dir}, Host: toolsrv.LocalHost{}}).Offered() {
+			names = append(names, s.Name)
+		}
+		if got := strings.Join(names, " "); got != want {
+			t.Errorf("PATH=%s offers %q, want %q", path, got, want)
+		}
 	}
 }
