@@ -277,3 +277,13 @@ func TestStarterSkillsOnTwoPATHs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOffered is what each turn of every agent pays to learn the
+// skills on offer: the starter skills read, parsed and resolved.
+func BenchmarkOffered(b *testing.B) {
+	dir, _ := filepath.Abs("../data/skills")
+	c := Catalog{Dirs: []string{dir}, Host: toolsrv.LocalHost{}}
+	for b.Loop() {
+		c.Offered()
+	}
+}
