@@ -76,6 +76,11 @@ type Config struct {
 	// turn, as a line in brackets: what a person reading any turn must
 	// know (a yolo session's tools run unsandboxed and unapproved).
 	TurnNote string
+	// Skills are the skills the host offers (nil: none), and LoadedSkills
+	// those a restored agent had loaded: listed as loaded and offered
+	// again, their text not sent again.
+	Skills       Skills
+	LoadedSkills []string
 }
 
 // An Agent runs the loop for one conversation: each prompt is streamed to
@@ -109,6 +114,8 @@ type Agent struct {
 	stateVer uint64
 	plan     string
 	task     TaskState
+	skills   []loadedSkill // loaded, oldest first
+	offered  []SkillInfo   // on offer for the running turn
 	wake     chan struct{}
 	done     chan struct{}
 }
@@ -135,6 +142,9 @@ func New(cfg Config) *Agent {
 		history: append([]backend.Message(nil), cfg.History...),
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
+	}
+	for _, name := range cfg.LoadedSkills {
+		a.skills = append(a.skills, loadedSkill{name: name})
 	}
 	go a.run()
 	return a
@@ -438,17 +448,26 @@ func (a *Agent) rewrite(f func([]backend.Message) []backend.Message) error {
 	return nil
 }
 
-// Clear empties the conversation.
+// Clear empties the conversation, and so unloads every skill.
 func (a *Agent) Clear() error {
-	return a.rewrite(func([]backend.Message) []backend.Message { return nil })
+	if err := a.rewrite(func([]backend.Message) []backend.Message { return nil }); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.skills) == 0 {
+		return nil
+	}
+	return a.setSkills(nil)
 }
 
 // Compact keeps the most recent messages and notes what was removed; it
 // returns how many messages were removed.
 func (a *Agent) Compact() (int, error) {
 	removed := 0
+	loaded := a.skillTexts()
 	err := a.rewrite(func(h []backend.Message) []backend.Message {
-		out := compactHistory(h)
+		out := keepSkills(h, compactHistory(h), loaded)
 		removed = len(h) - len(out)
 		if removed > 0 {
 			removed++ // the note replaces them

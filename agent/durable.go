@@ -36,6 +36,7 @@ const (
 	kindAgentProfile  = "agent.profile" // the profile was switched
 	kindAgentTools    = "agent.tools"   // the agent's own tool list changed
 	kindAgentEnd      = "agent.end"     // a turn ended, with its error if it failed
+	kindAgentSkills   = "agent.skills"  // the skills loaded, the whole list
 )
 
 // SessionMeta is the header metadata of a session file.
@@ -151,6 +152,7 @@ type agentRecord struct {
 	Message  *backend.Message  `json:"message,omitempty"`
 	Messages []backend.Message `json:"messages,omitempty"`
 	Error    string            `json:"error,omitempty"`
+	Skills   []string          `json:"skills,omitempty"`
 	Chat     string            `json:"chat,omitempty"`
 }
 
@@ -172,6 +174,13 @@ func (j *agentJournal) Entry(kind string, v any) error {
 	case "end":
 		rec.Error, _ = v.(string)
 		recKind = kindAgentEnd
+	case "skills":
+		names, ok := v.([]string)
+		if !ok {
+			return fmt.Errorf("agent: journal: skills entry of type %T", v)
+		}
+		rec.Skills = names
+		recKind = kindAgentSkills
 	case "history":
 		h, ok := v.([]backend.Message)
 		if !ok {
@@ -239,6 +248,7 @@ type RestoredAgent struct {
 	Plan        string
 	Peers       map[string]bool // agent IDs linked as peers
 	Tools       []string        // the agent's own tool list, when changed from its profile's
+	Skills      []string        // the skills it had loaded
 	Interrupted bool            // a turn was running when olliesrv stopped
 	LastError   string          // how the last turn failed, if it did
 	Chat        string          // the chat stream up to the last record, for Agent.Resume
@@ -329,7 +339,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd, kindAgentSkills:
 			// Each agent.* record names its agent; the journal's carry
 			// the chat written before them. The fields of the
 			// namespace's changes are read below, by kind.
@@ -402,6 +412,8 @@ func restoreSession(path string) (*RestoredSession, error) {
 			case kindAgentEnd:
 				a.Interrupted = false
 				a.LastError = v.Error
+			case kindAgentSkills:
+				a.Skills = append([]string(nil), v.Skills...)
 			case kindAgentMessage:
 				if v.Message != nil {
 					a.History = append(a.History, *v.Message)

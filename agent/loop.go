@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -130,6 +131,12 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 			a.fail("cannot list tools: " + err.Error())
 			return
 		}
+	}
+	a.refreshOffer()
+	if a.cfg.Skills != nil && len(a.offered) > 0 {
+		// The built-in takes the name: a tool of the same name would
+		// never be reached.
+		decls = append(slices.DeleteFunc(decls, func(d tool.FunctionDecl) bool { return d.Name == LoadSkillTool }), loadSkillDecl())
 	}
 	tools := make([]backend.Tool, len(decls))
 	for i, d := range decls {
@@ -315,7 +322,7 @@ func (a *Agent) messages() []backend.Message {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	msgs := make([]backend.Message, 0, len(a.history)+1)
-	system := a.cfg.System
+	system := a.cfg.System + a.skillPrompt()
 	if a.task.Objective != "" {
 		ts, _ := json.Marshal(a.task)
 		system += "\n\n<task-state>" + string(ts) + "</task-state>"
@@ -335,10 +342,12 @@ func firstLine(s string, n int) string {
 	return s
 }
 
-// compact shortens the history to fit the context window, and records it.
+// compact shortens the history to fit the context window, carrying the
+// loaded skills through, and records it.
 func (a *Agent) compact() {
+	loaded := a.skillTexts()
 	a.mu.Lock()
-	a.history = compactHistory(a.history)
+	a.history = keepSkills(a.history, compactHistory(a.history), loaded)
 	h := append([]backend.Message(nil), a.history...)
 	a.mu.Unlock()
 	if a.cfg.Journal != nil {
@@ -468,6 +477,10 @@ func (a *Agent) call(ctx context.Context, d tool.FunctionDecl, c backend.ToolCal
 			return &tool.Result{Tool: c.Name, Failed: true, ExitCode: -1,
 				Output: "not run: " + hookReason(d, err)}
 		}
+	}
+	if c.Name == LoadSkillTool && a.cfg.Skills != nil {
+		// Answered here; its effect is recorded as the skills entry.
+		return a.loadSkillCall(c.Args)
 	}
 	// Models reuse call ids across turns (many local ones count from 0 in
 	// every reply): a nonce keeps each call's record its own.

@@ -26,6 +26,7 @@ import (
 //	backend      string            backend name; absent means the default backend
 //	maxSteps     int > 0           model requests per prompt; absent means the loop's default
 //	spawn        bool              its tools may create sessions and agents through the namespace
+//	skills       [string]          skills loaded when the agent is made, where the host offers them
 //	hooks        {name: command}   shell commands run at agentSpawn, preTurn, postTurn,
 //	                               preTool, postTool, preCompact, postCompact, turnError
 //
@@ -45,6 +46,7 @@ type Profile struct {
 	MaxSteps    int               `json:"maxSteps,omitempty"` // 0: the loop's default
 	Spawn       bool              `json:"spawn,omitempty"`    // its tools may create sessions and agents
 	Hooks       map[string]string `json:"hooks,omitempty"`    // hook name → shell command
+	Skills      []string          `json:"skills,omitempty"`   // preloaded where offered
 }
 
 // ErrUnknownProfile is wrapped by the error for a profile no directory holds.
@@ -118,7 +120,10 @@ const (
 var HookNames = []string{HookAgentSpawn, HookPreTurn, HookPreTool, HookPostTool,
 	HookPostTurn, HookPreCompact, HookPostCompact, HookTurnError}
 
-var profileFields = []string{"description", "prompt", "tools", "model", "backend", "maxSteps", "spawn", "hooks"}
+var profileFields = []string{"description", "prompt", "tools", "model", "backend", "maxSteps", "spawn", "hooks", "skills"}
+
+// skillNameRE is package skills' rule for skill names.
+var skillNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
 
 // toolNameRE is toolsrv's rule for tool names.
 var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -180,6 +185,18 @@ func ParseProfile(name, file string, data []byte) (*Profile, error) {
 			})
 		case "hooks":
 			p.Hooks, err = pp.hooks(f)
+		case "skills":
+			var seen []string
+			p.Skills, err = pp.strs(f, "a skill name", func(s string) error {
+				if !skillNameRE.MatchString(s) {
+					return fmt.Errorf("%q is not a skill name (lower-case letters, digits, - and _, starting with a letter)", s)
+				}
+				if slices.Contains(seen, s) {
+					return fmt.Errorf("%q is listed twice", s)
+				}
+				seen = append(seen, s)
+				return nil
+			})
 		}
 		if err != nil {
 			return nil, err

@@ -41,6 +41,12 @@ func TestChangesRestore(t *testing.T) {
 			t.Fatalf("%T: %v", c, err)
 		}
 	}
+	j := l.Journal("a1")
+	for _, list := range [][]string{{"apt"}, {"apt", "systemd"}, {"systemd"}} {
+		if err := j.Entry("skills", list); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l.Close()
 
 	got, damaged := RestoreSessions(dir)
@@ -60,6 +66,7 @@ func TestChangesRestore(t *testing.T) {
 		AgentMeta: AgentMeta{ID: "a1", Name: "uno", Cwd: dir, Model: "m1", Profile: "orchestrator"},
 		Plan:      "1. look\n2. fix\n",
 		Tools:     []string{"shell", "read"},
+		Skills:    []string{"systemd"},
 		Peers:     map[string]bool{"a2": true},
 	}
 	a.Chat, a.History = "", nil

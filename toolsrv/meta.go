@@ -453,36 +453,49 @@ func (p *parser) match(path string, raw json.RawMessage) []Condition {
 		if !ok {
 			continue
 		}
-		switch mb.key {
-		case "binary":
-			if v == "" || !filepath.IsAbs(v) && strings.ContainsRune(v, '/') {
-				p.errorf(at, "%q (expected a bare name looked up in PATH, or an absolute path)", v)
-				continue
-			}
-		case "file":
-			if !filepath.IsAbs(v) {
-				p.errorf(at, "%q (expected an absolute path)", v)
-				continue
-			}
-		case "os":
-			if !slices.Contains(knownOS, v) {
-				p.errorf(at, "unknown %q (expected a GOOS: %s)", v, strings.Join(knownOS, ", "))
-				continue
-			}
-		case "arch":
-			if !slices.Contains(knownArch, v) {
-				p.errorf(at, "unknown %q (expected a GOARCH: %s)", v, strings.Join(knownArch, ", "))
-				continue
-			}
-		case "env", "nenv":
-			if v == "" || strings.ContainsAny(v, "=\x00") {
-				p.errorf(at, "%q (expected an environment variable name)", v)
-				continue
-			}
+		c, err := NewCondition(mb.key, v)
+		if err != nil {
+			p.errorf(at, "%v", err)
+			continue
 		}
-		conds = append(conds, Condition{mb.key, v})
+		conds = append(conds, c)
 	}
 	return conds
+}
+
+// MatchKeys lists the keys of a condition, in the order errors name them.
+func MatchKeys() []string { return slices.Clone(matchKeys) }
+
+// NewCondition checks one condition as a variant's "match" does, so that
+// skills (package skills) declare conditions in the same words: a key of
+// MatchKeys and a value of the form that key takes. Its error says what was
+// expected; the caller names the file and the field.
+func NewCondition(key, v string) (Condition, error) {
+	switch key {
+	case "binary":
+		if v == "" || !filepath.IsAbs(v) && strings.ContainsRune(v, '/') {
+			return Condition{}, fmt.Errorf("%q (expected a bare name looked up in PATH, or an absolute path)", v)
+		}
+	case "file":
+		if !filepath.IsAbs(v) {
+			return Condition{}, fmt.Errorf("%q (expected an absolute path)", v)
+		}
+	case "os":
+		if !slices.Contains(knownOS, v) {
+			return Condition{}, fmt.Errorf("unknown %q (expected a GOOS: %s)", v, strings.Join(knownOS, ", "))
+		}
+	case "arch":
+		if !slices.Contains(knownArch, v) {
+			return Condition{}, fmt.Errorf("unknown %q (expected a GOARCH: %s)", v, strings.Join(knownArch, ", "))
+		}
+	case "env", "nenv":
+		if v == "" || strings.ContainsAny(v, "=\x00") {
+			return Condition{}, fmt.Errorf("%q (expected an environment variable name)", v)
+		}
+	default:
+		return Condition{}, fmt.Errorf("unknown key %q (expected %s)%s", key, strings.Join(matchKeys, ", "), didYouMean(key, matchKeys))
+	}
+	return Condition{key, v}, nil
 }
 
 // checkResolved checks what only the merged fields show: every definition the

@@ -116,6 +116,10 @@ func (e *Explanation) String() string {
 	return b.String()
 }
 
+// On evaluates the condition on h: what variants and skills (package
+// skills) both ask of a host.
+func (c Condition) On(h Host) Check { return check(c, h) }
+
 // check evaluates one condition on h.
 func check(c Condition, h Host) Check {
 	ck := Check{Condition: c}

@@ -197,6 +197,7 @@ func (n *namespace) agentSpec() *ns.Node {
 			ns.ReadFile("stats", 0444, "Turns, tokens and the last error, as JSON; context_window is the model's window in tokens at the last reply (for Ollama the num_ctx ollie sets) and prompt_tokens_last how much of it that reply's prompt took.", n.agentRead(agentStats)),
 			ns.RdWrFile("ctl", 0660, "Agent controls: "+strings.Join(agentCommands, ", ")+".", n.agentCtl),
 			ns.ReadFile("id", 0444, "Immutable agent UUID.", n.agentRead(func(e *agentEntry) string { return e.ID() + "\n" })),
+			ns.ReadFile("skills", 0444, "The skills the agent has loaded, one name a line (ctl skill_load, skill_unload; the host's are in /skills).", n.agentRead(agentSkills)),
 			&ns.Node{Name: "cfg", Mode: 0640, Read: n.agentRead(agentCfg), Write: n.agentSetCfg,
 				Doc: "Agent configuration as JSON; write 'model=NAME' lines to change what may change."},
 			ns.Dir("proc", 0555, "Background processes this agent started.",
@@ -362,6 +363,9 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return nil, errors.New("agent/new: olliesrv is shutting down")
 	}
 	n.bus.Publish("session."+s.ID+".agent."+id+".new", name)
+	if prof, err := agent.LoadProfile(e.profile); err == nil {
+		preloadSkills(e, prof.Skills)
+	}
 	if !hasPrompt {
 		return []byte(name + "\n"), nil
 	}
@@ -546,7 +550,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		return nil, fmt.Errorf("the session's tools: %w", err)
 	}
 	cfg := agent.Config{ID: m.ID, Name: m.Name, SessionID: s.ID, Run: s.Name(), Backend: be, Model: m.Model, System: system,
-		Tools: tools, Cwd: m.Cwd, MaxSteps: prof.MaxSteps, Publish: n.bus.Publish, Hooks: hooks}
+		Tools: tools, Cwd: m.Cwd, MaxSteps: prof.MaxSteps, Publish: n.bus.Publish, Hooks: hooks, Skills: n.skillsOf()}
 	if s.Yolo {
 		cfg.TurnNote = yoloNote
 	}
@@ -557,6 +561,7 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 		profile: m.Profile, token: token, parent: m.Parent, depth: m.Depth, limit: m.Limit}
 	if restored != nil {
 		cfg.History = restored.History
+		cfg.LoadedSkills = restored.Skills
 		e.peers = restored.Peers
 	}
 	e.Agent = agent.New(cfg)
@@ -641,7 +646,7 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 // bareCommands are the agent controls that take no argument.
 var bareCommands = []string{"help", "stop", "kill", "compact", "clear", "peers", "models", "systemprompt", "tools", "backend", "cwd"}
 
-var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent [PROFILE]", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
+var agentCommands = []string{"help", "stop", "kill", "compact", "clear", "inject TEXT", "agent [PROFILE]", "model [NAME]", "backend", "name", "cwd", "tools", "tool_load NAME", "tool_unload NAME", "skill_load NAME", "skill_unload NAME", "peeradd NAME", "peerdel NAME", "peers", "proc", "proc out|term|kill|dismiss PID", "models", "systemprompt"}
 
 func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	e, err := n.agentOf(c)
@@ -742,6 +747,8 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 			return nil, err
 		}
 		return []byte("ok\n"), nil
+	case "skill_load", "skill_unload":
+		return skillCtl(c, e, verb, arg)
 	case "tool_load", "tool_unload":
 		if arg == "" {
 			return nil, fmt.Errorf("%s: %s needs a tool name", c.Path(), verb)

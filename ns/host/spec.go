@@ -60,6 +60,7 @@ func (n *namespace) spec() *ns.Node {
 		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model<TAB>the context window an agent gets, e.g. ctx=32768 (num_ctx set by ollie), or ctx=? (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
+		ns.ReadFile("skills", 0444, "Skills found on this host: name<TAB>offered, skipped, broken or shadowed<TAB>why (the conditions checked, the error, or the file that wins)<TAB>description.", n.hostSkillList),
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
 		ns.RdWrFile("generate", 0666, `One-shot generation: write a prompt (or {"prompt", "system", "model", "backend"} as JSON); read the reply.`, n.generate),
 		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
