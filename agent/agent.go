@@ -599,9 +599,18 @@ func (a *Agent) Reconfigure(system string, hooks *Hooks, tools Tools, maxSteps i
 	return nil
 }
 
-// System returns the resolved system prompt.
+// System returns the system prompt the next turn's requests carry: the
+// profile's, and the skills on offer (ctl systemprompt shows it).
 func (a *Agent) System() string {
+	// As the next turn's requests will have it: with the skills on offer now.
+	var offered []SkillInfo
+	if a.cfg.Skills != nil {
+		offered = a.cfg.Skills.Offered()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.cfg.System
+	saved := a.offered
+	a.offered = offered
+	defer func() { a.offered = saved }()
+	return a.cfg.System + a.skillPrompt()
 }

@@ -160,3 +160,17 @@ func TestLoadSkillCtl(t *testing.T) {
 		t.Errorf("an unloaded skill was carried through compaction:\n%s", c)
 	}
 }
+
+// TestSystemShowsSkills: what ctl systemprompt shows is what the next
+// turn sends: the profile's prompt and the skills on offer, before any
+// turn has run.
+func TestSystemShowsSkills(t *testing.T) {
+	a := New(Config{ID: "a", System: "SYSTEM", Skills: fakeSkills{"apt": "APT-BODY", "systemd": "S"}})
+	got := a.System()
+	if !strings.HasPrefix(got, "SYSTEM") || !strings.Contains(got, "apt") || !strings.Contains(got, "systemd") || !strings.Contains(got, LoadSkillTool) {
+		t.Errorf("System() = %q, want the profile's prompt and the skills on offer", got)
+	}
+	if strings.Contains(got, "APT-BODY") {
+		t.Errorf("System() sends a skill's body before it is loaded: %q", got)
+	}
+}

@@ -227,6 +227,10 @@ func TestDeploy(t *testing.T) {
 	os.Remove(filepath.Join(h13.Home, ".local/share/ollie/data/agents/default.json"))
 	stray := filepath.Join(h13.Home, ".local/share/ollie/data/tools/stray.meta")
 	os.WriteFile(stray, []byte("{}"), 0644)
+	// A skill deleted on the desktop, in a folder of its own.
+	straySkill := filepath.Join(h13.Home, ".local/share/ollie/data/skills/retired/SKILL.md")
+	os.MkdirAll(filepath.Dir(straySkill), 0755)
+	os.WriteFile(straySkill, []byte("---\nname: retired\ndescription: gone from the desktop\n---\n"), 0644)
 	out = r.must("deploy", "h11", "h12", "h13")
 	if row := tableRow(out, "h11"); row == nil || row[3] != "0" {
 		t.Errorf("h11 sent something: %q", row)
@@ -239,6 +243,12 @@ func TestDeploy(t *testing.T) {
 	}
 	if _, err := os.Stat(stray); err == nil {
 		t.Error("a file no longer in data/ was left on the host")
+	}
+	if _, err := os.Stat(filepath.Dir(straySkill)); err == nil {
+		t.Error("a skill no longer in data/skills was left on the host (or its folder)")
+	}
+	if !strings.Contains(out, "removed data/skills/retired/SKILL.md") {
+		t.Errorf("deploy did not say it removed the retired skill:\n%s", out)
 	}
 
 	// ssh host ollie, with the real OpenSSH client and no tty: the

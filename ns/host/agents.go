@@ -1098,6 +1098,14 @@ func (n *namespace) switchProfile(ctx context.Context, c *ns.Call, e *agentEntry
 	e.mu.Lock()
 	e.profile = name
 	e.mu.Unlock()
+	// The new profile's skills, beside those already loaded.
+	var want []string
+	for _, sk := range prof.Skills {
+		if !slices.Contains(e.LoadedSkills(), sk) {
+			want = append(want, sk)
+		}
+	}
+	preloadSkills(e, want)
 	return nil
 }
 

@@ -98,4 +98,21 @@ func TestSkillsInNamespace(t *testing.T) {
 	if chat := nstest.ReadFile(t, fs, "session/s/agent/p/log"); !strings.Contains(chat, "HOST-MINE") {
 		t.Errorf("the preloaded skill's text is not in the conversation:\n%s", chat)
 	}
+	// Switching to that profile loads its skills beside the agent's own;
+	// ctl systemprompt shows the skills on offer, as the model sees them.
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=q profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/q/ctl", "skill_load shellwork"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/q/ctl", "agent pre"); err != nil {
+		t.Fatal(err)
+	}
+	if got := nstest.ReadFile(t, fs, "session/s/agent/q/skills"); got != "shellwork\nmine\n" {
+		t.Errorf("after ctl agent pre: skills %q, want shellwork then the profile's mine", got)
+	}
+	if sys, err := nstest.RdWr(fs, "session/s/agent/q/ctl", "systemprompt"); err != nil || !strings.Contains(sys, "shellwork") || !strings.Contains(sys, "load_skill") {
+		t.Errorf("ctl systemprompt does not show the skills on offer: %v\n%s", err, sys)
+	}
 }
