@@ -238,9 +238,18 @@ func TestListenerSSHFS(t *testing.T) {
 		t.Fatalf("sshfs: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("fusermount", "-u", mnt).CombinedOutput(); err != nil {
-			t.Errorf("fusermount -u: %v\n%s", err, out)
+		// A reader just killed (tail -f) may hold the mount a moment
+		// longer: try again before calling it a failure.
+		var out []byte
+		var err error
+		for i := 0; i < 50; i++ {
+			if out, err = exec.Command("fusermount", "-u", mnt).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		exec.Command("fusermount", "-u", "-z", mnt).Run()
+		t.Errorf("fusermount -u: %v\n%s", err, out)
 	})
 	sh := func(script string) (string, error) {
 		out, err := exec.Command("sh", "-c", script).CombinedOutput()

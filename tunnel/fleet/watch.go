@@ -51,6 +51,11 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		downSince time.Time
 		started   string // the daemon's start time, to notice a restart
 		busy      bool   // the agent was seen working since it was (re)started
+		// restarted: the daemon restarted and the agent has not been
+		// given its goal again yet. What its stats show meanwhile (a
+		// restored agent's turns, the interruption as its last error, a
+		// state seen while it was being restored) is the old turn's.
+		restarted bool
 		idleSince time.Time
 	)
 	for ctx.Err() == nil {
@@ -96,7 +101,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		} else if daemon != started {
 			// The daemon restarted: the session is durable, but the turn
 			// it ran was interrupted. The run picks it up.
-			started, busy = daemon, false
+			started, busy, restarted = daemon, false, true
 			r.update(h, func(h *Host) {
 				h.Notes = append(h.Notes, "olliesrv restarted during the run; its session was picked up")
 			})
@@ -105,7 +110,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 			h.Steps, h.ToolCalls, h.Tokens = max(h.Steps, st.Steps), max(h.ToolCalls, st.ToolCalls), max(h.Tokens, st.PromptTokens+st.CompletionTokens)
 		})
 		working := st.State == agent.StateThinking || st.State == agent.StateCalling || st.Queued > 0
-		if working || st.Turns > 0 {
+		if (working || st.Turns > 0) && !restarted {
 			busy = true
 		}
 		switch {
@@ -142,7 +147,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 				g, _ := readSmall(ctx, c, dir+"goal")
 				prompt := "olliesrv on this host restarted and interrupted your work. Continue towards the session's goal:\n" + strings.TrimSpace(string(g))
 				if err := c.Write(ctx, agentDir+"prompt", []byte(prompt)); err == nil {
-					busy = true
+					busy, restarted = true, false
 				}
 			}
 		default:
