@@ -231,6 +231,8 @@ func TestDeploy(t *testing.T) {
 	straySkill := filepath.Join(h13.Home, ".local/share/ollie/data/skills/retired/SKILL.md")
 	os.MkdirAll(filepath.Dir(straySkill), 0755)
 	os.WriteFile(straySkill, []byte("---\nname: retired\ndescription: gone from the desktop\n---\n"), 0644)
+	os.Chown(filepath.Dir(straySkill), h13.UID, h13.GID)
+	os.Chown(straySkill, h13.UID, h13.GID)
 	out = r.must("deploy", "h11", "h12", "h13")
 	if row := tableRow(out, "h11"); row == nil || row[3] != "0" {
 		t.Errorf("h11 sent something: %q", row)
