@@ -23,16 +23,30 @@ import (
 
 const ansibleUsage = `usage: olliesrv ansible goal ARGSFILE   the ollie_goal module: run one agent goal, print its result as JSON
        olliesrv ansible info ARGSFILE   the ollie_info module: this host's version, sessions, agents and tools
+       olliesrv ansible data ROOT TAR   the deploy role: make ROOT/data what TAR holds, print what changed
 `
 
-// ansibleMain always prints one JSON object, as Ansible reads it, and
-// exits 0 unless the usage is wrong: a failure is "failed" in the JSON.
+// ansibleMain prints one JSON object, as Ansible reads it: the module's
+// result (its "failed" says whether the goal failed), or, exiting 1,
+// why the module could not run.
 func ansibleMain(args []string, stdout, stderr io.Writer) int {
+	enc := json.NewEncoder(stdout)
+	if len(args) == 3 && args[0] == "data" {
+		changed, err := ansible.SyncData(args[1], args[2])
+		if changed == nil {
+			changed = []string{}
+		}
+		if err != nil {
+			enc.Encode(map[string]any{"failed": true, "changed": changed, "msg": err.Error()})
+			return 1
+		}
+		enc.Encode(map[string]any{"changed": changed})
+		return 0
+	}
 	if len(args) != 2 || (args[0] != "goal" && args[0] != "info") {
 		fmt.Fprint(stderr, ansibleUsage)
 		return 2
 	}
-	enc := json.NewEncoder(stdout)
 	failed := func(msg string) int {
 		enc.Encode(map[string]any{"failed": true, "changed": false, "msg": msg})
 		return 1

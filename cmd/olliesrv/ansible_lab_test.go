@@ -86,7 +86,8 @@ func TestAnsibleCollection(t *testing.T) {
       vars:
         ollie_bin: %s
         ollie_data: %s
-`, srv, data)), 0600)
+        ollie_data_tar: %s/data.tar
+`, srv, data, ctl)), 0600)
 	os.WriteFile(filepath.Join(ctl, "goal.yml"), []byte(ansibleGoalPlay(ctl)), 0600)
 
 	play := func(name string, extra ...string) string {
@@ -103,7 +104,9 @@ func TestAnsibleCollection(t *testing.T) {
 	}
 	recap := regexp.MustCompile(`(?m)^(h1\d)\s+: ok=\d+\s+changed=(\d+)`)
 
+	dstart := time.Now()
 	first := play("deploy.yml")
+	t.Logf("the first deploy took %v", time.Since(dstart).Round(time.Millisecond))
 	for _, h := range l.Hosts {
 		cur, err := os.Readlink(filepath.Join(h.Home, ".local/share/ollie/current"))
 		if err != nil {
