@@ -23,11 +23,19 @@ func TestParseGoalArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Goal != "g" || a.Timeout != 5 || !a.Policy.Sudo || !slices.Equal(a.Policy.Allow, []string{"a"}) {
+	if a.Goal != "g" || a.Timeout != 5 || !bool(a.Policy.Sudo) || !slices.Equal(a.Policy.Allow, []string{"a"}) {
 		t.Errorf("parsed %+v", a)
 	}
 	if got, want := string(a.BecomePassword), "p\"\\é😀x\n\t"; got != want {
 		t.Errorf("become_password %q, want %q", got, want)
+	}
+	// Templated values reach the module as strings.
+	a, err = ParseGoalArgs([]byte(`{"goal": "g", "timeout": "7", "policy": {"sudo": "False"}, "_ansible_check_mode": "True"}`))
+	if err != nil || a.Timeout != 7 || bool(a.Policy.Sudo) || !bool(a.CheckMode) {
+		t.Errorf("templated strings: %+v, %v", a, err)
+	}
+	if _, err := ParseGoalArgs([]byte(`{"goal": "g", "policy": {"sudo": "maybe"}}`)); err == nil {
+		t.Error("sudo: maybe: no error")
 	}
 	if _, err := ParseGoalArgs([]byte(`{"timeout": 5}`)); err == nil {
 		t.Error("no goal: no error")

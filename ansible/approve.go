@@ -44,7 +44,7 @@ func (a *Approver) decide(req *broker.Request) broker.Answer {
 		return broker.Answer{Decision: broker.Deny, Reason: "ollie_goal: a yolo session is never allowed from a play"}
 	case !a.Policy.allows(req.Tool):
 		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("ollie_goal: the play's policy does not let %s leave the sandbox on this host (policy.allow)", req.Tool)}
-	case req.Sudo && !a.Policy.Sudo:
+	case req.Sudo && !bool(a.Policy.Sudo):
 		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("ollie_goal: the play's policy does not allow sudo on this host (policy.sudo), which %s asks for", req.Tool)}
 	}
 	return broker.Answer{Decision: broker.Once, Reason: "allowed by the play's policy"}

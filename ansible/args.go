@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -35,7 +36,63 @@ type Policy struct {
 	Allow []string `json:"allow"`
 	// Sudo lets an allowed tool run as root, with the become password
 	// when sudo asks for one.
-	Sudo bool `json:"sudo"`
+	Sudo Bool `json:"sudo"`
+}
+
+// Bool is a boolean as a play may give it: templated values reach a
+// non-Python module as written, "true" or "False" as well as true.
+type Bool bool
+
+// UnmarshalJSON takes true, false, or a string Ansible counts as either.
+func (b *Bool) UnmarshalJSON(data []byte) error {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case bool:
+		*b = Bool(v)
+		return nil
+	case nil:
+		*b = false
+		return nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "true", "yes", "on", "1":
+			*b = true
+			return nil
+		case "false", "no", "off", "0", "":
+			*b = false
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a boolean", data)
+}
+
+// Int is an integer as a play may give it: 600 or "600".
+type Int int
+
+// UnmarshalJSON takes a number or a string holding one.
+func (n *Int) UnmarshalJSON(data []byte) error {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case float64:
+		*n = Int(v)
+		return nil
+	case nil:
+		*n = 0
+		return nil
+	case string:
+		i, err := strconv.Atoi(strings.TrimSpace(v))
+		if err == nil {
+			*n = Int(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not an integer", data)
 }
 
 // allows reports whether the policy lets tool leave the sandbox.
@@ -54,11 +111,11 @@ type GoalArgs struct {
 	Profile string `json:"profile"`
 	Model   string `json:"model"`
 	// Timeout is how long the goal may run, in seconds; 0 means 600.
-	Timeout int `json:"timeout"`
+	Timeout Int `json:"timeout"`
 	// RunID names the session: one per play run. "" makes a fresh name.
 	RunID     string `json:"run_id"`
 	Policy    Policy `json:"policy"`
-	CheckMode bool   `json:"_ansible_check_mode"`
+	CheckMode Bool   `json:"_ansible_check_mode"`
 	// BecomePassword is the sudo password, kept out of Go strings so
 	// that it can be zeroed once handed on.
 	BecomePassword []byte `json:"-"`

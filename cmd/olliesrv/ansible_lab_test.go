@@ -230,10 +230,10 @@ func ansibleGoalPlay(ctl string) string {
     - ollie.fleet.ollie_goal:
         goal: who is root
         run_id: root
-        timeout: 60
+        timeout: "{{ 30 * 2 }}"
         policy:
           allow: [root_id]
-          sudo: true
+          sudo: "{{ ollie_sudo_ok | default(true) }}"
         become_password: "{{ ansible_become_password }}"
       register: root
       ignore_errors: true
