@@ -50,18 +50,7 @@ func TestAnsibleCollection(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(ctl) })
 	data := ansibleData(t, filepath.Join(ctl, "data"))
 
-	out, err := exec.Command("ansible-galaxy", "collection", "build", "../../contrib/ansible/ollie/fleet", "--output-path", ctl).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ansible-galaxy collection build: %v\n%s", err, out)
-	}
-	tarballs, _ := filepath.Glob(filepath.Join(ctl, "ollie-fleet-*.tar.gz"))
-	if len(tarballs) != 1 {
-		t.Fatalf("the build made %v", tarballs)
-	}
-	colls := filepath.Join(ctl, "collections")
-	if out, err := exec.Command("ansible-galaxy", "collection", "install", "-p", colls, tarballs[0]).CombinedOutput(); err != nil {
-		t.Fatalf("ansible-galaxy collection install: %v\n%s", err, out)
-	}
+	colls := installCollection(t, ctl)
 
 	// Each host's agent has a scripted model of its own.
 	llms := map[string]*fakellm.Server{}
@@ -251,7 +240,7 @@ func ansibleGoalPlay(ctl string) string {
 
 // ansibleData copies the repository's data/ to dir, with a tool the play
 // denies (peek, elevated) and one it allows with sudo (root_id).
-func ansibleData(t *testing.T, dir string) string {
+func ansibleData(t testing.TB, dir string) string {
 	src := "../../data"
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -290,7 +279,7 @@ func ansibleData(t *testing.T, dir string) string {
 // resetHome stops a daemon an earlier run left on the lab user and
 // removes what ollie and Ansible keep in its home: the users are shared
 // between runs.
-func resetHome(t *testing.T, l *sshlab.Lab, h *sshlab.Host) {
+func resetHome(t testing.TB, l *sshlab.Lab, h *sshlab.Host) {
 	l.SSH(h.Name, "test -x .local/share/ollie/current/olliesrv && .local/share/ollie/current/olliesrv stop").Run()
 	for _, d := range []string{".local/share/ollie", ".local/state/ollie", ".config/ollie", ".ansible", ".local/bin/ollie"} {
 		os.RemoveAll(filepath.Join(h.Home, d))
@@ -348,4 +337,23 @@ func scanFor(t *testing.T, secret string, roots ...string) {
 	if n < 10 {
 		t.Errorf("only %d files searched under %v", n, roots)
 	}
+}
+
+// installCollection builds the collection with ansible-galaxy and
+// installs it under ctl; it returns the collections path.
+func installCollection(t testing.TB, ctl string) string {
+	t.Helper()
+	out, err := exec.Command("ansible-galaxy", "collection", "build", "../../contrib/ansible/ollie/fleet", "--output-path", ctl).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ansible-galaxy collection build: %v\n%s", err, out)
+	}
+	tarballs, _ := filepath.Glob(filepath.Join(ctl, "ollie-fleet-*.tar.gz"))
+	if len(tarballs) != 1 {
+		t.Fatalf("the build made %v", tarballs)
+	}
+	colls := filepath.Join(ctl, "collections")
+	if out, err := exec.Command("ansible-galaxy", "collection", "install", "-p", colls, tarballs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("ansible-galaxy collection install: %v\n%s", err, out)
+	}
+	return colls
 }
