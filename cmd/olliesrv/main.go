@@ -41,6 +41,7 @@ const olliesrvUsage = `usage: olliesrv [serve] [-tcp ADDR] [-ssh ADDR] [-v]   se
        olliesrv tools [run NAME [JSON]]   list this host's tools, or run one as an agent would
        olliesrv start | stop | restart    start the daemon detached, stop it, or restart it on the deployed binary
        olliesrv install manifest|commit   the host side of ollie-remote deploy (and probe|receive|backends)
+       olliesrv ansible goal|info ARGSFILE the ollie.fleet collection's modules (contrib/ansible)
        olliesrv ssh-fingerprint           print the -ssh listener's host key fingerprint
        olliesrv version                   print the version
 `
@@ -63,6 +64,8 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 		return stopMain(args, stdout, stderr)
 	case "restart":
 		return restartMain(args, stdout, stderr)
+	case "ansible":
+		return ansibleMain(args, stdout, stderr)
 	case "install":
 		return deploy.Install(args, os.Stdin, stdout, stderr)
 	case "ssh-fingerprint":

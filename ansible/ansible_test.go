@@ -1,0 +1,185 @@
+package ansible
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/broker"
+)
+
+func TestParseGoalArgs(t *testing.T) {
+	args := `{"goal": "g", "timeout": 5, "policy": {"allow": ["a"], "sudo": true},
+		"become_password": "p\"\\\u00e9\ud83d\ude00x\n\t", "_ansible_check_mode": false}`
+	a, err := ParseGoalArgs([]byte(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Goal != "g" || a.Timeout != 5 || !bool(a.Policy.Sudo) || !slices.Equal(a.Policy.Allow, []string{"a"}) {
+		t.Errorf("parsed %+v", a)
+	}
+	if got, want := string(a.BecomePassword), "p\"\\é😀x\n\t"; got != want {
+		t.Errorf("become_password %q, want %q", got, want)
+	}
+	// Templated values reach the module as strings.
+	a, err = ParseGoalArgs([]byte(`{"goal": "g", "timeout": "7", "policy": {"sudo": "False"}, "_ansible_check_mode": "True"}`))
+	if err != nil || a.Timeout != 7 || bool(a.Policy.Sudo) || !bool(a.CheckMode) {
+		t.Errorf("templated strings: %+v, %v", a, err)
+	}
+	if _, err := ParseGoalArgs([]byte(`{"goal": "g", "policy": {"sudo": "maybe"}}`)); err == nil {
+		t.Error("sudo: maybe: no error")
+	}
+	if _, err := ParseGoalArgs([]byte(`{"timeout": 5}`)); err == nil {
+		t.Error("no goal: no error")
+	}
+	for _, bad := range []string{`"\x"`, `"\u12"`, `5`, `"abc\`} {
+		if _, err := jsonString([]byte(bad)); err == nil {
+			t.Errorf("jsonString(%s): no error", bad)
+		}
+	}
+}
+
+func TestReadArgsFileRemovesIt(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "args")
+	os.WriteFile(p, []byte(`{"goal": "g", "become_password": "secret"}`), 0600)
+	b, err := ReadArgsFile(p)
+	if err != nil || !strings.Contains(string(b), "secret") {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the arguments file is still there: %v", err)
+	}
+}
+
+func TestPolicyDecisions(t *testing.T) {
+	a := &Approver{Policy: Policy{Allow: []string{"fetch", "root_id"}, Sudo: false}}
+	star := &Approver{Policy: Policy{Allow: []string{"*"}, Sudo: true}}
+	for _, c := range []struct {
+		a      *Approver
+		req    broker.Request
+		want   broker.Decision
+		reason string
+	}{
+		{a, broker.Request{Tool: "fetch"}, broker.Once, ""},
+		{a, broker.Request{Tool: "peek"}, broker.Deny, "does not let peek leave the sandbox"},
+		{a, broker.Request{Tool: "root_id", Sudo: true}, broker.Deny, "does not allow sudo"},
+		{star, broker.Request{Tool: "root_id", Sudo: true}, broker.Once, ""},
+		{star, broker.Request{Tool: broker.YoloTool, Yolo: true}, broker.Deny, "yolo"},
+	} {
+		ans := c.a.decide(&c.req)
+		if ans.Decision != c.want || !strings.Contains(ans.Reason, c.reason) {
+			t.Errorf("%+v: %+v, want %s (%q)", c.req, ans, c.want, c.reason)
+		}
+	}
+}
+
+// The approver over a real Unix socket, as the gate asks it: its own
+// session's sudo request gets the password once, a second ask (sudo
+// refused it) is denied; another session's request is left unanswered.
+func TestApproverServes(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("unix", filepath.Join(dir, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := &Approver{Policy: Policy{Allow: []string{"root_id"}, Sudo: true}, Session: "S1", Password: []byte("pw")}
+	go ap.Serve(l)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", filepath.Join(dir, "b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	cv, ans, err := broker.Ask(ctx, dial(), &broker.Request{Session: "S1", Tool: "root_id", Sudo: true})
+	if err != nil || ans.Decision != broker.Once {
+		t.Fatalf("answer %+v, %v", ans, err)
+	}
+	pw, err := cv.Password(ctx, 1, "")
+	if err != nil || string(pw) != "pw" {
+		t.Fatalf("password %q, %v", pw, err)
+	}
+	if _, err := cv.Password(ctx, 2, "wrong password"); !errors.Is(err, broker.ErrDenied) || !strings.Contains(err.Error(), "refused the play's become password") {
+		t.Errorf("a second ask: %v", err)
+	}
+	cv.Close("no password")
+
+	if cv, _, err := broker.Ask(ctx, dial(), &broker.Request{Session: "S2", Tool: "root_id"}); !errors.Is(err, io.EOF) {
+		t.Errorf("another session's request: %v, want it closed unanswered", err)
+		if cv != nil {
+			cv.Close("ran")
+		}
+	}
+	l.Close()
+	ap.Close()
+	got := ap.Approvals()
+	if len(got) != 1 || got[0].Decision != "deny" || got[0].Result != "no password" {
+		t.Errorf("approvals %+v", got)
+	}
+	if string(ap.Password) != "\x00\x00" {
+		t.Errorf("the password was not zeroed: %q", ap.Password)
+	}
+}
+
+func TestSyncData(t *testing.T) {
+	root := t.TempDir()
+	mk := func(files map[string]string) string {
+		p := filepath.Join(t.TempDir(), "d.tar")
+		f, _ := os.Create(p)
+		tw := tar.NewWriter(f)
+		for _, name := range []string{"tools/", "tools/a", "tools/a.meta", "skills/", "skills/x"} {
+			content, ok := files[name]
+			if !ok {
+				continue
+			}
+			if strings.HasSuffix(name, "/") {
+				tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0755})
+				continue
+			}
+			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0755, Size: int64(len(content))})
+			tw.Write([]byte(content))
+		}
+		tw.Close()
+		f.Close()
+		return p
+	}
+	v1 := mk(map[string]string{"tools/": "", "tools/a": "A", "tools/a.meta": "{}", "skills/": "", "skills/x": "X"})
+	if ch, err := SyncData(root, v1); err != nil || len(ch) != 5 {
+		t.Fatalf("first: %v, %v", ch, err)
+	}
+	if ch, err := SyncData(root, v1); err != nil || len(ch) != 0 {
+		t.Fatalf("again: %v, %v", ch, err)
+	}
+	v2 := mk(map[string]string{"tools/": "", "tools/a": "B", "tools/a.meta": "{}"})
+	ch, err := SyncData(root, v2)
+	if err != nil || !slices.Equal(ch, []string{"data/tools/a", "removed data/skills"}) {
+		t.Fatalf("v2: %v, %v", ch, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "data/tools/a")); string(b) != "B" {
+		t.Errorf("tools/a holds %q", b)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.tar")
+	f, _ := os.Create(bad)
+	tw := tar.NewWriter(f)
+	tw.WriteHeader(&tar.Header{Name: "../evil", Typeflag: tar.TypeReg, Mode: 0644})
+	tw.Close()
+	f.Close()
+	if _, err := SyncData(root, bad); err == nil {
+		t.Error("a name leaving data/ was taken")
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+// "olliesrv ansible goal|info ARGSFILE": the ollie.fleet collection's
+// modules (contrib/ansible/ollie/fleet). The collection's module files
+// are two-line wrappers that exec the deployed olliesrv with Ansible's
+// arguments file; the logic is in package ansible.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"ollie/ansible"
+	"ollie/broker"
+	"ollie/internal/termsafe"
+	"ollie/ns/client"
+	"ollie/ns/daemon"
+	"ollie/ns/nsdir"
+)
+
+const ansibleUsage = `usage: olliesrv ansible goal ARGSFILE   the ollie_goal module: run one agent goal, print its result as JSON
+       olliesrv ansible info ARGSFILE   the ollie_info module: this host's version, sessions, agents and tools
+       olliesrv ansible data ROOT TAR   the deploy role: make ROOT/data what TAR holds, print what changed
+`
+
+// ansibleMain prints one JSON object, as Ansible reads it: the module's
+// result (its "failed" says whether the goal failed), or, exiting 1,
+// why the module could not run.
+func ansibleMain(args []string, stdout, stderr io.Writer) int {
+	enc := json.NewEncoder(stdout)
+	if len(args) == 3 && args[0] == "data" {
+		changed, err := ansible.SyncData(args[1], args[2])
+		if changed == nil {
+			changed = []string{}
+		}
+		if err != nil {
+			enc.Encode(map[string]any{"failed": true, "changed": changed, "msg": err.Error()})
+			return 1
+		}
+		enc.Encode(map[string]any{"changed": changed})
+		return 0
+	}
+	if len(args) != 2 || (args[0] != "goal" && args[0] != "info") {
+		fmt.Fprint(stderr, ansibleUsage)
+		return 2
+	}
+	failed := func(msg string) int {
+		enc.Encode(map[string]any{"failed": true, "changed": false, "msg": msg})
+		return 1
+	}
+	raw, err := ansible.ReadArgsFile(args[1])
+	if err != nil {
+		return failed(err.Error())
+	}
+	defer broker.Zero(raw)
+	ctx := context.Background()
+	switch args[0] {
+	case "goal":
+		a, err := ansible.ParseGoalArgs(raw)
+		broker.Zero(raw)
+		if err != nil {
+			broker.Zero(a.BecomePassword)
+			return failed(err.Error())
+		}
+		c, err := ensureDaemon()
+		if err != nil {
+			broker.Zero(a.BecomePassword)
+			return failed(err.Error())
+		}
+		defer c.Close()
+		enc.Encode(ansible.RunGoal(ctx, c, nsdir.NamespaceDir(), a))
+	case "info":
+		c, err := ensureDaemon()
+		if err != nil {
+			return failed(err.Error())
+		}
+		defer c.Close()
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		res := ansible.Info(ictx, c)
+		res.Version = version
+		enc.Encode(res)
+	}
+	return 0
+}
+
+// ensureDaemon dials the host's daemon, starting it first when none
+// runs, as "olliesrv start" does.
+func ensureDaemon() (*client.Conn, error) {
+	if daemon.PID() == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := daemon.StartDetached(exe, 15*time.Second); err != nil {
+			return nil, fmt.Errorf("olliesrv ansible: starting the daemon: %s", termsafe.Line(err.Error()))
+		}
+	}
+	c, err := client.DialTimeout(nsdir.SocketPath(), "", 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("olliesrv ansible: %w", err)
+	}
+	return c, nil
+}

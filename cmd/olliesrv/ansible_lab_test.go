@@ -1,0 +1,359 @@
+package main
+
+// The ollie.fleet collection (contrib/ansible/ollie/fleet) under the real
+// ansible-playbook, against real sshd lab hosts: the deploy role twice
+// (the second run changes nothing), ollie_info, and ollie_goal on every
+// host with the scripted model: an answer, a tool the play's policy
+// denies, and a sudo tool it allows with the play's become password,
+// which is then searched for on the hosts.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"ollie/agent/fakellm"
+	"ollie/internal/lab"
+	"ollie/internal/sshlab"
+)
+
+func TestAnsibleCollection(t *testing.T) {
+	lab.Root(t, "real sshd hosts with sudo")
+	for _, tool := range []string{"ansible-playbook", "ansible-galaxy"} {
+		_, err := exec.LookPath(tool)
+		lab.Need(t, err == nil, tool+" (Debian's ansible-core)")
+	}
+	pwb := make([]byte, 12)
+	rand.Read(pwb)
+	password := "Pw-" + hex.EncodeToString(pwb)
+	l := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "oans", Password: password, Sudoers: true})
+	srv, _ := binaries(t)
+
+	// The controller's files, the password among them, live outside the
+	// hosts' homes, /tmp and /var/log: the places searched afterwards.
+	ctl, err := os.MkdirTemp("/run", "ollie-ansible-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(ctl, 0700)
+	t.Cleanup(func() { os.RemoveAll(ctl) })
+	data := ansibleData(t, filepath.Join(ctl, "data"))
+
+	colls := installCollection(t, ctl)
+
+	// Each host's agent has a scripted model of its own.
+	llms := map[string]*fakellm.Server{}
+	var inv strings.Builder
+	inv.WriteString("all:\n  hosts:\n")
+	for _, h := range l.Hosts {
+		llm := fakellm.Start(t)
+		llms[h.Name] = llm
+		backends := fmt.Sprintf(`{"backends": {"fake": {"type": "openai", "url": %q, "model": "fake-model"}}}`, llm.URL+"/v1")
+		fmt.Fprintf(&inv, "    %s:\n      ollie_backends: %s\n", h.Name, backends)
+		resetHome(t, l, h)
+		t.Cleanup(func() { l.SSH(h.Name, ".local/share/ollie/current/olliesrv stop").Run() })
+	}
+	fmt.Fprintf(&inv, "  vars:\n    ansible_ssh_common_args: -F %s\n    ansible_python_interpreter: /usr/bin/python3\n", l.ConfigFile)
+	os.WriteFile(filepath.Join(ctl, "inventory.yml"), []byte(inv.String()), 0600)
+	secret, _ := json.Marshal(map[string]string{"ansible_become_password": password})
+	os.WriteFile(filepath.Join(ctl, "secret.json"), secret, 0600)
+	os.WriteFile(filepath.Join(ctl, "deploy.yml"), []byte(fmt.Sprintf(`- hosts: all
+  gather_facts: false
+  roles:
+    - role: ollie.fleet.deploy
+      vars:
+        ollie_bin: %s
+        ollie_data: %s
+        ollie_data_tar: %s/data.tar
+`, srv, data, ctl)), 0600)
+	os.WriteFile(filepath.Join(ctl, "goal.yml"), []byte(ansibleGoalPlay(ctl)), 0600)
+
+	play := func(name string, extra ...string) string {
+		t.Helper()
+		args := append([]string{"-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
+		cmd := exec.Command("ansible-playbook", append(args, filepath.Join(ctl, name))...)
+		cmd.Env = append(os.Environ(), "ANSIBLE_COLLECTIONS_PATH="+colls, "ANSIBLE_HOST_KEY_CHECKING=True",
+			"ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=0", "ANSIBLE_LOCAL_TEMP="+filepath.Join(ctl, "tmp"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ansible-playbook %s: %v\n%s", name, err, out)
+		}
+		return string(out)
+	}
+	recap := regexp.MustCompile(`(?m)^(h1\d)\s+: ok=\d+\s+changed=(\d+)`)
+
+	dstart := time.Now()
+	first := play("deploy.yml")
+	t.Logf("the first deploy took %v", time.Since(dstart).Round(time.Millisecond))
+	for _, h := range l.Hosts {
+		cur, err := os.Readlink(filepath.Join(h.Home, ".local/share/ollie/current"))
+		if err != nil {
+			t.Fatalf("%s: no current link after deploy: %v\n%s", h.Name, err, first)
+		}
+		if _, err := os.Stat(filepath.Join(h.Home, ".local/share/ollie", cur, "olliesrv")); err != nil {
+			t.Errorf("%s: current → %s has no olliesrv: %v", h.Name, cur, err)
+		}
+		if fi, err := os.Stat(filepath.Join(h.Home, ".config/ollie/backends.json")); err != nil || fi.Mode().Perm() != 0600 {
+			t.Errorf("%s: backends.json: %v (mode %v), want mode 0600", h.Name, err, fi)
+		}
+		if _, err := os.Stat(filepath.Join(h.Home, ".local/share/ollie/data/tools/root_id.meta")); err != nil {
+			t.Errorf("%s: data/ not deployed: %v", h.Name, err)
+		}
+	}
+	if m := recap.FindAllStringSubmatch(first, -1); len(m) != 2 || m[0][2] == "0" {
+		t.Errorf("the first deploy should change both hosts:\n%s", first)
+	}
+	second := play("deploy.yml")
+	m := recap.FindAllStringSubmatch(second, -1)
+	if len(m) != 2 {
+		t.Fatalf("no recap for both hosts:\n%s", second)
+	}
+	for _, r := range m {
+		if r[2] != "0" {
+			t.Errorf("the second deploy changed %s on %s:\n%s", r[2], r[1], second)
+		}
+	}
+
+	for _, llm := range llms {
+		llm.Push(fakellm.Text("hello from the host"))
+		llm.Push(fakellm.ToolCall("peek", `{}`), fakellm.Text("peek was refused"))
+		llm.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("root is 0"))
+	}
+	start := time.Now()
+	out2 := play("goal.yml", "-e", "@"+filepath.Join(ctl, "secret.json"))
+	t.Logf("the goal play took %v", time.Since(start).Round(time.Millisecond))
+	for _, h := range l.Hosts {
+		b, err := os.ReadFile(filepath.Join(ctl, "results", h.Name+".json"))
+		if err != nil {
+			t.Fatalf("%s: no results: %v\n%s", h.Name, err, out2)
+		}
+		var r struct {
+			Info struct {
+				Version string
+				Tools   []struct {
+					Name, Status string
+					Variant      int
+				}
+			}
+			Hello, Peek, Root struct {
+				Failed, Changed bool
+				Status, Answer  string
+				Steps           int
+				ToolCalls       int `json:"tool_calls"`
+				Approvals       []struct{ Tool, Decision, Reason, Result string }
+				Denied          []string
+				Msg             string
+			}
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("%s: results: %v\n%s", h.Name, err, b)
+		}
+		if r.Info.Version == "" || len(r.Info.Tools) == 0 {
+			t.Errorf("%s: ollie_info: %s", h.Name, b)
+		}
+		if r.Hello.Failed || !r.Hello.Changed || r.Hello.Answer != "hello from the host" || r.Hello.Status != "done" || r.Hello.Steps != 1 {
+			t.Errorf("%s: the hello goal: %+v", h.Name, r.Hello)
+		}
+		if r.Peek.Failed || len(r.Peek.Denied) != 1 || !strings.Contains(r.Peek.Denied[0], "does not let peek leave the sandbox") || r.Peek.ToolCalls != 1 {
+			t.Errorf("%s: peek should be denied by the policy, with the reason: %+v", h.Name, r.Peek)
+		}
+		if r.Root.Failed || len(r.Root.Approvals) != 1 || r.Root.Approvals[0].Decision != "once" || r.Root.Answer != "root is 0" {
+			t.Errorf("%s: root_id should be allowed by the policy: %+v", h.Name, r.Root)
+		}
+		// root_id ran as root: its output reached the model.
+		reqs := llms[h.Name].ChatRequests()
+		toolOut := ""
+		for _, m := range reqs[len(reqs)-1].Messages {
+			if m.Role == "tool" {
+				toolOut = m.Text()
+			}
+		}
+		if strings.TrimSpace(toolOut) != "0" {
+			t.Errorf("%s: root_id's output reached the model as %q, want 0", h.Name, toolOut)
+		}
+	}
+	if strings.Contains(out2, password) {
+		t.Error("the password is in ansible-playbook's output")
+	}
+	for _, h := range l.Hosts {
+		l.SSH(h.Name, ".local/share/ollie/current/olliesrv stop").Run()
+		scanFor(t, password, h.Home, "/tmp", "/var/log")
+	}
+	scanProcsFor(t, password)
+}
+
+// ansibleGoalPlay runs ollie_info and three goals on every host, and
+// keeps each host's results in ctl/results/HOST.json.
+func ansibleGoalPlay(ctl string) string {
+	return fmt.Sprintf(`- hosts: all
+  gather_facts: false
+  tasks:
+    - ollie.fleet.ollie_info:
+      register: info
+    - ollie.fleet.ollie_goal:
+        goal: say hello
+        run_id: hello
+        timeout: 60
+      register: hello
+      ignore_errors: true
+    - ollie.fleet.ollie_goal:
+        goal: peek outside the sandbox
+        run_id: peek
+        timeout: 60
+        policy:
+          allow: [root_id]
+          sudo: true
+      register: peek
+      ignore_errors: true
+    - ollie.fleet.ollie_goal:
+        goal: who is root
+        run_id: root
+        timeout: "{{ 30 * 2 }}"
+        policy:
+          allow: [root_id]
+          sudo: "{{ ollie_sudo_ok | default(true) }}"
+        become_password: "{{ ansible_become_password }}"
+      register: root
+      ignore_errors: true
+    - ansible.builtin.file:
+        path: %[1]s/results
+        state: directory
+      delegate_to: localhost
+      run_once: true
+    - ansible.builtin.copy:
+        content: "{{ {'info': info, 'hello': hello, 'peek': peek, 'root': root} | to_json }}"
+        dest: "%[1]s/results/{{ inventory_hostname }}.json"
+      delegate_to: localhost
+`, ctl)
+}
+
+// ansibleData copies the repository's data/ to dir, with a tool the play
+// denies (peek, elevated) and one it allows with sudo (root_id).
+func ansibleData(t testing.TB, dir string) string {
+	src := "../../data"
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dir, rel), 0755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fi, _ := d.Info()
+		return os.WriteFile(filepath.Join(dir, rel), b, fi.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]string{
+		"root_id.meta": `{"description": "Print the user id the tool runs as.", "sudo": true, "readOnly": true}`,
+		"root_id":      "#!/bin/sh\nid -u\n",
+		"peek.meta":    `{"description": "Look outside the sandbox.", "elevated": true, "readOnly": true}`,
+		"peek":         "#!/bin/sh\necho peeked\n",
+	}
+	for name, content := range tools {
+		mode := os.FileMode(0644)
+		if !strings.HasSuffix(name, ".meta") {
+			mode = 0755
+		}
+		os.WriteFile(filepath.Join(dir, "tools", name), []byte(content), mode)
+	}
+	return dir
+}
+
+// resetHome stops a daemon an earlier run left on the lab user and
+// removes what ollie and Ansible keep in its home: the users are shared
+// between runs.
+func resetHome(t testing.TB, l *sshlab.Lab, h *sshlab.Host) {
+	l.SSH(h.Name, "test -x .local/share/ollie/current/olliesrv && .local/share/ollie/current/olliesrv stop").Run()
+	for _, d := range []string{".local/share/ollie", ".local/state/ollie", ".config/ollie", ".ansible", ".local/bin/ollie"} {
+		os.RemoveAll(filepath.Join(h.Home, d))
+	}
+}
+
+// scanProcsFor fails the test if secret is in any process's argv or
+// environment (as cmd/ollie-remote's searchProcsFor).
+func scanProcsFor(t *testing.T, secret string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"cmdline", "environ"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(secret)) {
+				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+				t.Errorf("the secret is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+			}
+		}
+	}
+}
+
+// scanBegan is before any secret a test makes: a file last changed
+// earlier cannot hold one.
+var scanBegan = time.Now().Add(-time.Second)
+
+// scanFor fails the test if secret is in any file under the roots
+// changed (ctime) since the tests began (as cmd/ollie-remote's
+// searchFor).
+func scanFor(t *testing.T, secret string, roots ...string) {
+	t.Helper()
+	n := 0
+	for _, root := range roots {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			fi, err := d.Info()
+			if err != nil || fi.Size() > 256<<20 {
+				return nil
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(scanBegan) {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			n++
+			if bytes.Contains(b, []byte(secret)) {
+				t.Errorf("the password is in %s", p)
+			}
+			return nil
+		})
+	}
+	if n < 10 {
+		t.Errorf("only %d files searched under %v", n, roots)
+	}
+}
+
+// installCollection builds the collection with ansible-galaxy and
+// installs it under ctl; it returns the collections path.
+func installCollection(t testing.TB, ctl string) string {
+	t.Helper()
+	out, err := exec.Command("ansible-galaxy", "collection", "build", "../../contrib/ansible/ollie/fleet", "--output-path", ctl).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ansible-galaxy collection build: %v\n%s", err, out)
+	}
+	tarballs, _ := filepath.Glob(filepath.Join(ctl, "ollie-fleet-*.tar.gz"))
+	if len(tarballs) != 1 {
+		t.Fatalf("the build made %v", tarballs)
+	}
+	colls := filepath.Join(ctl, "collections")
+	if out, err := exec.Command("ansible-galaxy", "collection", "install", "-p", colls, tarballs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("ansible-galaxy collection install: %v\n%s", err, out)
+	}
+	return colls
+}
