@@ -8,7 +8,6 @@ package main
 // which is then searched for on the hosts.
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -19,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -188,9 +186,9 @@ func TestAnsibleCollection(t *testing.T) {
 	}
 	for _, h := range l.Hosts {
 		l.SSH(h.Name, ".local/share/ollie/current/olliesrv stop").Run()
-		scanFor(t, password, h.Home, "/tmp", "/var/log")
+		lab.SearchFiles(t, password, h.Home, "/tmp", "/var/log")
 	}
-	scanProcsFor(t, password)
+	lab.SearchProcs(t, password)
 }
 
 // ansibleGoalPlay runs ollie_info and three goals on every host, and
@@ -283,59 +281,6 @@ func resetHome(t testing.TB, l *sshlab.Lab, h *sshlab.Host) {
 	l.SSH(h.Name, "test -x .local/share/ollie/current/olliesrv && .local/share/ollie/current/olliesrv stop").Run()
 	for _, d := range []string{".local/share/ollie", ".local/state/ollie", ".config/ollie", ".ansible", ".local/bin/ollie"} {
 		os.RemoveAll(filepath.Join(h.Home, d))
-	}
-}
-
-// scanProcsFor fails the test if secret is in any process's argv or
-// environment (as cmd/ollie-remote's searchProcsFor).
-func scanProcsFor(t *testing.T, secret string) {
-	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"cmdline", "environ"} {
-			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(secret)) {
-				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-				t.Errorf("the secret is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
-			}
-		}
-	}
-}
-
-// scanBegan is before any secret a test makes: a file last changed
-// earlier cannot hold one.
-var scanBegan = time.Now().Add(-time.Second)
-
-// scanFor fails the test if secret is in any file under the roots
-// changed (ctime) since the tests began (as cmd/ollie-remote's
-// searchFor).
-func scanFor(t *testing.T, secret string, roots ...string) {
-	t.Helper()
-	n := 0
-	for _, root := range roots {
-		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.Type().IsRegular() {
-				return nil
-			}
-			fi, err := d.Info()
-			if err != nil || fi.Size() > 256<<20 {
-				return nil
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(scanBegan) {
-				return nil
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return nil
-			}
-			n++
-			if bytes.Contains(b, []byte(secret)) {
-				t.Errorf("the password is in %s", p)
-			}
-			return nil
-		})
-	}
-	if n < 10 {
-		t.Errorf("only %d files searched under %v", n, roots)
 	}
 }
 
