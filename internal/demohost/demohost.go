@@ -34,7 +34,9 @@ import (
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
+
 	"golang.org/x/crypto/ssh/knownhosts"
+	"ollie/internal/sshfwd"
 )
 
 // Options adjust the hosts of a fleet. The zero value is usable.
@@ -71,7 +73,7 @@ type Host struct {
 	log       *slog.Logger
 	srv       *gliderssh.Server
 	served    chan struct{} // closed when Serve returns
-	fwd       forwards
+	fwd       sshfwd.Forwards
 
 	mu       sync.Mutex
 	closing  bool
@@ -344,7 +346,7 @@ func (h *Host) close() {
 	h.mu.Unlock()
 	h.srv.Close()
 	<-h.served
-	h.fwd.closeAll()
+	h.fwd.CloseAll()
 	h.sessions.Wait()
 }
 

@@ -8,14 +8,14 @@ package demohost
 // broker's way in). gliderlabs/ssh v0.3.8 has neither.
 
 import (
-	"io"
 	"net"
 	"path/filepath"
-	"sync"
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
+
+	"ollie/internal/sshfwd"
 )
 
 // socketPath makes a path relative to the home absolute, as sshd does with
@@ -53,82 +53,7 @@ func (h *Host) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	splice(ch, c.(*net.UnixConn))
-}
-
-// splice copies both ways, passing each side's EOF on, until both ends
-// are done; then it closes both.
-func splice(ch ssh.Channel, c *net.UnixConn) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		io.Copy(c, ch)
-		c.CloseWrite()
-	}()
-	go func() {
-		defer wg.Done()
-		io.Copy(ch, c)
-		ch.CloseWrite()
-	}()
-	wg.Wait()
-	ch.Close()
-	c.Close()
-}
-
-// forwards are the sockets a host listens on for its clients, by
-// connection and path.
-type forwards struct {
-	mu sync.Mutex
-	ls map[*ssh.ServerConn]map[string]net.Listener
-}
-
-func (f *forwards) add(conn *ssh.ServerConn, path string, ln net.Listener) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ls == nil {
-		f.ls = map[*ssh.ServerConn]map[string]net.Listener{}
-	}
-	if f.ls[conn] == nil {
-		f.ls[conn] = map[string]net.Listener{}
-	}
-	if _, dup := f.ls[conn][path]; dup {
-		return false
-	}
-	f.ls[conn][path] = ln
-	return true
-}
-
-// remove stops one forward, or every forward of conn when path is "".
-func (f *forwards) remove(conn *ssh.ServerConn, path string) bool {
-	f.mu.Lock()
-	var ls []net.Listener
-	for p, ln := range f.ls[conn] {
-		if path == "" || p == path {
-			ls = append(ls, ln)
-			delete(f.ls[conn], p)
-		}
-	}
-	if len(f.ls[conn]) == 0 {
-		delete(f.ls, conn)
-	}
-	f.mu.Unlock()
-	for _, ln := range ls {
-		ln.Close() // a UnixListener it created removes the socket file
-	}
-	return len(ls) > 0
-}
-
-func (f *forwards) closeAll() {
-	f.mu.Lock()
-	var conns []*ssh.ServerConn
-	for c := range f.ls {
-		conns = append(conns, c)
-	}
-	f.mu.Unlock()
-	for _, c := range conns {
-		f.remove(c, "")
-	}
+	sshfwd.Splice(ch, c.(*net.UnixConn))
 }
 
 func (h *Host) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
@@ -147,13 +72,13 @@ func (h *Host) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, re
 		h.log.Info("demohost: streamlocal-forward", "path", path, "err", err)
 		return false, nil
 	}
-	if !h.fwd.add(conn, msg.SocketPath, ln) {
+	if !h.fwd.Add(conn, msg.SocketPath, ln) {
 		ln.Close()
 		return false, nil
 	}
 	go func() {
 		<-ctx.Done()
-		h.fwd.remove(conn, "")
+		h.fwd.Remove(conn, "")
 	}()
 	go func() {
 		for {
@@ -184,7 +109,7 @@ func (h *Host) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	splice(ch, c)
+	sshfwd.Splice(ch, c)
 }
 
 func (h *Host) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
@@ -196,5 +121,5 @@ func (h *Host) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Serv
 	if !ok {
 		return false, nil
 	}
-	return h.fwd.remove(conn, msg.SocketPath), nil
+	return h.fwd.Remove(conn, msg.SocketPath), nil
 }

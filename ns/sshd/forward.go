@@ -5,16 +5,16 @@ package sshd
 // internal/demohost does the same for any path.
 
 import (
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
+
+	"ollie/internal/sshfwd"
 
 	"ollie/ns/nsdir"
 )
@@ -98,93 +98,7 @@ func (s *Server) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ss
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	splice(ch, c.(*net.UnixConn))
-}
-
-// splice copies both ways, passing each side's EOF on, until both ends
-// are done; then it closes both.
-func splice(ch ssh.Channel, c *net.UnixConn) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		io.Copy(c, ch)
-		c.CloseWrite()
-	}()
-	go func() {
-		defer wg.Done()
-		io.Copy(ch, c)
-		ch.CloseWrite()
-	}()
-	wg.Wait()
-	ch.Close()
-	c.Close()
-}
-
-// forwards are the sockets the server listens on for its clients, by
-// connection and path.
-type forwards struct {
-	mu sync.Mutex
-	ls map[*ssh.ServerConn]map[string]net.Listener
-}
-
-func (f *forwards) add(conn *ssh.ServerConn, path string, ln net.Listener) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.ls == nil {
-		f.ls = map[*ssh.ServerConn]map[string]net.Listener{}
-	}
-	if f.ls[conn] == nil {
-		f.ls[conn] = map[string]net.Listener{}
-	}
-	if _, dup := f.ls[conn][path]; dup {
-		return false
-	}
-	f.ls[conn][path] = ln
-	return true
-}
-
-// remove stops one forward, or every forward of conn when path is "".
-func (f *forwards) remove(conn *ssh.ServerConn, path string) bool {
-	f.mu.Lock()
-	var ls []net.Listener
-	for p, ln := range f.ls[conn] {
-		if path == "" || p == path {
-			ls = append(ls, ln)
-			delete(f.ls[conn], p)
-		}
-	}
-	if len(f.ls[conn]) == 0 {
-		delete(f.ls, conn)
-	}
-	f.mu.Unlock()
-	for _, ln := range ls {
-		ln.Close() // a UnixListener it created removes the socket file
-	}
-	return len(ls) > 0
-}
-
-func (f *forwards) holds(path string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, ls := range f.ls {
-		if _, ok := ls[path]; ok {
-			return true
-		}
-	}
-	return false
-}
-
-func (f *forwards) closeAll() {
-	f.mu.Lock()
-	var conns []*ssh.ServerConn
-	for c := range f.ls {
-		conns = append(conns, c)
-	}
-	f.mu.Unlock()
-	for _, c := range conns {
-		f.remove(c, "")
-	}
+	sshfwd.Splice(ch, c.(*net.UnixConn))
 }
 
 func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
@@ -218,13 +132,13 @@ func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, 
 		s.Log.Info("sshd: streamlocal-forward", "path", msg.SocketPath, "err", err)
 		return false, nil
 	}
-	if !s.fwd.add(conn, msg.SocketPath, ln) {
+	if !s.fwd.Add(conn, msg.SocketPath, ln) {
 		ln.Close()
 		return false, nil
 	}
 	go func() {
 		<-ctx.Done()
-		s.fwd.remove(conn, "")
+		s.fwd.Remove(conn, "")
 	}()
 	go func() {
 		for {
@@ -245,7 +159,7 @@ func (s *Server) staleSocket(path string) bool {
 	if err != nil || fi.Mode()&os.ModeSocket == 0 {
 		return false
 	}
-	return !s.fwd.holds(path)
+	return !s.fwd.Holds(path)
 }
 
 // forwarded carries one connection to a forwarded socket back to the
@@ -265,7 +179,7 @@ func (s *Server) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	splice(ch, c)
+	sshfwd.Splice(ch, c)
 }
 
 func (s *Server) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
@@ -278,5 +192,5 @@ func (s *Server) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Se
 	if !ok {
 		return false, nil
 	}
-	return s.fwd.remove(conn, msg.SocketPath), nil
+	return s.fwd.Remove(conn, msg.SocketPath), nil
 }

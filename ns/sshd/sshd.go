@@ -60,6 +60,8 @@ import (
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
+
+	"ollie/internal/sshfwd"
 )
 
 // HostKeyFile is the host key's name in the state directory.
@@ -109,7 +111,7 @@ type Server struct {
 	srv     *gliderssh.Server
 	signer  ssh.Signer
 	refused refusals
-	fwd     forwards
+	fwd     sshfwd.Forwards
 	mu      sync.Mutex
 	closing bool
 	work    sync.WaitGroup // channels and forwarded connections in flight
@@ -201,7 +203,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	err := s.srv.Close()
 	s.cancel()
-	s.fwd.closeAll()
+	s.fwd.CloseAll()
 	done := make(chan struct{})
 	go func() { s.work.Wait(); close(done) }()
 	select {
