@@ -18,20 +18,17 @@ import (
 
 func TestParseGoalArgs(t *testing.T) {
 	args := `{"goal": "g", "timeout": 5, "policy": {"allow": ["a"], "sudo": true},
-		"become_password": "p\"\\\u00e9\ud83d\ude00x\n\t", "_ansible_check_mode": false}`
+		"_ollie_password_stdin": true, "_ansible_check_mode": false}`
 	a, err := ParseGoalArgs([]byte(args))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Goal != "g" || a.Timeout != 5 || !bool(a.Policy.Sudo) || !slices.Equal(a.Policy.Allow, []string{"a"}) {
+	if a.Goal != "g" || a.Timeout != 5 || !bool(a.Policy.Sudo) || !slices.Equal(a.Policy.Allow, []string{"a"}) || !bool(a.PasswordStdin) || a.PasswordInFile {
 		t.Errorf("parsed %+v", a)
-	}
-	if got, want := string(a.BecomePassword), "p\"\\é😀x\n\t"; got != want {
-		t.Errorf("become_password %q, want %q", got, want)
 	}
 	// Templated values reach the module as strings.
 	a, err = ParseGoalArgs([]byte(`{"goal": "g", "timeout": "7", "policy": {"sudo": "False"}, "_ansible_check_mode": "True"}`))
-	if err != nil || a.Timeout != 7 || bool(a.Policy.Sudo) || !bool(a.CheckMode) {
+	if err != nil || a.Timeout != 7 || bool(a.Policy.Sudo) || !bool(a.CheckMode) || bool(a.PasswordStdin) {
 		t.Errorf("templated strings: %+v, %v", a, err)
 	}
 	if _, err := ParseGoalArgs([]byte(`{"goal": "g", "policy": {"sudo": "maybe"}}`)); err == nil {
@@ -40,20 +37,48 @@ func TestParseGoalArgs(t *testing.T) {
 	if _, err := ParseGoalArgs([]byte(`{"timeout": 5}`)); err == nil {
 		t.Error("no goal: no error")
 	}
-	for _, bad := range []string{`"\x"`, `"\u12"`, `5`, `"abc\`} {
-		if _, err := jsonString([]byte(bad)); err == nil {
-			t.Errorf("jsonString(%s): no error", bad)
-		}
+}
+
+// A become_password in the arguments file went through the disk: it is
+// ignored, and reported so that the file is scrubbed.
+func TestParseGoalArgsIgnoresFilePassword(t *testing.T) {
+	b := []byte(`{"goal": "g", "become_password": "s3cret-in-file"}`)
+	a, err := ParseGoalArgs(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.PasswordInFile || a.BecomePassword != nil {
+		t.Errorf("PasswordInFile %v, BecomePassword %q: want true, nil", a.PasswordInFile, a.BecomePassword)
 	}
 }
 
-func TestReadArgsFileRemovesIt(t *testing.T) {
+func TestReadPassword(t *testing.T) {
+	pw, err := ReadPassword(strings.NewReader("p\"\\é😀x\n\t"))
+	if err != nil || string(pw) != "p\"\\é😀x\n\t" {
+		t.Errorf("read %q, %v", pw, err)
+	}
+	if cap(pw) != len(pw) {
+		t.Errorf("cap %d > len %d: an append could copy the password", cap(pw), len(pw))
+	}
+	if _, err := ReadPassword(strings.NewReader(strings.Repeat("x", maxPassword+1))); err == nil {
+		t.Errorf("a password over %d bytes: no error", maxPassword)
+	}
+	if pw, err := ReadPassword(strings.NewReader(strings.Repeat("x", maxPassword))); err != nil || len(pw) != maxPassword {
+		t.Errorf("a password of %d bytes: %d, %v", maxPassword, len(pw), err)
+	}
+}
+
+func TestScrubArgsFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "args")
 	os.WriteFile(p, []byte(`{"goal": "g", "become_password": "secret"}`), 0600)
 	b, err := ReadArgsFile(p)
 	if err != nil || !strings.Contains(string(b), "secret") {
 		t.Fatalf("read %q, %v", b, err)
 	}
+	if _, err := os.Stat(p); err != nil {
+		t.Errorf("ReadArgsFile removed the file: %v", err)
+	}
+	ScrubArgsFile(p)
 	if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the arguments file is still there: %v", err)
 	}

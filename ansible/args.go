@@ -21,8 +21,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // maxArgs bounds the arguments file: a goal and a policy.
@@ -116,9 +114,18 @@ type GoalArgs struct {
 	RunID     string `json:"run_id"`
 	Policy    Policy `json:"policy"`
 	CheckMode Bool   `json:"_ansible_check_mode"`
+	// PasswordStdin says the become password follows on standard input:
+	// the collection's action plugin (plugins/action/ollie_goal.py) sets
+	// it and writes the password there, never into the arguments file.
+	PasswordStdin Bool `json:"_ollie_password_stdin"`
 	// BecomePassword is the sudo password, kept out of Go strings so
-	// that it can be zeroed once handed on.
+	// that it can be zeroed once handed on. ParseGoalArgs never sets it:
+	// it comes from ReadPassword.
 	BecomePassword []byte `json:"-"`
+	// PasswordInFile reports that the arguments file held a
+	// become_password: Ansible wrote it to disk, so the module ignores it
+	// and scrubs the file (ScrubArgsFile).
+	PasswordInFile bool `json:"-"`
 }
 
 // InfoArgs are ollie_info's arguments (none but Ansible's own).
@@ -126,12 +133,14 @@ type InfoArgs struct {
 	CheckMode bool `json:"_ansible_check_mode"`
 }
 
-// ReadArgsFile reads Ansible's arguments file, then overwrites it with
-// zeros and removes it: it may hold the become password, and Ansible
-// would leave it until the task ends (or for good, with
-// ANSIBLE_KEEP_REMOTE_FILES). The caller zeroes the bytes when done.
+// maxPassword bounds the become password read from standard input.
+const maxPassword = 4096
+
+// ReadArgsFile reads Ansible's arguments file. It holds no secret: the
+// become password comes on standard input (ReadPassword), so the file is
+// left for Ansible to remove, or to keep with ANSIBLE_KEEP_REMOTE_FILES.
 func ReadArgsFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("ansible: arguments file: %w", err)
 	}
@@ -143,14 +152,55 @@ func ReadArgsFile(path string) ([]byte, error) {
 	if len(b) > maxArgs {
 		return nil, fmt.Errorf("ansible: arguments file %s: over %d bytes", path, maxArgs)
 	}
-	f.WriteAt(make([]byte, len(b)), 0)
-	f.Sync()
-	os.Remove(path)
 	return b, nil
 }
 
-// ParseGoalArgs reads ollie_goal's arguments; the become password is
-// decoded into bytes of its own, never a string.
+// ScrubArgsFile overwrites the arguments file with zeros and removes it:
+// for a file that held a become_password anyway (the module run without
+// the collection's action plugin), so that it stays on disk no longer
+// than the module takes to start.
+func ScrubArgsFile(path string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return
+	}
+	if fi, err := f.Stat(); err == nil {
+		f.WriteAt(make([]byte, fi.Size()), 0)
+		f.Sync()
+	}
+	f.Close()
+	os.Remove(path)
+}
+
+// ReadPassword reads the become password from r (the module's standard
+// input, written by the action plugin) up to EOF, at most maxPassword
+// bytes, into one buffer that the caller zeroes: no copies are left
+// behind by a growing buffer.
+func ReadPassword(r io.Reader) ([]byte, error) {
+	buf := make([]byte, maxPassword+1)
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			clear(buf)
+			return nil, fmt.Errorf("ansible: become password on standard input: %w", err)
+		}
+	}
+	if n > maxPassword {
+		clear(buf)
+		return nil, fmt.Errorf("ansible: become password on standard input: over %d bytes", maxPassword)
+	}
+	return buf[:n:n], nil
+}
+
+// ParseGoalArgs reads ollie_goal's arguments. A become_password in them
+// is zeroed and ignored (PasswordInFile): Ansible wrote it to disk, on
+// the host and the controller, which the password rules forbid; the
+// password is taken only from standard input (ReadPassword).
 func ParseGoalArgs(b []byte) (GoalArgs, error) {
 	var a GoalArgs
 	if err := json.Unmarshal(b, &a); err != nil {
@@ -163,77 +213,11 @@ func ParseGoalArgs(b []byte) (GoalArgs, error) {
 		return a, fmt.Errorf("ansible: arguments: %w", err)
 	}
 	if len(raw.Password) > 0 && string(raw.Password) != "null" {
-		pw, err := jsonString(raw.Password)
-		if err != nil {
-			return a, fmt.Errorf("ansible: become_password: %w", err)
-		}
-		a.BecomePassword = pw
+		clear(raw.Password)
+		a.PasswordInFile = true
 	}
 	if a.Goal == "" {
 		return a, errors.New("ansible: goal is required")
 	}
 	return a, nil
-}
-
-// jsonString decodes a JSON string literal into new bytes, and zeroes
-// the literal: encoding/json would leave the secret in a string.
-func jsonString(lit []byte) ([]byte, error) {
-	defer clear(lit)
-	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
-		return nil, errors.New("not a string")
-	}
-	s := lit[1 : len(lit)-1]
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' {
-			out = append(out, c)
-			continue
-		}
-		i++
-		if i == len(s) {
-			return nil, errors.New("bad escape")
-		}
-		switch s[i] {
-		case '"', '\\', '/':
-			out = append(out, s[i])
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, n, ok := hex4(s[i+1:])
-			if !ok {
-				return nil, errors.New("bad \\u escape")
-			}
-			i += n
-			if utf16.IsSurrogate(r) && i+2 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
-				if r2, n2, ok := hex4(s[i+3:]); ok {
-					r = utf16.DecodeRune(r, r2)
-					i += 2 + n2
-				}
-			}
-			out = utf8.AppendRune(out, r)
-		default:
-			return nil, errors.New("bad escape")
-		}
-	}
-	return out, nil
-}
-
-func hex4(s []byte) (rune, int, bool) {
-	if len(s) < 4 {
-		return 0, 0, false
-	}
-	v, err := strconv.ParseUint(string(s[:4]), 16, 32)
-	if err != nil {
-		return 0, 0, false
-	}
-	return rune(v), 4, true
 }

@@ -43,6 +43,8 @@ type GoalResult struct {
 	Approvals []Approval `json:"approvals"`
 	// Denied are the reasons of the requests the policy denied.
 	Denied []string `json:"denied"`
+	// Warnings are shown by Ansible after the task.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // RunGoal runs a.Goal in a new session on the daemon c reaches, whose

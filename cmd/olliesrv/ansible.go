@@ -3,7 +3,9 @@ package main
 // "olliesrv ansible goal|info ARGSFILE": the ollie.fleet collection's
 // modules (contrib/ansible/ollie/fleet). The collection's module files
 // are two-line wrappers that exec the deployed olliesrv with Ansible's
-// arguments file; the logic is in package ansible.
+// arguments file; ollie_goal's action plugin runs the same wrapper with
+// the become password on standard input. The logic is in package
+// ansible.
 
 import (
 	"context"
@@ -61,9 +63,16 @@ func ansibleMain(args []string, stdout, stderr io.Writer) int {
 	case "goal":
 		a, err := ansible.ParseGoalArgs(raw)
 		broker.Zero(raw)
+		if a.PasswordInFile {
+			ansible.ScrubArgsFile(args[1])
+		}
 		if err != nil {
-			broker.Zero(a.BecomePassword)
 			return failed(err.Error())
+		}
+		if a.PasswordStdin {
+			if a.BecomePassword, err = ansible.ReadPassword(os.Stdin); err != nil {
+				return failed(err.Error())
+			}
 		}
 		c, err := ensureDaemon()
 		if err != nil {
@@ -71,7 +80,12 @@ func ansibleMain(args []string, stdout, stderr io.Writer) int {
 			return failed(err.Error())
 		}
 		defer c.Close()
-		enc.Encode(ansible.RunGoal(ctx, c, nsdir.NamespaceDir(), a))
+		res := ansible.RunGoal(ctx, c, nsdir.NamespaceDir(), a)
+		if a.PasswordInFile {
+			res.Warnings = append(res.Warnings, "ollie_goal: become_password came in the arguments file, which Ansible wrote to disk, so it was ignored: "+
+				"run ollie.fleet.ollie_goal from the installed collection, whose action plugin gives the password on standard input")
+		}
+		enc.Encode(res)
 	case "info":
 		c, err := ensureDaemon()
 		if err != nil {

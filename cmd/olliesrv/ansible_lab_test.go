@@ -1,17 +1,21 @@
 package main
 
 // The ollie.fleet collection (contrib/ansible/ollie/fleet) under the real
-// ansible-playbook, against real sshd lab hosts: the deploy role twice
-// (the second run changes nothing), ollie_info, and ollie_goal on every
-// host with the scripted model: an answer, a tool the play's policy
-// denies, and a sudo tool it allows with the play's become password,
-// which is then searched for on the hosts.
+// ansible-playbook, against real sshd lab hosts, one of which has no
+// Python for Ansible: the deploy role twice (the second run changes
+// nothing), ollie_info, and ollie_goal on every host with the scripted
+// model: an answer, a tool the play's policy denies, and a sudo tool it
+// allows with the play's become password. The goal play keeps its
+// remote files and runs at -vvvv; then the password is searched for on
+// the hosts, in the controller's Ansible temporary files and in that
+// output.
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -32,6 +36,8 @@ func TestAnsibleCollection(t *testing.T) {
 		_, err := exec.LookPath(tool)
 		lab.Need(t, err == nil, tool+" (Debian's ansible-core)")
 	}
+	_, err := exec.LookPath("strace")
+	lab.Need(t, err == nil, "strace, to see every file the controller writes")
 	pwb := make([]byte, 12)
 	rand.Read(pwb)
 	password := "Pw-" + hex.EncodeToString(pwb)
@@ -54,11 +60,17 @@ func TestAnsibleCollection(t *testing.T) {
 	llms := map[string]*fakellm.Server{}
 	var inv strings.Builder
 	inv.WriteString("all:\n  hosts:\n")
+	// The last host has no Python for Ansible: any Python module fails
+	// there, so the role and the modules must do without.
+	noPython := l.Hosts[len(l.Hosts)-1].Name
 	for _, h := range l.Hosts {
 		llm := fakellm.Start(t)
 		llms[h.Name] = llm
 		backends := fmt.Sprintf(`{"backends": {"fake": {"type": "openai", "url": %q, "model": "fake-model"}}}`, llm.URL+"/v1")
 		fmt.Fprintf(&inv, "    %s:\n      ollie_backends: %s\n", h.Name, backends)
+		if h.Name == noPython {
+			fmt.Fprintf(&inv, "      ansible_python_interpreter: /nonexistent/python3\n")
+		}
 		resetHome(t, l, h)
 		t.Cleanup(func() { l.SSH(h.Name, ".local/share/ollie/current/olliesrv stop").Run() })
 	}
@@ -73,26 +85,63 @@ func TestAnsibleCollection(t *testing.T) {
       vars:
         ollie_bin: %s
         ollie_data: %s
-        ollie_data_tar: %s/data.tar
-`, srv, data, ctl)), 0600)
+`, srv, data)), 0600)
 	os.WriteFile(filepath.Join(ctl, "goal.yml"), []byte(ansibleGoalPlay(ctl)), 0600)
 
-	play := func(name string, extra ...string) string {
+	ansibleEnv := append(os.Environ(), "ANSIBLE_COLLECTIONS_PATH="+colls, "ANSIBLE_HOST_KEY_CHECKING=True",
+		"ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=0", "ANSIBLE_LOCAL_TEMP="+filepath.Join(ctl, "tmp"))
+	play := func(name string, env []string, extra ...string) string {
 		t.Helper()
 		args := append([]string{"-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
 		cmd := exec.Command("ansible-playbook", append(args, filepath.Join(ctl, name))...)
-		cmd.Env = append(os.Environ(), "ANSIBLE_COLLECTIONS_PATH="+colls, "ANSIBLE_HOST_KEY_CHECKING=True",
-			"ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=0", "ANSIBLE_LOCAL_TEMP="+filepath.Join(ctl, "tmp"))
+		cmd.Env = append(ansibleEnv, env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("ansible-playbook %s: %v\n%s", name, err, out)
 		}
 		return string(out)
 	}
+	// tracedPlay is play under strace, which reports every write(2) of
+	// ansible-playbook and its children (workers, ssh, sftp) with what the
+	// descriptor is: a file's path, a pipe or a socket. Ansible removes
+	// its local temporary files (ANSIBLE_LOCAL_TEMP) as soon as they are
+	// sent, so a search afterwards would find nothing; this sees them
+	// written. The trace stays in memory.
+	tracedPlay := func(name string, env []string, extra ...string) (out, trace string) {
+		t.Helper()
+		args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=write,pwrite64,writev,pwritev,pwritev2",
+			"-o", "/dev/fd/3", "ansible-playbook", "-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
+		cmd := exec.Command("strace", append(args, filepath.Join(ctl, name))...)
+		cmd.Env = append(ansibleEnv, env...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.ExtraFiles = []*os.File{w}
+		var outb, traceb strings.Builder
+		cmd.Stdout, cmd.Stderr = &outb, &outb
+		done := make(chan struct{})
+		go func() { io.Copy(&traceb, r); close(done) }()
+		err = cmd.Run()
+		w.Close()
+		<-done
+		r.Close()
+		if err != nil {
+			t.Fatalf("ansible-playbook %s: %v\n%s", name, err, outb.String())
+		}
+		return outb.String(), traceb.String()
+	}
+
+	// The Python-less host is what it claims: a Python module fails there.
+	ping := exec.Command("ansible", "-i", filepath.Join(ctl, "inventory.yml"), noPython, "-m", "ansible.builtin.ping")
+	ping.Env = ansibleEnv
+	if out, err := ping.CombinedOutput(); err == nil || !strings.Contains(string(out), "/nonexistent/python3") {
+		t.Fatalf("ansible.builtin.ping on %s should fail for want of Python: %v\n%s", noPython, err, out)
+	}
 	recap := regexp.MustCompile(`(?m)^(h1\d)\s+: ok=\d+\s+changed=(\d+)`)
 
 	dstart := time.Now()
-	first := play("deploy.yml")
+	first := play("deploy.yml", nil)
 	t.Logf("the first deploy took %v", time.Since(dstart).Round(time.Millisecond))
 	for _, h := range l.Hosts {
 		cur, err := os.Readlink(filepath.Join(h.Home, ".local/share/ollie/current"))
@@ -112,7 +161,7 @@ func TestAnsibleCollection(t *testing.T) {
 	if m := recap.FindAllStringSubmatch(first, -1); len(m) != 2 || m[0][2] == "0" {
 		t.Errorf("the first deploy should change both hosts:\n%s", first)
 	}
-	second := play("deploy.yml")
+	second := play("deploy.yml", nil)
 	m := recap.FindAllStringSubmatch(second, -1)
 	if len(m) != 2 {
 		t.Fatalf("no recap for both hosts:\n%s", second)
@@ -129,7 +178,9 @@ func TestAnsibleCollection(t *testing.T) {
 		llm.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("root is 0"))
 	}
 	start := time.Now()
-	out2 := play("goal.yml", "-e", "@"+filepath.Join(ctl, "secret.json"))
+	// ANSIBLE_KEEP_REMOTE_FILES leaves every module's arguments file on
+	// the hosts for the search below; -vvvv prints every command run.
+	out2, trace := tracedPlay("goal.yml", []string{"ANSIBLE_KEEP_REMOTE_FILES=1"}, "-vvvv", "-e", "@"+filepath.Join(ctl, "secret.json"))
 	t.Logf("the goal play took %v", time.Since(start).Round(time.Millisecond))
 	for _, h := range l.Hosts {
 		b, err := os.ReadFile(filepath.Join(ctl, "results", h.Name+".json"))
@@ -151,6 +202,7 @@ func TestAnsibleCollection(t *testing.T) {
 				ToolCalls       int `json:"tool_calls"`
 				Approvals       []struct{ Tool, Decision, Reason, Result string }
 				Denied          []string
+				Warnings        []string
 				Msg             string
 			}
 		}
@@ -166,7 +218,7 @@ func TestAnsibleCollection(t *testing.T) {
 		if r.Peek.Failed || len(r.Peek.Denied) != 1 || !strings.Contains(r.Peek.Denied[0], "does not let peek leave the sandbox") || r.Peek.ToolCalls != 1 {
 			t.Errorf("%s: peek should be denied by the policy, with the reason: %+v", h.Name, r.Peek)
 		}
-		if r.Root.Failed || len(r.Root.Approvals) != 1 || r.Root.Approvals[0].Decision != "once" || r.Root.Answer != "root is 0" {
+		if r.Root.Failed || len(r.Root.Approvals) != 1 || r.Root.Approvals[0].Decision != "once" || r.Root.Answer != "root is 0" || len(r.Root.Warnings) > 0 {
 			t.Errorf("%s: root_id should be allowed by the policy: %+v", h.Name, r.Root)
 		}
 		// root_id ran as root: its output reached the model.
@@ -182,13 +234,46 @@ func TestAnsibleCollection(t *testing.T) {
 		}
 	}
 	if strings.Contains(out2, password) {
-		t.Error("the password is in ansible-playbook's output")
+		t.Error("the password is in ansible-playbook -vvvv's output")
 	}
 	for _, h := range l.Hosts {
+		// The root goal's arguments file was kept, and so is searched.
+		kept, _ := filepath.Glob(filepath.Join(h.Home, ".ansible/tmp/ansible-tmp-*/args"))
+		withStdin := 0
+		for _, f := range kept {
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), `"_ollie_password_stdin": true`) {
+				withStdin++
+			}
+		}
+		if withStdin != 1 {
+			t.Errorf("%s: %d kept arguments files of a goal given the password on stdin, want 1 (of %d kept)", h.Name, withStdin, len(kept))
+		}
 		l.SSH(h.Name, ".local/share/ollie/current/olliesrv stop").Run()
 		lab.SearchFiles(t, password, h.Home, "/tmp", "/var/log")
 	}
 	lab.SearchProcs(t, password)
+	// The controller's side: the password may go through pipes (to ssh,
+	// whose stdin becomes olliesrv's) but into no file.
+	written := regexp.MustCompile(`^\d+\s+\w+\(\d+<([^>]*)>`)
+	pipes, files := 0, 0
+	for _, line := range strings.Split(trace, "\n") {
+		if !strings.Contains(line, password) {
+			continue
+		}
+		m := written.FindStringSubmatch(line)
+		switch {
+		case m == nil:
+			t.Errorf("the password in a write strace could not place: %.200s", line)
+		case strings.HasPrefix(m[1], "pipe:"), strings.HasPrefix(m[1], "socket:"):
+			pipes++
+		default:
+			files++
+			t.Errorf("the controller wrote the password to %s", m[1])
+		}
+	}
+	if pipes == 0 {
+		t.Errorf("strace saw the password go nowhere, not even to ssh's stdin: the trace missed (%d bytes)", len(trace))
+	}
 }
 
 // ansibleGoalPlay runs ollie_info and three goals on every host, and
