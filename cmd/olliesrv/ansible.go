@@ -70,7 +70,7 @@ func ansibleMain(args []string, stdout, stderr io.Writer) int {
 			return failed(err.Error())
 		}
 		if a.PasswordStdin {
-			if a.BecomePassword, err = ansible.ReadPassword(os.Stdin); err != nil {
+			if a.BecomePassword, err = readPasswordWithin(os.Stdin, passwordWait); err != nil {
 				return failed(err.Error())
 			}
 		}
@@ -99,6 +99,31 @@ func ansibleMain(args []string, stdout, stderr io.Writer) int {
 		enc.Encode(res)
 	}
 	return 0
+}
+
+// passwordWait bounds the wait for the become password on standard
+// input: the action plugin writes it at once and closes the pipe; a
+// module run with the flag but no writer (a terminal, say) fails rather
+// than hang its task.
+const passwordWait = 10 * time.Second
+
+// readPasswordWithin is ansible.ReadPassword, failing past d.
+func readPasswordWithin(r io.Reader, d time.Duration) ([]byte, error) {
+	type read struct {
+		pw  []byte
+		err error
+	}
+	ch := make(chan read, 1)
+	go func() {
+		pw, err := ansible.ReadPassword(r)
+		ch <- read{pw, err}
+	}()
+	select {
+	case x := <-ch:
+		return x.pw, x.err
+	case <-time.After(d):
+		return nil, fmt.Errorf("olliesrv ansible: _ollie_password_stdin is set but standard input did not end within %s: run ollie_goal through the collection's action plugin", d)
+	}
 }
 
 // ensureDaemon dials the host's daemon, starting it first when none

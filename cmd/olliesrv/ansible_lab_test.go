@@ -11,9 +11,11 @@ package main
 // output.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,6 +24,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,7 +96,7 @@ func TestAnsibleCollection(t *testing.T) {
 	play := func(name string, env []string, extra ...string) string {
 		t.Helper()
 		args := append([]string{"-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
-		cmd := exec.Command("ansible-playbook", append(args, filepath.Join(ctl, name))...)
+		cmd := playCommand(t, "ansible-playbook", append(args, filepath.Join(ctl, name))...)
 		cmd.Env = append(ansibleEnv, env...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -111,7 +114,7 @@ func TestAnsibleCollection(t *testing.T) {
 		t.Helper()
 		args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=write,pwrite64,writev,pwritev,pwritev2",
 			"-o", "/dev/fd/3", "ansible-playbook", "-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
-		cmd := exec.Command("strace", append(args, filepath.Join(ctl, name))...)
+		cmd := playCommand(t, "strace", append(args, filepath.Join(ctl, name))...)
 		cmd.Env = append(ansibleEnv, env...)
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -139,6 +142,17 @@ func TestAnsibleCollection(t *testing.T) {
 		t.Fatalf("ansible.builtin.ping on %s should fail for want of Python: %v\n%s", noPython, err, out)
 	}
 	recap := regexp.MustCompile(`(?m)^(h1\d)\s+: ok=\d+\s+changed=(\d+)`)
+
+	// Check mode says what would change, and changes nothing.
+	check := play("deploy.yml", nil, "--check")
+	if m := recap.FindAllStringSubmatch(check, -1); len(m) != 2 || m[0][2] == "0" || m[1][2] == "0" {
+		t.Errorf("deploy --check should report changes on both hosts:\n%s", check)
+	}
+	for _, h := range l.Hosts {
+		if _, err := os.Stat(filepath.Join(h.Home, ".local/share/ollie")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: deploy --check made ~/.local/share/ollie: %v", h.Name, err)
+		}
+	}
 
 	dstart := time.Now()
 	first := play("deploy.yml", nil)
@@ -274,6 +288,23 @@ func TestAnsibleCollection(t *testing.T) {
 	if pipes == 0 {
 		t.Errorf("strace saw the password go nowhere, not even to ssh's stdin: the trace missed (%d bytes)", len(trace))
 	}
+}
+
+// playCommand is a command that, with its process group, is killed
+// when the test's deadline nears or after five minutes: a hung play
+// fails the test instead of outliving it.
+func playCommand(t *testing.T, name string, args ...string) *exec.Cmd {
+	d := 5 * time.Minute
+	if dl, ok := t.Deadline(); ok && time.Until(dl)-30*time.Second < d {
+		d = time.Until(dl) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
 
 // ansibleGoalPlay runs ollie_info and three goals on every host, and
