@@ -5,8 +5,11 @@
 // Ansible runs a non-Python module with one argument, the path of a file
 // holding the task's arguments as one JSON object (Ansible's internal
 // _ansible_* keys among them), and reads one JSON object from its
-// standard output. The module answers approval requests itself while its
-// goal runs, by the play's policy: nobody sits at a desktop.
+// standard output. That file is on disk, so the become password is never
+// in it: ollie_goal's action plugin writes the password to the module's
+// standard input instead (ReadPassword). The module answers approval
+// requests itself while its goal runs, by the play's policy: nobody sits
+// at a desktop.
 //
 // What it trusts: the arguments file (Ansible wrote it for this user)
 // and the host's daemon. The requests it answers are the daemon's gate's,

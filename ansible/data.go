@@ -1,8 +1,9 @@
 package ansible
 
-// The deploy role's data/: one tar copied by ansible.builtin.copy (one
-// transfer, compared by checksum), then made data/ here file by file,
-// each written by rename, as "olliesrv install commit" commits uploads.
+// The deploy role's data/: one tar sent by the ollie_deploy action (one
+// transfer, only when its hash differs), then made data/ here file by
+// file, each written by rename, as "olliesrv install commit" commits
+// uploads.
 
 import (
 	"archive/tar"
