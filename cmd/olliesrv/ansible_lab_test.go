@@ -104,15 +104,15 @@ func TestAnsibleCollection(t *testing.T) {
 		}
 		return string(out)
 	}
-	// tracedPlay is play under strace, which reports every write(2) of
-	// ansible-playbook and its children (workers, ssh, sftp) with what the
-	// descriptor is: a file's path, a pipe or a socket. Ansible removes
-	// its local temporary files (ANSIBLE_LOCAL_TEMP) as soon as they are
-	// sent, so a search afterwards would find nothing; this sees them
-	// written. The trace stays in memory.
-	tracedPlay := func(name string, env []string, extra ...string) (out, trace string) {
+	// tracedPlay is play under strace, which reports the syscalls of
+	// ansible-playbook and its children (workers, ssh, sftp), each
+	// descriptor with what it is: a file's path, a pipe or a socket.
+	// Ansible removes its local temporary files (ANSIBLE_LOCAL_TEMP) as
+	// soon as they are sent, so a search afterwards would find nothing;
+	// this sees them written. The trace stays in memory.
+	tracedPlay := func(name, syscalls string, env []string, extra ...string) (out, trace string) {
 		t.Helper()
-		args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=write,pwrite64,writev,pwritev,pwritev2",
+		args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=" + syscalls,
 			"-o", "/dev/fd/3", "ansible-playbook", "-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
 		cmd := playCommand(t, "strace", append(args, filepath.Join(ctl, name))...)
 		cmd.Env = append(ansibleEnv, env...)
@@ -155,7 +155,7 @@ func TestAnsibleCollection(t *testing.T) {
 	}
 
 	dstart := time.Now()
-	first := play("deploy.yml", nil)
+	first, opens := tracedPlay("deploy.yml", "openat", nil)
 	t.Logf("the first deploy took %v", time.Since(dstart).Round(time.Millisecond))
 	for _, h := range l.Hosts {
 		cur, err := os.Readlink(filepath.Join(h.Home, ".local/share/ollie/current"))
@@ -174,6 +174,22 @@ func TestAnsibleCollection(t *testing.T) {
 	}
 	if m := recap.FindAllStringSubmatch(first, -1); len(m) != 2 || m[0][2] == "0" {
 		t.Errorf("the first deploy should change both hosts:\n%s", first)
+	}
+	// data/'s tar is a file of each run's own: made new (O_EXCL), 0600,
+	// in the run's private Ansible directory, and gone after.
+	tarOpen := regexp.MustCompile(`openat\(AT_FDCWD<[^>]*>, "([^"]*ollie-data[^"]*)", ([A-Z_|]+), (0\d+)\)`)
+	tars := tarOpen.FindAllStringSubmatch(opens, -1)
+	if len(tars) == 0 {
+		t.Errorf("the first deploy made no data tar that strace saw")
+	}
+	private := regexp.MustCompile("^" + regexp.QuoteMeta(filepath.Join(ctl, "tmp")) + `/ansible-local-[^/]+/ollie-data-[^/]+\.tar$`)
+	for _, m := range tars {
+		if !private.MatchString(m[1]) || !strings.Contains(m[2], "O_EXCL") || m[3] != "0600" {
+			t.Errorf("the data tar was made as %s (%s, %s), want a new 0600 file in the run's own ANSIBLE_LOCAL_TEMP/ansible-local-*", m[1], m[2], m[3])
+		}
+		if _, err := os.Stat(m[1]); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the data tar %s outlived the play: %v", m[1], err)
+		}
 	}
 	second := play("deploy.yml", nil)
 	m := recap.FindAllStringSubmatch(second, -1)
@@ -194,7 +210,7 @@ func TestAnsibleCollection(t *testing.T) {
 	start := time.Now()
 	// ANSIBLE_KEEP_REMOTE_FILES leaves every module's arguments file on
 	// the hosts for the search below; -vvvv prints every command run.
-	out2, trace := tracedPlay("goal.yml", []string{"ANSIBLE_KEEP_REMOTE_FILES=1"}, "-vvvv", "-e", "@"+filepath.Join(ctl, "secret.json"))
+	out2, trace := tracedPlay("goal.yml", "write,pwrite64,writev,pwritev,pwritev2", []string{"ANSIBLE_KEEP_REMOTE_FILES=1"}, "-vvvv", "-e", "@"+filepath.Join(ctl, "secret.json"))
 	t.Logf("the goal play took %v", time.Since(start).Round(time.Millisecond))
 	for _, h := range l.Hosts {
 		b, err := os.ReadFile(filepath.Join(ctl, "results", h.Name+".json"))
