@@ -61,9 +61,12 @@ func (w *wire) start(f *plan9.Fcall, dst []byte) (*call, error) {
 	defer w.wmu.Unlock()
 	w.mu.Lock()
 	if w.err != nil {
-		err := w.err
+		// Not w.err itself: a connection the server closed failed with
+		// io.EOF, which a reader would take for the end of the file
+		// (a chat following its agent said the agent had stopped for
+		// good when olliesrv restarted). pathError reports w.err.
 		w.mu.Unlock()
-		return nil, err
+		return nil, errLost
 	}
 	tag, ok := w.freeTagLocked()
 	if !ok {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"9fans.net/go/plan9"
 
@@ -268,5 +269,44 @@ func TestConnectionDiesInsideRread(t *testing.T) {
 	}()
 	if err := wait(t, "a read cut short by the connection", errc); !errors.Is(err, ErrConnLost) {
 		t.Errorf("read cut short: %v, want ErrConnLost", err)
+	}
+}
+
+// TestReadAfterConnectionClosed: olliesrv closes the connection (a
+// restart) between two reads of a stream someone follows. The read sent
+// after that must fail as a lost connection: the connection's own error,
+// io.EOF, is not the end of the file (a chat said its agent had stopped
+// for good when olliesrv restarted).
+func TestReadAfterConnectionClosed(t *testing.T) {
+	s := stream.NewStream(0)
+	s.Write([]byte("so far\n"))
+	tree, err := ns.NewTree(ns.Dir("", 0555, "",
+		ns.StreamFile("stream", 0444, "", func(context.Context, *ns.Call) (*stream.Stream, error) { return s, nil }),
+	), "glenda", "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	sock := listenUnix(t, srv)
+	c, err := DialAs(sock, "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := c.w.open("/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Shutdown(context.Background())
+	for c.w.failed() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	var b bytes.Buffer
+	off, err := f.follow(0, &b, 8192)
+	if err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("a read after the connection closed: offset %d, %q, err %v; want a lost connection", off, b.String(), err)
+	}
+	if _, err := c.FollowFrom(context.Background(), "stream", 0, &b); !errors.Is(err, ErrConnLost) {
+		t.Errorf("FollowFrom on the closed connection: %v, want ErrConnLost", err)
 	}
 }
