@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"9fans.net/go/plan9"
-	"9fans.net/go/plan9/srv9p"
 
 	"ollie/ns/stream"
 )
@@ -32,10 +31,19 @@ type conn struct {
 	logged   limit          // limits whose refusal has been logged
 	closing  bool           // set by drain: no handler starts after it
 	inflight sync.WaitGroup // handlers running
-	ended    chan struct{}  // closed when srv9p stops serving the connection
+	ended    chan struct{}  // closed when the loop stops reading requests
+
+	trace    io.Writer // Server.Trace without the data of writes, or nil
+	fmu      sync.Mutex
+	fidTab   map[uint32]*fid     // nil once the connection has ended
+	rmu      sync.Mutex          // guards reqs
+	reqs     map[uint16]*request // requests running in goroutines, by tag
+	wmu      sync.Mutex          // serialises replies with the tags leaving reqs
+	stopped  atomic.Bool         // the loop has ended: replies are dropped
+	loopDone chan struct{}       // closed when the loop has ended
 }
 
-// fidState is what a fid refers to, kept in srv9p.Fid's Aux.
+// fidState is what a fid refers to, kept in fid.st.
 type fidState struct {
 	who  principal
 	path []elem
@@ -51,8 +59,9 @@ type fidState struct {
 	done   bool
 	dir    []plan9.Dir
 
-	// srv9p runs the requests on one fid concurrently, and lets a Tread
-	// through on a fid never opened (its mode, -1, passes as OEXEC). So
+	// Requests on one fid may run concurrently, and a Tread gets
+	// through on a fid never opened (its mode, -1, passes as OEXEC, as
+	// srv9p let it, which served ns before its own loop). So
 	// open claims the fid with opening while it fills in the fields above,
 	// and sets opened once they are ready; nothing else reads them before.
 	opening atomic.Bool
@@ -79,25 +88,6 @@ func (st *fidState) acquire(ctx context.Context) error {
 
 func (st *fidState) release() { <-st.lock }
 
-func (c *conn) srv9p() *srv9p.Server {
-	var trace io.Writer
-	if c.srv.Trace != nil {
-		trace = untracedWrites{c.srv.Trace}
-	}
-	return &srv9p.Server{
-		Msize:  c.srv.MaxMsize,
-		Trace:  trace,
-		Attach: c.attach,
-		Walk:   c.walk,
-		Open:   c.open,
-		Read:   c.read,
-		Write:  c.write,
-		Stat:   c.stat,
-		Wstat:  c.wstat,
-		Clunk:  c.clunk,
-	}
-}
-
 // interruption is the answer to a request cut short by ctx's end: a
 // shutdown says so, anything else (a flush, a closed connection) is a
 // plain interruption.
@@ -108,11 +98,12 @@ func interruption(ctx context.Context) error {
 	return errInterrupted
 }
 
-// begin starts a request: it joins the request's context with the
-// connection's, and turns a handler panic into an error. It refuses once
-// the connection is draining: srv9p runs each request in a goroutine of
-// its own, which may start after its connection has ended.
-func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error) {
+// begin starts a request's handler under ctx (the request's own, or the
+// connection's for a request answered on the loop's goroutine), and
+// turns a handler panic into an error. It refuses once the connection is
+// draining: a request in a goroutine of its own may start after its
+// connection has ended.
+func (c *conn) begin(ctx context.Context) (context.Context, func(*error), error) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -120,8 +111,6 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 	}
 	c.inflight.Add(1)
 	c.mu.Unlock()
-	ctx, cancel := context.WithCancelCause(rctx)
-	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
 	return ctx, func(errp *error) {
 		if r := recover(); r != nil {
 			c.srv.Log.Error("ns: handler panic", "panic", r, "stack", string(debug.Stack()))
@@ -133,8 +122,6 @@ func (c *conn) begin(rctx context.Context) (context.Context, func(*error), error
 		if *errp != nil {
 			*errp = fitError(*errp, c.guard.msizeNow())
 		}
-		stop()
-		cancel(nil)
 		c.inflight.Done()
 	}, nil
 }
@@ -200,8 +187,8 @@ func (c *conn) drain() {
 
 // fitError clips err's text so that the Rerror carrying it fits in msize
 // and in a 9P string. Errors often name what the client sent (a walked
-// name), and srv9p drops a reply longer than msize, leaving the client
-// waiting, and panics on a string of 64 KiB or more.
+// name), and a reply longer than msize is dropped, leaving the client
+// waiting, and plan9 cannot encode a string of 64 KiB or more.
 func fitError(err error, msize uint32) error {
 	const rerrorHeader = 4 + 1 + 2 + 2 // size, type, tag, ename length
 	limit := min(int(msize)-rerrorHeader, 1<<16-1)
@@ -224,15 +211,15 @@ type clippedError struct {
 func (e *clippedError) Error() string { return e.msg }
 func (e *clippedError) Unwrap() error { return e.err }
 
-func state(fid *srv9p.Fid) (*fidState, error) {
-	st, _ := fid.Aux().(*fidState)
+func state(fid *fid) (*fidState, error) {
+	st := fid.st.Load()
 	if st == nil {
 		return nil, errors.New("ns: fid not attached")
 	}
 	return st, nil
 }
 
-func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname string) (_ plan9.Qid, err error) {
+func (c *conn) attach(rctx context.Context, fid *fid, user, aname string) (_ plan9.Qid, err error) {
 	_, end, err := c.begin(rctx)
 	if err != nil {
 		return plan9.Qid{}, err
@@ -255,13 +242,13 @@ func (c *conn) attach(rctx context.Context, fid, afid *srv9p.Fid, user, aname st
 	who := c.srv.principalFor(c.peer, user, aname)
 	root := c.srv.Tree.Root
 	st := &fidState{who: who, path: []elem{{node: root, owner: root.Owner, group: root.Group}}}
-	fid.SetAux(st)
+	fid.st.Store(st)
 	reserved = false // clunk gives the place back
 	return qidOf(st.path), nil
 }
 
-func (c *conn) clunk(fid *srv9p.Fid) {
-	st, _ := fid.Aux().(*fidState)
+func (c *conn) clunk(fid *fid) {
+	st := fid.st.Load()
 	if st == nil {
 		return
 	}
@@ -302,7 +289,7 @@ func qidOf(p []elem) plan9.Qid {
 	return q
 }
 
-func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string) (_ []plan9.Qid, err error) {
+func (c *conn) walk(rctx context.Context, fid, newfid *fid, names []string) (_ []plan9.Qid, err error) {
 	ctx, end, err := c.begin(rctx)
 	if err != nil {
 		return nil, err
@@ -348,7 +335,7 @@ func (c *conn) walk(rctx context.Context, fid, newfid *srv9p.Fid, names []string
 		qids = append(qids, qidOf(path))
 	}
 	if len(qids) == len(names) {
-		newfid.SetAux(&fidState{who: st.who, path: path})
+		newfid.st.Store(&fidState{who: st.who, path: path})
 		reserved = false // clunk gives the place back
 	}
 	return qids, nil
@@ -392,7 +379,7 @@ func joinPath(dir, name string) string {
 	return dir + "/" + name
 }
 
-func (c *conn) open(rctx context.Context, fid *srv9p.Fid, mode uint8) (err error) {
+func (c *conn) open(rctx context.Context, fid *fid, mode uint8) (err error) {
 	st, err := state(fid)
 	if err != nil {
 		return err
@@ -436,7 +423,7 @@ func (c *conn) open(rctx context.Context, fid *srv9p.Fid, mode uint8) (err error
 	if !st.who.mayElem(e, want) {
 		return fmt.Errorf("%s: permission denied", where)
 	}
-	fid.SetIounit(c.guard.msizeNow() - plan9.IOHDRSZ)
+	fid.iounit.Store(c.guard.msizeNow() - plan9.IOHDRSZ)
 	st.lock = make(chan struct{}, 1)
 	call := st.call()
 	if n.dir {
@@ -505,91 +492,99 @@ func (c *conn) dirOf(p []elem, name string) plan9.Dir {
 	}
 }
 
-func (c *conn) read(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
+// read returns what a Tread of count bytes at offset answers. The bytes
+// are the file's own where it has them (a Read snapshot, a stream, a
+// reply or item a handler returned), which nothing changes once they are
+// handed out, so they go to the connection without a copy.
+func (c *conn) read(rctx context.Context, fid *fid, count int, offset int64) (_ []byte, err error) {
 	ctx, end, err := c.begin(rctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer end(&err)
 	st, err := state(fid)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if !st.opened.Load() {
-		return 0, fmt.Errorf("%s: not open for read", displayPath(st.path))
+		return nil, fmt.Errorf("%s: not open for read", displayPath(st.path))
 	}
 	n := st.tail().node
 	switch {
 	case n.dir:
-		return fid.ReadDir(data, offset, func(i int, d *plan9.Dir) bool {
-			if i >= len(st.dir) {
-				return false
-			}
-			*d = st.dir[i]
-			return true
-		})
+		return readDir(fid, count, offset, st.dir)
 	case st.stream != nil:
-		m, err := st.stream.ReadAt(ctx, data, offset)
+		b, err := st.stream.Bytes(ctx, offset, count)
 		if err == io.EOF {
-			return 0, nil
+			return nil, nil
 		}
-		return m, err
+		return b, err
 	case n.Read != nil:
-		return fid.ReadBytes(data, offset, st.data)
+		return byOffset(st.data, offset, count), nil
 	}
 	if err := st.acquire(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer st.release()
 	switch {
 	case n.RdWr != nil:
 		if !st.have {
-			return 0, fmt.Errorf("%s: write a request before reading the reply", displayPath(st.path))
+			return nil, fmt.Errorf("%s: write a request before reading the reply", displayPath(st.path))
 		}
-		return st.next(data), nil
+		return st.next(count), nil
 	case n.Wait != nil && st.src == nil:
 		if !st.have {
 			st.data, err = n.Wait(ctx, st.call())
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			st.have = true
 		}
-		return fid.ReadBytes(data, offset, st.data)
+		return byOffset(st.data, offset, count), nil
 	case n.Subscribe != nil:
 		if st.src == nil {
 			// Read before any filter was written: everything.
 			if st.src, err = n.Subscribe(ctx, st.call(), nil); err != nil {
-				return 0, err
+				return nil, err
 			}
 		}
 		if st.pos >= len(st.data) {
 			if st.done {
-				return 0, nil
+				return nil, nil
 			}
 			item, err := st.src.Next(ctx)
 			if err == io.EOF {
 				st.done = true
-				return 0, nil
+				return nil, nil
 			}
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			st.data, st.pos, st.done = item, 0, st.once
 		}
-		return st.next(data), nil
+		return st.next(count), nil
 	}
-	return 0, fmt.Errorf("%s: file is write-only", displayPath(st.path))
+	return nil, fmt.Errorf("%s: file is write-only", displayPath(st.path))
 }
 
-// next copies the unread part of st.data to p, sequentially.
-func (st *fidState) next(p []byte) int {
-	m := copy(p, st.data[st.pos:])
-	st.pos += m
-	return m
+// byOffset returns up to count bytes of data from offset on.
+func byOffset(data []byte, offset int64, count int) []byte {
+	if offset < 0 || offset >= int64(len(data)) {
+		return nil
+	}
+	data = data[offset:]
+	return data[:min(len(data), count)]
 }
 
-func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset int64) (_ int, err error) {
+// next returns up to count unread bytes of st.data, sequentially.
+func (st *fidState) next(count int) []byte {
+	b := st.data[st.pos:]
+	b = b[:min(len(b), count)]
+	st.pos += len(b)
+	return b
+}
+
+func (c *conn) write(rctx context.Context, fid *fid, data []byte) (_ int, err error) {
 	ctx, end, err := c.begin(rctx)
 	if err != nil {
 		return 0, err
@@ -604,8 +599,9 @@ func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset i
 		return 0, err
 	}
 	defer st.release()
-	// Handlers may keep what they are given; srv9p reuses nothing, but a
-	// copy keeps that a property of this package rather than of srv9p.
+	// Handlers may keep what they are given: the Twrite's data is a
+	// slice of its frame, which nothing reuses, but a copy keeps that a
+	// property of this function rather than of the loop.
 	data = slices.Clone(data)
 	switch {
 	case n.RdWr != nil:
@@ -634,7 +630,7 @@ func (c *conn) write(rctx context.Context, fid *srv9p.Fid, data []byte, offset i
 	return len(data), nil
 }
 
-func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err error) {
+func (c *conn) stat(rctx context.Context, fid *fid) (_ *plan9.Dir, err error) {
 	ctx, end, err := c.begin(rctx)
 	if err != nil {
 		return nil, err
@@ -673,7 +669,7 @@ func (c *conn) stat(rctx context.Context, fid *srv9p.Fid) (_ *plan9.Dir, err err
 
 // wstat accepts only what shells and kernels send when truncating a file
 // they are about to write (length 0); everything else is prohibited.
-func (c *conn) wstat(rctx context.Context, fid *srv9p.Fid, d *plan9.Dir) (err error) {
+func (c *conn) wstat(rctx context.Context, fid *fid, d *plan9.Dir) (err error) {
 	_, end, err := c.begin(rctx)
 	if err != nil {
 		return err

@@ -393,7 +393,7 @@ func parkedRequests() int {
 		state, _, _ = bytes.Cut(state, []byte(","))
 		switch string(state) {
 		case "select", "select (no cases)", "chan receive", "chan send":
-			if bytes.Contains(g, []byte("srv9p.(*conn).serveRequest")) {
+			if bytes.Contains(g, []byte("ns.(*conn).serveRequest")) {
 				parked++
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,11 +15,11 @@ import (
 	"9fans.net/go/plan9"
 )
 
-// guard sits between a connection and srv9p and enforces what srv9p does
-// not: a minimum msize, a clear error for oversized messages, a cap on
-// outstanding requests and a deadline for finishing a frame. Every frame
-// srv9p reads passes through guard.Read; every reply passes through
-// guard.Write, one whole message per call.
+// guard sits between a connection and the request loop and enforces what
+// the protocol leaves open: a minimum msize, a clear error for oversized
+// messages, a cap on outstanding requests and a deadline for finishing a
+// frame. Every request the loop reads comes from guard.next; every reply
+// goes out through guard.write, one whole message per call.
 type guard struct {
 	rd        *bufio.Reader
 	conn      io.ReadWriteCloser
@@ -42,8 +43,6 @@ type guard struct {
 	deadline     readDeadliner
 	frameTimeout time.Duration
 	armed        bool
-
-	frame []byte // the current frame, being handed to srv9p
 
 	// mu guards the counters the reader consults; wmu serialises writes,
 	// and is never held by the reader, so a reply stuck on a slow client
@@ -86,20 +85,6 @@ func newGuard(conn io.ReadWriteCloser, maxMsize, minMsize uint32, maxOut int) *g
 		maxOut:   maxOut,
 		msize:    maxMsize,
 	}
-}
-
-// Read hands srv9p the bytes of admitted frames.
-func (g *guard) Read(p []byte) (int, error) {
-	for len(g.frame) == 0 {
-		f, err := g.next()
-		if err != nil {
-			return 0, err
-		}
-		g.frame = f
-	}
-	n := copy(p, g.frame)
-	g.frame = g.frame[n:]
-	return n, nil
 }
 
 // next reads frames until one is admitted, answering refused ones itself.
@@ -179,18 +164,19 @@ func (g *guard) admit() ([]byte, error) {
 			g.reply(tag, fmt.Sprintf("ns: msize %d is too small (minimum %d)", want, g.minMsize))
 			return nil, nil
 		}
-		// srv9p only ever lowers msize (its Rversion answers the
-		// smaller of the two), so a later Tversion cannot raise it here.
+		// msize only ever goes down (Rversion answers the smaller of
+		// the two), so a later Tversion cannot raise it here.
 		g.mu.Lock()
 		g.msize = min(want, g.msize)
 		g.mu.Unlock()
 	}
 	if typ == plan9.Tattach && size >= 15 && binary.LittleEndian.Uint32(frame[11:15]) != plan9.NOFID {
 		// Nothing here authenticates through an auth fid (there is no
-		// Tauth), so none is ever valid. And srv9p keeps a reference to
-		// an afid whose names do not match the attach's, so that fid is
-		// never clunked: a client could leak its peer kind's fid budget
-		// one attach at a time (FuzzServe found it).
+		// Tauth), so none is ever valid. (srv9p, which served ns before
+		// its own loop, kept a reference to an afid whose names did not
+		// match the attach's, so that fid was never clunked: a client
+		// could leak its peer kind's fid budget one attach at a time;
+		// FuzzServe found it.)
 		g.reply(tag, "ns: authentication not required: attach with afid NOFID")
 		return nil, nil
 	}
@@ -243,33 +229,27 @@ func (g *guard) reply(tag uint16, msg string) {
 	g.conn.Write(b)
 }
 
-// Write sends one reply from srv9p. The request stops counting against
-// the limit before its reply goes out: a client may send its next request
-// the moment it reads this reply, and must find the place free. It stops
-// counting under wmu, so that once nothing counts, every reply that did
-// is ahead of any later one on the wire. Shutdown still waits for the
-// bytes, which count as being written until they are.
-func (g *guard) Write(p []byte) (int, error) {
-	g.wmu.Lock()
-	g.mu.Lock()
+// answered stops counting the request tagged tag against the limits. The
+// request stops counting before its reply goes out: a client may send
+// its next request the moment it reads this reply, and must find the
+// place free. write calls it under wmu, so that once nothing counts,
+// every reply that did is ahead of any later one on the wire. Shutdown
+// still waits for the bytes, which count as being written until they
+// are. g.mu is held.
+func (g *guard) answered(tag uint16) {
 	if g.outstanding > 0 {
 		g.outstanding--
 	}
-	if len(p) >= 7 {
-		g.release(binary.LittleEndian.Uint16(p[5:7]))
-	}
-	g.writing++
-	g.mu.Unlock()
-	n, err := g.conn.Write(p)
-	g.wmu.Unlock()
-	g.mu.Lock()
-	g.writing--
+	g.release(tag)
+}
+
+// idleCheck wakes waitAnswered once nothing is outstanding or being
+// written; g.mu is held.
+func (g *guard) idleCheck() {
 	if g.outstanding == 0 && g.writing == 0 && g.idle != nil {
 		close(g.idle)
 		g.idle = nil
 	}
-	g.mu.Unlock()
-	return n, err
 }
 
 // release gives back what the request with tag held; g.mu is held.
@@ -327,4 +307,50 @@ func (g *guard) waitAnswered(timeout time.Duration, ended <-chan struct{}) {
 	case <-ended:
 	case <-time.After(timeout):
 	}
+}
+
+// write sends one message as header plus data (data may be nil) and
+// accounts for its request; the caller holds c.wmu.
+func (g *guard) write(tag uint16, hdr, data []byte) (int, error) {
+	g.wmu.Lock()
+	g.mu.Lock()
+	g.answered(tag)
+	g.writing++
+	g.mu.Unlock()
+	var n int
+	var err error
+	switch g.conn.(type) {
+	case *net.UnixConn, *net.TCPConn:
+		if data != nil {
+			// One writev: the socket takes both parts as one write.
+			bufs := net.Buffers{hdr, data}
+			var m int64
+			m, err = bufs.WriteTo(g.conn)
+			n = int(m)
+			break
+		}
+		n, err = g.conn.Write(hdr)
+	default:
+		// Other transports (an SSH channel, a pipe) may take each Write
+		// as a message: one Write per reply.
+		if data != nil {
+			hdr = append(hdr[:len(hdr):len(hdr)], data...)
+		}
+		n, err = g.conn.Write(hdr)
+	}
+	g.wmu.Unlock()
+	g.mu.Lock()
+	g.writing--
+	g.idleCheck()
+	g.mu.Unlock()
+	return n, err
+}
+
+// forget accounts for a request whose reply is not written: the
+// connection has ended, or the reply could not be sent.
+func (g *guard) forget(tag uint16) {
+	g.mu.Lock()
+	g.answered(tag)
+	g.idleCheck()
+	g.mu.Unlock()
 }

@@ -109,7 +109,7 @@ type Server struct {
 
 	// CheckAttach, if set, vets every Tattach; its error refuses it. A
 	// server for one trusted parent uses it to demand a secret as the
-	// attach name (srv9p offers no writable auth fids).
+	// attach name (ns offers no auth fids).
 	CheckAttach func(user, aname string) error
 
 	Log *slog.Logger // nil: slog.Default()
@@ -274,7 +274,10 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 
-	c.srv9p().Serve(c.guard, c.guard)
+	if s.Trace != nil {
+		c.trace = untracedWrites{s.Trace}
+	}
+	c.serve()
 	close(c.ended)
 	c.cancel(errors.New("connection closed"))
 	rwc.Close()
@@ -363,7 +366,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() {
 		for _, c := range conns {
 			c.drain()
-			// srv9p writes a reply after its handler returns: let the
+			// A reply is written after its handler returns: let the
 			// replies of the requests just interrupted reach the client
 			// before the connection is cut.
 			c.guard.waitAnswered(time.Second, c.ended)
@@ -391,9 +394,9 @@ func (s *Server) Conns() int {
 	return len(s.conns)
 }
 
-// untracedWrites passes srv9p's trace on without the data of Twrite
-// messages, which srv9p prints after their count. srv9p prints each
-// message with one Write.
+// untracedWrites passes the trace on without the data of Twrite
+// messages, which the trace prints after their count. The loop prints
+// each message with one Write.
 type untracedWrites struct{ w io.Writer }
 
 func (u untracedWrites) Write(b []byte) (int, error) {

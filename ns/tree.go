@@ -2,9 +2,10 @@
 //
 // The tree is data: every file and directory is a [Node] with a name, a
 // mode, an owner and group (inherited from the parent when unset), a line of
-// documentation and the handlers that give it content. The server built on
-// 9fans.net/go/plan9/srv9p walks the tree, checks permissions on every walk
-// and open, and turns each file kind into 9P reads and writes:
+// documentation and the handlers that give it content. The server (its own
+// request loop on 9fans.net/go/plan9's message codec, loop.go) walks the
+// tree, checks permissions on every walk and open, and turns each file
+// kind into 9P reads and writes:
 //
 //   - Read: a snapshot taken at open, read by offset.
 //   - Write: each Twrite is one request to the handler.
@@ -46,9 +47,11 @@ import (
 // open needs read or write permission for its mode, and a write or read
 // needs the fid open for it. Handlers check what mode bits cannot say.
 //
-// Handlers run concurrently. srv9p serves every request in a goroutine of
-// its own, so a handler may run alongside any other, and alongside
-// itself for other fids of the same file and for other connections. On
+// Handlers run concurrently. A request whose handler may block is served
+// in a goroutine of its own (the rest are answered on their connection's
+// goroutine, in order), so a handler may run alongside any other, and
+// alongside itself for other fids of the same file and for other
+// connections. On
 // one fid, the handlers that run at open (Read, Stream, List, a Subscribe
 // at open) run once, before any read or write of the fid; Write, RdWr,
 // Wait, a Subscribe at a read or write, and the Source's Next run one at
@@ -61,8 +64,8 @@ import (
 // (Tflush), when the connection ends, when [Server.Shutdown] interrupts
 // it (context.Cause(ctx) is then [ErrServerClosed]), and in any case once
 // the handler returns, so nothing may keep it beyond the call. A handler
-// that blocks must return soon after ctx is done: srv9p answers a Tflush
-// only after the flushed request's own reply, Shutdown waits for running
+// that blocks must return soon after ctx is done: the server answers a
+// Tflush only after the flushed request's own reply, Shutdown waits for running
 // handlers, and a request's bytes count against the server's limits
 // until it is answered. A handler that completes its work regardless of
 // ctx may return success, and the client gets it.

@@ -6,7 +6,9 @@
 // and an interactive user needs: interruption. [Conn.Interrupt] flushes
 // the requests in flight (a read blocked at the end of a stream, a request
 // waiting on an agent), and every helper takes a context whose end does
-// the same.
+// the same. Reading a file to its end (Follow, ReadAll) goes around that
+// client for speed: several reads in flight, each reply's data straight
+// into the caller's buffer (follow.go).
 //
 // The package trusts the server it dials to speak 9P2000; it checks reply
 // sizes and tags but not what files contain.

@@ -299,8 +299,10 @@ func TestServerErrors(t *testing.T) {
 			t.Errorf("%s: %v is not an interruption or a lost connection", tc.name, err)
 		}
 	}
-	if _, err := c.ReadAll(ctx, "session"); !errors.Is(err, ErrIsDir) || IsServerError(err) {
-		t.Errorf("ReadAll of a directory: %v", err)
+	for _, dir := range []string{"session", "/"} {
+		if _, err := c.ReadAll(ctx, dir); !errors.Is(err, ErrIsDir) || IsServerError(err) {
+			t.Errorf("ReadAll of directory %s: %v", dir, err)
+		}
 	}
 	// The connection is still fine.
 	if b, err := c.ReadAll(ctx, "hello"); err != nil || string(b) != "hello\n" {

@@ -20,7 +20,7 @@ var ErrConnLost = errors.New("connection to olliesrv lost")
 // ErrIsDir is the error of reading a directory as a file; list it with Ls.
 var ErrIsDir = errors.New("is a directory")
 
-// readSize is the most one read asks for; the 9fans client lowers it to
+// readSize is the most one read asks for; it is lowered to
 // the negotiated msize less the header.
 const readSize = 128 << 10
 
@@ -137,13 +137,8 @@ func (b *limitedBuffer) Write(p []byte) (int, error) {
 // at the end of a stream blocks in the server until more comes, so Follow
 // returns only when the stream ends, ctx ends or the connection fails.
 func (c *Conn) Follow(ctx context.Context, name string, w io.Writer) error {
-	name = Clean(name)
-	return c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
-		if fid.Qid().Type&plan9.QTDIR != 0 {
-			return &fs.PathError{Op: "read", Path: name, Err: ErrIsDir}
-		}
-		return c.copyOut(name, fid, w)
-	})
+	_, err := c.FollowFrom(ctx, name, 0, w)
+	return err
 }
 
 // Size is how much has been written to the stream at name so far: where a
@@ -165,38 +160,34 @@ func (c *Conn) Size(ctx context.Context, name string) (int64, error) {
 // FollowFrom is Follow from offset off of a stream, or from what has been
 // written so far when off is negative: what follows then is only what
 // comes next. It returns the offset it reached, so that a caller whose
-// connection failed can go on from there.
+// connection failed can go on from there. Errors writing to w are
+// returned as they are.
 func (c *Conn) FollowFrom(ctx context.Context, name string, off int64, w io.Writer) (int64, error) {
 	name = Clean(name)
-	err := c.with(ctx, "read", name, plan9.OREAD, func(fid *p9.Fid) error {
-		if off < 0 {
-			d, err := fid.Stat()
-			if err != nil {
-				return c.pathError("read", name, err)
-			}
-			off = int64(d.Length)
+	if err := ctx.Err(); err != nil {
+		return off, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	stop := c.watch(ctx)
+	defer stop()
+	f, err := c.w.open(name)
+	if err != nil {
+		return off, c.pathError("read", name, err)
+	}
+	defer f.clunk()
+	if f.qid.Type&plan9.QTDIR != 0 {
+		return off, &fs.PathError{Op: "read", Path: name, Err: ErrIsDir}
+	}
+	if off < 0 {
+		if off, err = f.length(); err != nil {
+			return 0, c.pathError("read", name, err)
 		}
-		if _, err := fid.Seek(off, io.SeekStart); err != nil {
-			return c.pathError("read", name, err)
-		}
-		buf := make([]byte, readSize)
-		for {
-			n, err := fid.Read(buf)
-			if n > 0 {
-				off += int64(n)
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return werr
-				}
-			}
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return c.pathError("read", name, err)
-			}
-		}
-	})
-	return off, err
+	}
+	off, err = f.follow(off, w, min(readSize, c.w.iounit()))
+	var we writeError
+	if errors.As(err, &we) {
+		return off, we.err
+	}
+	return off, c.pathError("read", name, err)
 }
 
 // Write sends data to the file at name as one request: one Twrite when it

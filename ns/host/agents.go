@@ -34,6 +34,7 @@ type agents struct {
 	mu      sync.Mutex
 	byID    map[string]*agentEntry
 	byToken map[string]*agentEntry
+	claimed map[[2]string]chan struct{} // session and name an agent is about to take; closed when it has
 	closed  bool
 }
 
@@ -80,6 +81,47 @@ func (as *agents) lookup(session, nameOrID string) *agentEntry {
 		}
 	}
 	return nil
+}
+
+// claim holds name in session for an agent being made or renamed (self,
+// or nil for a new one) until release is called, so that two requests at
+// once (two chats starting in one directory) cannot both take it between
+// the check and the agent's arrival. A request for a name another holds
+// waits for that one to finish: it then finds the agent made, or the
+// name free again. It reports false if another agent has the name, or
+// ctx ends first.
+func (as *agents) claim(ctx context.Context, session, name string, self *agentEntry) (release func(), ok bool) {
+	key := [2]string{session, name}
+	for {
+		as.mu.Lock()
+		held, busy := as.claimed[key]
+		if !busy {
+			break
+		}
+		as.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+	defer as.mu.Unlock()
+	for _, e := range as.byID {
+		if e != self && e.session == session && (e.Name() == name || e.ID() == name) {
+			return nil, false
+		}
+	}
+	if as.claimed == nil {
+		as.claimed = map[[2]string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	as.claimed[key] = done
+	return func() {
+		as.mu.Lock()
+		delete(as.claimed, key)
+		as.mu.Unlock()
+		close(done)
+	}, true
 }
 
 // add registers an agent; it reports false once shutting down.
@@ -308,8 +350,17 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		opt[k] = v
 	}
 	name := opt["name"]
+	var release func()
 	if name == "" {
-		name = fmt.Sprintf("a%d", len(n.agents.of(s.ID))+1)
+		// The first free of a1, a2, ...: another request may take one
+		// at the same moment.
+		for i := len(n.agents.of(s.ID)) + 1; release == nil; i++ {
+			name = fmt.Sprintf("a%d", i)
+			if release, _ = n.agents.claim(ctx, s.ID, name, nil); ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+		defer release()
 	}
 	if !agentName.MatchString(name) {
 		return nil, fmt.Errorf("agent/new: invalid name %q: use 1-64 letters, digits, '.', '_' or '-'", name)
@@ -317,8 +368,12 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	if agent.Reserved(name) {
 		return nil, fmt.Errorf("agent/new: invalid name %q: it is the name of a file beside the agents", name)
 	}
-	if n.agents.lookup(s.ID, name) != nil {
-		return nil, fmt.Errorf("agent/new: an agent named %q exists in this session", name)
+	if release == nil {
+		var ok bool
+		if release, ok = n.agents.claim(ctx, s.ID, name, nil); !ok {
+			return nil, fmt.Errorf("agent/new: an agent named %q exists in this session", name)
+		}
+		defer release()
 	}
 	creator, err := n.creator(c)
 	if err != nil {
@@ -632,9 +687,11 @@ func (n *namespace) renameAgent(ctx context.Context, c *ns.Call, data []byte) er
 	if !agentName.MatchString(name) || agent.Reserved(name) {
 		return fmt.Errorf("%s: invalid name %q", c.Path(), name)
 	}
-	if other := n.agents.lookup(e.session, name); other != nil && other != e {
+	release, ok := n.agents.claim(ctx, e.session, name, e)
+	if !ok {
 		return fmt.Errorf("%s: an agent named %q exists in this session", c.Path(), name)
 	}
+	defer release()
 	if err := n.logs.record(e.session, agent.AgentRenamed{Agent: e.ID(), Name: name}); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}

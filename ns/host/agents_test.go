@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -620,5 +621,57 @@ func TestRefusedRequests(t *testing.T) {
 	}
 	if got, err := nstest.RdWr(fs, "session/s/agent/a/ctl", "agent coding"); err != nil || got != "coding\n" {
 		t.Errorf("the admin switching the profile: %q %v", got, err)
+	}
+}
+
+// Two chats started at once in one directory both ask for the agent
+// "chat": one gets it, the other is told it exists. Unnamed agents made at
+// once get names of their own.
+func TestAgentNewAtOnce(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	d, fs := modelDaemon(t, &twoStep{})
+	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	conns := make([]*client.Fsys, n)
+	for i := range conns {
+		conns[i] = nstest.Attach(t, d.Socket, "")
+	}
+	race := func(req string) (names []string, refused int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name, err := nstest.RdWr(c, "session/s/agent/new", req)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					names = append(names, strings.TrimSpace(name))
+				case strings.Contains(err.Error(), "exists in this session"):
+					refused++
+				default:
+					t.Errorf("agent/new %s: %v", req, err)
+				}
+			}()
+		}
+		wg.Wait()
+		return names, refused
+	}
+	if names, refused := race("name=chat profile=default"); len(names) != 1 || refused != n-1 {
+		t.Errorf("%d requests for the name chat at once: made %v, refused %d", n, names, refused)
+	}
+	names, _ := race("profile=default")
+	slices.Sort(names)
+	if len(slices.Compact(names)) != n {
+		t.Errorf("%d unnamed agents made at once were named %v", n, names)
+	}
+	if got := len(d.ns.agents.of(d.ns.sessions.List()[0].ID)); got != n+1 {
+		t.Errorf("the session has %d agents, want %d", got, n+1)
 	}
 }

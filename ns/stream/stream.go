@@ -97,6 +97,16 @@ func (s *Stream) Size() int64 {
 // ReadAt reads from stream offset off, blocking at the end of the stream
 // until data arrives, the stream is closed (0, io.EOF), or ctx is done.
 func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	b, err := s.Bytes(ctx, off, len(p))
+	return copy(p, b), err
+}
+
+// Bytes returns up to max bytes from stream offset off, blocking as
+// ReadAt does. They are the stream's own, not a copy: a stream never
+// changes a byte once written (appends go past the end, trims copy what
+// is kept), so they stay as they are for as long as the caller holds
+// them. The caller must not change them.
+func (s *Stream) Bytes(ctx context.Context, off int64, max int) ([]byte, error) {
 	for {
 		s.mu.Lock()
 		end := s.base + int64(len(s.buf))
@@ -104,17 +114,18 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		case off < s.base:
 			base := s.base
 			s.mu.Unlock()
-			return 0, fmt.Errorf("%w: offset %d, oldest retained %d", ErrTrimmed, off, base)
+			return nil, fmt.Errorf("%w: offset %d, oldest retained %d", ErrTrimmed, off, base)
 		case off < end:
-			n := copy(p, s.buf[off-s.base:])
+			b := s.buf[off-s.base:]
+			b = b[:min(len(b), max):min(len(b), max)]
 			s.mu.Unlock()
-			return n, nil
+			return b, nil
 		case off > end:
 			s.mu.Unlock()
-			return 0, fmt.Errorf("ns: stream offset %d is past the end (%d)", off, end)
+			return nil, fmt.Errorf("ns: stream offset %d is past the end (%d)", off, end)
 		case s.closed:
 			s.mu.Unlock()
-			return 0, io.EOF
+			return nil, io.EOF
 		}
 		if s.changed == nil {
 			s.changed = make(chan struct{})
@@ -124,9 +135,17 @@ func (s *Stream) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return 0, context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// WouldBlock reports whether a read at off would wait for more data: off
+// is the end of a stream still open.
+func (s *Stream) WouldBlock(off int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return off == s.base+int64(len(s.buf)) && !s.closed
 }
 
 // Since returns, without blocking, the retained bytes from offset off on,
