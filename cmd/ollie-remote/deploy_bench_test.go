@@ -87,7 +87,7 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 		return src
 	}
 	env := append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(dir, "cache"), "OLLIE_REMOTE_DIR="+filepath.Join(dir, "remote"), "SSH_AUTH_SOCK=")
-	deploy := func(bin string) (time.Duration, float64) {
+	run := func(bin string) (time.Duration, string) {
 		t0 := time.Now()
 		cmd := exec.Command(remoteBin, append([]string{"-F", cfgFile, "-bin", bin, "-data", dataDir, "deploy"}, names...)...)
 		cmd.Env = env
@@ -96,7 +96,11 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 		if err != nil {
 			b.Fatalf("deploy: %v\n%s", err, out)
 		}
-		return took, wireShare(b, string(out), names)
+		return took, string(out)
+	}
+	deploy := func(bin string) (time.Duration, float64) {
+		took, out := run(bin)
+		return took, wireShare(b, out, names)
 	}
 	rsync := func(bin string) time.Duration {
 		src := srcFor(bin)
@@ -144,11 +148,7 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 		// patch (the next hosts or groups of a rollout): back to the old
 		// version and the new one's directory removed, untimed, then the
 		// upgrade again.
-		back := exec.Command(remoteBin, append([]string{"-F", cfgFile, "-bin", binDir, "-data", dataDir, "deploy"}, names...)...)
-		back.Env = env
-		if out, err := back.CombinedOutput(); err != nil {
-			b.Fatalf("deploy back: %v\n%s", err, out)
-		}
+		run(binDir)
 		for _, h := range lab.Hosts {
 			os.RemoveAll(filepath.Join(h.Home, ".local/share/ollie", ver2))
 		}
