@@ -465,6 +465,13 @@ func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq) {
 			in.Answer(Answer{Decision: Deny, Reason: ErrShutdown.Error()})
 			return
 		case <-ctx.Done():
+			// Shutdown closes g.closing and then cancels ctx: when both
+			// are ready the select may take either, and a shutdown is
+			// not a timeout.
+			if errors.Is(context.Cause(ctx), ErrShutdown) {
+				in.Answer(Answer{Decision: Deny, Reason: ErrShutdown.Error()})
+				return
+			}
 			g.publish("bypass.decided", req.ID+" timeout")
 			in.Answer(Answer{Decision: Deny, Reason: "no password: " + context.Cause(ctx).Error()})
 			return
@@ -660,11 +667,11 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 	case <-g.closing:
 		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), ErrShutdown) { // as <-g.closing: see askPassword
+			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
+		}
 		if p.req == req {
 			g.publish("bypass.decided", req.ID+" timeout")
-		}
-		if errors.Is(context.Cause(ctx), ErrShutdown) {
-			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 		}
 		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, nil, false
 	}

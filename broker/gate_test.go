@@ -689,6 +689,46 @@ func TestGatePasswordShutdown(t *testing.T) {
 	}
 }
 
+// A request parked in bypass/pending when the daemon stops is denied
+// as stopped, and never published as a timeout: Shutdown ends the
+// request's context too, and the two may be seen at once.
+func TestGateParkedShutdown(t *testing.T) {
+	l := newPasswordLab(t)
+	req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix"}
+	done := make(chan broker.Answer, 1)
+	go func() {
+		c, err := net.Dial("unix", l.gateSock)
+		if err != nil {
+			t.Error(err)
+			done <- broker.Answer{}
+			return
+		}
+		defer c.Close()
+		_, ans, err := broker.Ask(context.Background(), c, req)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ans
+	}()
+	l.await(t, "bypass.pending "+req.ID+" fix")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.gate.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ans := <-done:
+		if ans.Decision != broker.Deny || ans.Reason != broker.ErrShutdown.Error() {
+			t.Errorf("parked request after shutdown: %+v", ans)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked request was left unanswered")
+	}
+	if slices.Contains(l.seen(), "bypass.decided "+req.ID+" timeout") {
+		t.Error("a shutdown was published as a timeout")
+	}
+}
+
 func TestCutPassword(t *testing.T) {
 	for _, c := range []struct {
 		in   string
