@@ -108,7 +108,9 @@ func TestPolicyDecisions(t *testing.T) {
 
 // The approver over a real Unix socket, as the gate asks it: its own
 // session's sudo request gets the password once, a second ask (sudo
-// refused it) is denied; another session's request is left unanswered.
+// refused it) is denied; another session's request is left unanswered,
+// and so is one without the registration's key (any process of the user
+// can connect: a tool asking for the become password).
 func TestApproverServes(t *testing.T) {
 	dir, err := os.MkdirTemp("", "ans")
 	if err != nil {
@@ -119,7 +121,8 @@ func TestApproverServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ap := &Approver{Policy: Policy{Allow: []string{"root_id"}, Sudo: true}, Session: "S1", Password: []byte("pw")}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	ap := &Approver{Policy: Policy{Allow: []string{"root_id"}, Sudo: true}, Session: "S1", Password: []byte("pw"), Key: slices.Clone(key)}
 	go ap.Serve(l)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -131,7 +134,16 @@ func TestApproverServes(t *testing.T) {
 		return c
 	}
 
-	cv, ans, err := broker.Ask(ctx, dial(), &broker.Request{Session: "S1", Tool: "root_id", Sudo: true})
+	for _, k := range [][]byte{nil, []byte("fedcba9876543210fedcba9876543210")} {
+		if cv, ans, err := broker.AskKeyed(ctx, dial(), &broker.Request{Session: "S1", Tool: "root_id", Sudo: true}, k); !errors.Is(err, io.EOF) {
+			t.Errorf("a request with key %q: %+v %v, want it closed unanswered", k, ans, err)
+			if cv != nil {
+				cv.Password(ctx, 1, "")
+				cv.Close("ran")
+			}
+		}
+	}
+	cv, ans, err := broker.AskKeyed(ctx, dial(), &broker.Request{Session: "S1", Tool: "root_id", Sudo: true}, key)
 	if err != nil || ans.Decision != broker.Once {
 		t.Fatalf("answer %+v, %v", ans, err)
 	}
@@ -144,7 +156,7 @@ func TestApproverServes(t *testing.T) {
 	}
 	cv.Close("no password")
 
-	if cv, _, err := broker.Ask(ctx, dial(), &broker.Request{Session: "S2", Tool: "root_id"}); !errors.Is(err, io.EOF) {
+	if cv, _, err := broker.AskKeyed(ctx, dial(), &broker.Request{Session: "S2", Tool: "root_id"}, key); !errors.Is(err, io.EOF) {
 		t.Errorf("another session's request: %v, want it closed unanswered", err)
 		if cv != nil {
 			cv.Close("ran")

@@ -31,6 +31,11 @@ type Approver struct {
 	Session string
 	// Password is the become password; Approver zeroes it in Close.
 	Password []byte
+	// Key is what the gate sends with each request (the registration's
+	// key): its socket is open to every process of this user, sandboxed
+	// tools included, and a request without the key is not the gate's.
+	// nil takes any.
+	Key []byte
 
 	mu  sync.Mutex
 	log []Approval
@@ -69,6 +74,7 @@ func (a *Approver) Serve(l net.Listener) {
 func (a *Approver) Close() {
 	a.wg.Wait()
 	broker.Zero(a.Password)
+	broker.Zero(a.Key)
 }
 
 // Approvals is what was answered, in order.
@@ -102,6 +108,11 @@ func (a *Approver) serveConn(c net.Conn) {
 	in, err := broker.Receive(ctx, c)
 	cancel()
 	if err != nil {
+		return
+	}
+	if a.Key != nil && !in.KeyIs(a.Key) {
+		// Not the gate: maybe a tool after the become password. Nothing
+		// is answered, or recorded as the play's.
 		return
 	}
 	req := in.Req

@@ -183,8 +183,10 @@ func register(ctx context.Context, c *client.Conn, nsDir string, ap *Approver) (
 		return nil, err
 	}
 	os.Chmod(path, 0600)
+	ap.Key = make([]byte, 32)
+	rand.Read(ap.Key)
 	go ap.Serve(l)
-	if err := c.Write(ctx, "bypass/broker", []byte(path)); err != nil {
+	if err := c.Write(ctx, "bypass/broker", []byte(path+" key="+hex.EncodeToString(ap.Key))); err != nil {
 		l.Close()
 		os.Remove(path)
 		return nil, fmt.Errorf("registering %s: %w", path, err)

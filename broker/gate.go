@@ -110,7 +110,8 @@ type Gate struct {
 
 	mu      sync.Mutex
 	policy  HostPolicy
-	brokers []string        // registered sockets leading to desktop brokers, newest first
+	brokers []string          // registered sockets leading to desktop brokers, newest first
+	keys    map[string][]byte // a registration's key, sent with each request relayed to it; memory only
 	joined  changes.Counter // bumped under mu at each registration: parked requests go to it, and a request knows it missed one
 	pending map[string]*pendingReq
 	used    map[string]bool // request ids seen: each is single use
@@ -198,7 +199,13 @@ func (g *Gate) SetPolicy(p HostPolicy) {
 // for want of one are handed to it. ollie-remote up registers a fresh
 // socket for each SSH connection it holds, so a host reached from two
 // desktops (or two keepers) has a registration each.
-func (g *Gate) Register(path string) error {
+func (g *Gate) Register(path string) error { return g.RegisterKeyed(path, nil) }
+
+// RegisterKeyed is Register with the key the broker behind path expects
+// with every request (a copy is kept; nil: none). ollie-remote's keeper
+// gives one: its socket is sshd's, which any process of this user can
+// connect to, and the key is how the desktop tells olliesrv from them.
+func (g *Gate) RegisterKeyed(path string, key []byte) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("broker socket: %w", err)
@@ -208,6 +215,16 @@ func (g *Gate) Register(path string) error {
 	}
 	g.mu.Lock()
 	g.brokers = append([]string{path}, slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })...)
+	if old := g.keys[path]; old != nil {
+		Zero(old)
+		delete(g.keys, path)
+	}
+	if len(key) > 0 {
+		if g.keys == nil {
+			g.keys = map[string][]byte{}
+		}
+		g.keys[path] = slices.Clone(key)
+	}
 	g.joined.Bump()
 	g.mu.Unlock()
 	g.publish("bypass.broker", "+"+path)
@@ -224,6 +241,10 @@ func (g *Gate) Unregister(path string) {
 	n := len(g.brokers)
 	g.brokers = slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })
 	removed := len(g.brokers) < n
+	if k := g.keys[path]; k != nil {
+		Zero(k)
+		delete(g.keys, path)
+	}
 	g.mu.Unlock()
 	g.removeSocket(path)
 	if removed {
@@ -531,7 +552,11 @@ func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answer
 			}
 			continue
 		}
-		err = g.relay(ctx, in, bc, policy)
+		g.mu.Lock()
+		key := slices.Clone(g.keys[path])
+		g.mu.Unlock()
+		err = g.relay(ctx, in, bc, policy, key)
+		Zero(key)
 		if err == nil {
 			return true, gen
 		}
@@ -559,10 +584,10 @@ func (g *Gate) reason(ctx context.Context, what string, err error) string {
 // broker, checking every message belongs to this request. An error means
 // the broker broke before answering, and nothing was said to the asker:
 // another broker may be asked.
-func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy) error {
+func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy, key []byte) error {
 	req := in.Req
 	g.waitingOnDesktop(1)
-	cv, ans, err := Ask(ctx, bc, req)
+	cv, ans, err := AskKeyed(ctx, bc, req, key)
 	g.waitingOnDesktop(-1)
 	if err != nil {
 		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)

@@ -301,3 +301,47 @@ func TestGateShutdownSkipsRunningTools(t *testing.T) {
 		t.Errorf("Shutdown: %v; it waited for a running tool", err)
 	}
 }
+
+// A registration's key goes with every request relayed to it, and the
+// desktop asks only when it is the key it gave: a registration made with
+// another (a process that is not olliesrv cannot know the desktop's) is
+// never put to a person.
+func TestGateRegisterKeyed(t *testing.T) {
+	l := gateIn(t)
+	key := []byte("0123456789abcdef0123456789abcdef")
+	d := &deskSock{path: filepath.Join(l.gate.Dir, "broker-keyed")}
+	ln, err := net.Listen("unix", d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	b := &desktop.Broker{Approver: d}
+	go desktop.ServeApprovals(b, "web1", ln, key)
+
+	if err := l.gate.RegisterKeyed(d.path, key); err != nil {
+		t.Fatal(err)
+	}
+	if ans := l.askTool(t, "keyed"); ans.Decision != broker.Once {
+		t.Errorf("with the desktop's key: %+v", ans)
+	}
+	if got := l.gate.Brokers(); !slices.Equal(got, []string{d.path}) {
+		t.Errorf("Brokers() = %q", got)
+	}
+
+	// Registered again without it, then with another: the same socket,
+	// whose broker refuses both.
+	for _, k := range [][]byte{nil, []byte("fedcba9876543210fedcba9876543210")} {
+		if err := l.gate.RegisterKeyed(d.path, k); err != nil {
+			t.Fatal(err)
+		}
+		if ans := l.askTool(t, "unkeyed"); ans.Decision != broker.Deny {
+			t.Errorf("key %q: %+v, want a denial", k, ans)
+		}
+	}
+	if got := d.asked(); !slices.Equal(got, []string{"keyed"}) {
+		t.Errorf("the person was asked about %q", got)
+	}
+	if r := b.Refused("web1"); r.Keyless != 2 {
+		t.Errorf("refusals %+v, want two keyless", r)
+	}
+}

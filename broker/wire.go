@@ -2,7 +2,7 @@ package broker
 
 // The wire protocol: one request per stream connection, JSON lines.
 //
-//	asker → answerer   {"type":"request","request":{…,"id":ID}}
+//	asker → answerer   {"type":"request","request":{…,"id":ID},"key":"…"}
 //	answerer → asker   {"type":"answer","id":ID,"answer":{"decision":…}}
 //	for sudo, after an approval, up to MaxPasswordAttempts times:
 //	asker → answerer   {"type":"password","id":ID,"attempt":N,"problem":"wrong password"}
@@ -14,10 +14,18 @@ package broker
 // the request carries its id; one for another id is rejected, and the
 // conversation with it, so an answer can neither be replayed into another
 // request nor answer the wrong one.
+//
+// The key, sent by the gate to a desktop broker registered with one, is
+// what tells the desktop the request comes from the host's olliesrv: the
+// socket sshd forwards from the host is open to every process of the
+// host's user, a sandboxed tool included (Landlock does not mediate
+// connecting to a Unix socket before ABI 9), and only the daemon and the
+// keeper that registered the socket hold the key, in memory.
 
 import (
 	"bufio"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +43,7 @@ type message struct {
 	Problem string   `json:"problem,omitempty"`
 	Secret  []byte   `json:"secret,omitempty"`
 	Result  string   `json:"result,omitempty"`
+	Key     []byte   `json:"key,omitempty"`
 }
 
 // MaxMessage bounds one line of a conversation, on either side: a
@@ -130,11 +139,17 @@ type Conversation struct {
 // Ask sends req over c (which the conversation then owns) and waits for
 // the elevation gate's answer.
 func Ask(ctx context.Context, c net.Conn, req *Request) (*Conversation, Answer, error) {
+	return AskKeyed(ctx, c, req, nil)
+}
+
+// AskKeyed is Ask with the key of the answerer's registration, which it
+// checks before it asks anyone (Incoming.KeyIs).
+func AskKeyed(ctx context.Context, c net.Conn, req *Request, key []byte) (*Conversation, Answer, error) {
 	if req.ID == "" {
 		req.ID = NewID()
 	}
 	cv := &Conversation{w: newWire(c), req: req}
-	if err := cv.w.write(&message{Type: "request", Request: req}); err != nil {
+	if err := cv.w.write(&message{Type: "request", Request: req, Key: key}); err != nil {
 		c.Close()
 		return nil, Answer{}, err
 	}
@@ -201,6 +216,16 @@ func (cv *Conversation) Close(result string) error {
 type Incoming struct {
 	w   *wire
 	Req *Request
+	key []byte // what the asker sent as the registration's key
+}
+
+// KeyIs reports whether the request came with key, in constant time.
+// The key is then zeroed: it has done its work.
+func (in *Incoming) KeyIs(key []byte) bool {
+	ok := len(key) > 0 && subtle.ConstantTimeCompare(in.key, key) == 1
+	Zero(in.key)
+	in.key = nil
+	return ok
 }
 
 // Receive reads the request that opens a conversation on c.
@@ -218,7 +243,7 @@ func Receive(ctx context.Context, c net.Conn) (*Incoming, error) {
 		// tool but YoloTool for the policy and "always", and never sudo.
 		m.Request = &Request{ID: r.ID, Host: r.Host, Session: r.Session, Tool: YoloTool, Variant: -1, Cwd: r.Cwd, Yolo: true}
 	}
-	return &Incoming{w: w, Req: m.Request}, nil
+	return &Incoming{w: w, Req: m.Request, key: m.Key}, nil
 }
 
 // Answer sends the elevation gate's answer.

@@ -61,6 +61,7 @@ type Refusals struct {
 	Late      int // requests not whole within RequestTimeout, replies not within ReplyTimeout
 	TooLarge  int // messages over broker.MaxMessage
 	Passwords int // password asks past broker.MaxPasswordAttempts for one request
+	Keyless   int // requests without the key of the host's registration: not from its olliesrv
 }
 
 // Refused is what host was refused so far.
@@ -195,7 +196,13 @@ func (b *Broker) Serve(host string, l net.Listener) error {
 // ServeConn answers one request that came over host's connection, and
 // closes c. The request's own Host is overwritten: a host cannot speak
 // for another.
-func (b *Broker) ServeConn(host string, c net.Conn) {
+func (b *Broker) ServeConn(host string, c net.Conn) { b.ServeConnKeyed(host, c, nil) }
+
+// ServeConnKeyed is ServeConn for a socket sshd forwards from the host,
+// which any process of the host's user can connect to: a request without
+// key, the one the keeper gave the host's olliesrv with the registration,
+// is not from olliesrv, and is closed unanswered before anyone is asked.
+func (b *Broker) ServeConnKeyed(host string, c net.Conn, key []byte) {
 	defer c.Close()
 	release, ok := b.admit(host)
 	if !ok {
@@ -204,7 +211,7 @@ func (b *Broker) ServeConn(host string, c net.Conn) {
 		return
 	}
 	defer release()
-	b.answer(host, c)
+	b.answer(host, c, key)
 }
 
 // broken logs why a host's conversation ended early, counting the causes
@@ -225,13 +232,21 @@ func (b *Broker) broken(host, id string, err error, wait time.Duration) {
 	}
 }
 
-// answer answers the request on c.
-func (b *Broker) answer(host string, c net.Conn) {
+// answer answers the request on c, if it carries key (nil: any).
+func (b *Broker) answer(host string, c net.Conn, key []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.requestTimeout())
 	in, err := broker.Receive(ctx, c)
 	cancel()
 	if err != nil {
 		b.broken(host, "", err, b.requestTimeout())
+		return
+	}
+	if key != nil && !in.KeyIs(key) {
+		// Another process of the host's user (a sandboxed tool: Landlock
+		// does not stop it connecting) asking in olliesrv's name, maybe
+		// for a sudo password. Nobody is asked, and nothing is answered.
+		b.refuse(host, func(r *Refusals) { r.Keyless++ }, slog.LevelWarn,
+			"a request without the key the host's olliesrv was given: not from olliesrv; closing unanswered", "id", in.Req.ID)
 		return
 	}
 	req := in.Req

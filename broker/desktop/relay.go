@@ -138,14 +138,15 @@ func PolicyState(b *Broker) string {
 // ServeApprovals answers the requests arriving from host on l with b,
 // which holds the host to its limits (connections at once, deadlines,
 // message size, password asks) whoever answers: the keeper's b asks the
-// terminal broker, when one runs, only once a request is whole.
-func ServeApprovals(b *Broker, host string, l net.Listener) {
+// terminal broker, when one runs, only once a request is whole. Each
+// request must carry key, the registration's (ServeConnKeyed).
+func ServeApprovals(b *Broker, host string, l net.Listener, key []byte) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go b.ServeConn(host, c)
+		go b.ServeConnKeyed(host, c, key)
 	}
 }
 

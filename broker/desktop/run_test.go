@@ -95,7 +95,7 @@ func newRunRig(t *testing.T, cfg RunConfig, hosts ...string) *runRig {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		go ServeApprovals(keeper, h, l)
+		go ServeApprovals(keeper, h, l, nil)
 		r.socks[h] = p
 	}
 

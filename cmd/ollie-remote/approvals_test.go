@@ -60,7 +60,7 @@ func approvalSockets(t *testing.T, b *desktop.Broker, dir string, hosts ...strin
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		go desktop.ServeApprovals(b, h, l)
+		go desktop.ServeApprovals(b, h, l, nil)
 	}
 	return socks
 }

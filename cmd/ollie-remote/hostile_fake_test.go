@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -284,11 +285,14 @@ func (s *fakeNS) tree() *fakeNode {
 	var brokerPath []byte
 	brokerFile.data = func() []byte { return brokerPath }
 	brokerFile.write = func(b []byte) {
-		brokerPath = append([]byte(nil), b...)
-		fakeLog("broker %q", b)
+		// "PATH key=HEX": a hostile host has the key the keeper gave it,
+		// as its olliesrv would.
+		p, k, _ := strings.Cut(string(b), " key=")
+		key, _ := hex.DecodeString(strings.TrimSpace(k))
+		brokerPath = []byte(p)
+		fakeLog("broker %q", p)
 		if len(b) > 0 && s.sc.Approvals != "" {
-			p := string(b)
-			s.brokerOnce.Do(func() { go fakeApprovals(s.sc, p) })
+			s.brokerOnce.Do(func() { go fakeApprovals(s.sc, p, key) })
 		}
 	}
 	var sessions []*fakeNode
@@ -521,7 +525,7 @@ func hostileRequest(i int) *broker.Request {
 	}
 }
 
-func fakeApprovals(sc *fakeScript, path string) {
+func fakeApprovals(sc *fakeScript, path string, key []byte) {
 	fakeLog("approvals %s", sc.Approvals)
 	dial := func() (net.Conn, error) { return net.DialTimeout("unix", path, 5*time.Second) }
 	switch sc.Approvals {
@@ -534,7 +538,7 @@ func fakeApprovals(sc *fakeScript, path string) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			cv, ans, err := broker.Ask(ctx, c, hostileRequest(i))
+			cv, ans, err := broker.AskKeyed(ctx, c, hostileRequest(i), key)
 			fakeLog("escapes: request %d: %s %v", i, ans.Decision, err)
 			if err == nil && ans.Decision != broker.Deny {
 				for attempt := 1; attempt <= broker.MaxPasswordAttempts; attempt++ {
@@ -557,7 +561,7 @@ func fakeApprovals(sc *fakeScript, path string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cv, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "root_tool", Executable: "/usr/bin/id", Cwd: "/", Sudo: true})
+		cv, ans, err := broker.AskKeyed(ctx, c, &broker.Request{Session: "s", Tool: "root_tool", Executable: "/usr/bin/id", Cwd: "/", Sudo: true}, key)
 		fakeLog("password: request: %s %v", ans.Decision, err)
 		if err != nil || ans.Decision == broker.Deny {
 			return

@@ -571,8 +571,8 @@ func (r *responder) waitFor(t *testing.T, what string, within time.Duration) {
 }
 
 // honestTool names the honest host's request, which no hostile prompt
-// contains.
-const honestTool = "honest_probe"
+// contains: a deployed tool, which it runs with bypass.
+const honestTool = "reasoning_think"
 
 // brokerPath reads the broker socket the keeper registered on host.
 func (d *desk) brokerPath(host string, within time.Duration) (string, error) {
@@ -602,36 +602,32 @@ type honestResult struct {
 	decided broker.Decision
 }
 
-// askHonest sends a request from the honest host, as its gate would, and
-// waits for its prompt on the terminal broker's screen.
+// askHonest has the honest host ask, through its gate as an agent's call
+// does (only its olliesrv has the key the desktop checks), and waits for
+// its prompt on the terminal broker's screen. The delay includes the ssh
+// command that makes the call.
 func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 	var res honestResult
-	path, err := d.brokerPath(d.hl.good.Name, 10*time.Second)
-	if err != nil {
-		return res, err
-	}
-	// The lab's hosts share this machine: the forwarded socket is a file
-	// here, and root may connect to it as the host's gate would.
-	c, err := net.Dial("unix", path)
-	if err != nil {
+	if _, err := d.brokerPath(d.hl.good.Name, 10*time.Second); err != nil {
 		return res, err
 	}
 	n0 := len(d.screen.seen())
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), within+10*time.Second)
-	defer cancel()
 	type asked struct {
-		ans broker.Answer
-		err error
+		out string
+		ran bool
 	}
 	done := make(chan asked, 1)
 	go func() {
-		cv, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "honest", Tool: honestTool, Executable: "/usr/bin/true", Cwd: "/"})
-		if cv != nil {
-			cv.Close("ran")
-		}
-		done <- asked{ans, err}
+		out, ran := askThroughGate(d.t, d.hl.lab, d.hl.good.Name, honestTool, `{"thought":"honest"}`)
+		done <- asked{out, ran}
 	}()
+	decided := func(a asked) broker.Decision {
+		if a.ran {
+			return broker.Once
+		}
+		return broker.Deny
+	}
 	deadline := time.Now().Add(within)
 	for {
 		seen := d.screen.seen()
@@ -641,11 +637,8 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 				res.before = i - n0
 				select {
 				case a := <-done:
-					res.decided = a.ans.Decision
-					if a.err != nil {
-						return res, fmt.Errorf("the honest request's answer: %w", a.err)
-					}
-				case <-time.After(10 * time.Second):
+					res.decided = decided(a)
+				case <-time.After(70 * time.Second):
 					return res, fmt.Errorf("the honest request was shown but never answered")
 				}
 				return res, nil
@@ -654,7 +647,7 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 		if time.Now().After(deadline) {
 			select {
 			case a := <-done:
-				return res, fmt.Errorf("the honest host's request was never shown (%d other prompts in %v); it got %+v %v; the screen:\n%q", len(seen)-n0, within, a.ans, a.err, tailString(d.screen.String(), 2000))
+				return res, fmt.Errorf("the honest host's request was never shown (%d other prompts in %v); the tool said %q; the screen:\n%q", len(seen)-n0, within, a.out, tailString(d.screen.String(), 2000))
 			default:
 			}
 			return res, fmt.Errorf("the honest host's request was not shown within %v (%d hostile prompts shown meanwhile)", within, len(seen)-n0)

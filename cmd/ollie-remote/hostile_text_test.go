@@ -47,7 +47,7 @@ func TestTerminalBrokerHostile(t *testing.T) {
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fallback := &desktop.Broker{Approver: desktop.NewHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
-	go desktop.ServeApprovals(fallback, "h4", l)
+	go desktop.ServeApprovals(fallback, "h4", l, nil)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))
 	if err != nil {

@@ -177,7 +177,7 @@ func TestPolicyBrokenReported(t *testing.T) {
 
 // TestPolicyLiveThroughKeeper: the real keeper holding a real sshd host
 // reads its policy file again while it runs: a request the host sends
-// over its forwarded broker socket is allowed by a rule; once a deny rule
+// through its gate (a tool run with bypass) is allowed by a rule; once a deny rule
 // is added, the next is denied; a broken edit keeps that deny and is
 // reported in keeper.log and by status; the test askpass is never asked
 // about what a rule answers.
@@ -194,7 +194,7 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("rules:\n  - {host: h11, tool: tail_log, decision: allow}\n")
+	write("rules:\n  - {host: h11, tool: reasoning_think, decision: allow}\n")
 	program, asked := askpass(t, privateDir(t), "unused", true)
 	up := r.cmd("up", "h11")
 	up.Env = append(up.Env, "OLLIE_ASKPASS="+program, "XDG_CONFIG_HOME="+conf)
@@ -204,46 +204,35 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var sock string
-	for sock == "" {
+	for registered := false; !registered; {
 		if c, err := client.DialAs(filepath.Join(r.dir, "h11.ns"), ""); err == nil {
 			b, _ := c.ReadAll(ctx, "bypass/broker")
 			c.Close()
-			if first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); strings.Contains(first, "broker-") {
-				sock = first
-			}
+			registered = strings.Contains(string(b), "broker-")
 		}
 		if ctx.Err() != nil {
 			t.Fatal("h11 never learnt of the desktop broker")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// As the host's gate does: over the socket the keeper forwarded.
-	ask := func(tool string) broker.Answer {
+	// Through the host's gate, as an agent's call asks: a deployed tool
+	// run with bypass.
+	think := func() (string, bool) {
 		t.Helper()
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cv, a, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: tool, Executable: "/bin/" + tool, Cwd: "/"})
-		if err != nil {
-			t.Fatalf("asking for %s: %v", tool, err)
-		}
-		cv.Close("done")
-		return a
+		return askThroughGate(t, lab, "h11", "reasoning_think", `{"thought":"policy"}`)
 	}
 	askpassed := func() string { b, _ := os.ReadFile(asked); return string(b) }
 
-	if a := ask("tail_log"); a.Decision != broker.Once || askpassed() != "" {
-		t.Fatalf("allowed by the policy: %+v; askpass was asked %q", a, askpassed())
+	if out, ran := think(); !ran || askpassed() != "" {
+		t.Fatalf("allowed by the policy: %s; askpass was asked %q", out, askpassed())
 	}
-	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: h11, tool: tail_log, decision: allow}\n")
-	if a := ask("tail_log"); a.Decision != broker.Deny || !strings.Contains(a.Reason, "policy") {
-		t.Errorf("after a deny rule was added while the keeper runs: %+v", a)
+	write("rules:\n  - {tool: reasoning_think, decision: deny}\n  - {host: h11, tool: reasoning_think, decision: allow}\n")
+	if out, ran := think(); ran || !strings.Contains(out, "policy") {
+		t.Errorf("after a deny rule was added while the keeper runs: %s", out)
 	}
-	write("rules:\n  - {tool: tail_log, decision: deny}\n  - {host: h11, tool: tail_log, decision: alow}\n")
-	if a := ask("tail_log"); a.Decision != broker.Deny {
-		t.Errorf("after a broken edit: %+v, want the last good rules' deny", a)
+	write("rules:\n  - {tool: reasoning_think, decision: deny}\n  - {host: h11, tool: reasoning_think, decision: alow}\n")
+	if out, ran := think(); ran {
+		t.Errorf("after a broken edit: %s, want the last good rules' deny", out)
 	}
 	if askpassed() != "" {
 		t.Errorf("askpass was asked what the policy answers:\n%s", askpassed())
@@ -255,7 +244,7 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 	if st := r.must("status"); !strings.Contains(st, `broker policy: broker: bad policy: `) || !strings.Contains(st, "the 2 rules last read without error stay in force") {
 		t.Errorf("status:\n%s", st)
 	}
-	if a := ask("other_tool"); a.Decision != broker.Once || !strings.Contains(askpassed(), "h11 asks to run outside its sandbox") {
-		t.Errorf("a tool no rule names: %+v; askpass was asked %q", a, askpassed())
+	if out, ran := askThroughGate(t, lab, "h11", "file_glob", `{"pattern":"*"}`); !ran || !strings.Contains(askpassed(), "h11 asks to run outside its sandbox") {
+		t.Errorf("a tool no rule names: %s; askpass was asked %q", out, askpassed())
 	}
 }

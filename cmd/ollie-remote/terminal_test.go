@@ -49,7 +49,7 @@ func TestTerminalBroker(t *testing.T) {
 	defer l.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fallback := &desktop.Broker{Approver: desktop.NewHandoff(desktop.Nobody{Reason: "no terminal broker"}, log), Log: log}
-	go desktop.ServeApprovals(fallback, "web1", l)
+	go desktop.ServeApprovals(fallback, "web1", l, nil)
 
 	c, err := net.Dial("unix", filepath.Join(dir, "fwd"))
 	if err != nil {

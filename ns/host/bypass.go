@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -37,8 +38,11 @@ func (n *namespace) bypassBroker(ctx context.Context, c *ns.Call) ([]byte, error
 }
 
 // setBypassBroker takes a line per change: PATH (or +PATH) registers a
-// broker's socket, -PATH removes that registration and no other.
+// broker's socket, -PATH removes that registration and no other. "PATH
+// key=HEX" registers it with the key its broker expects with every
+// request; the key is kept in memory only, and never shown or quoted.
 func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte) error {
+	defer broker.Zero(data)
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
@@ -46,18 +50,43 @@ func (n *namespace) setBypassBroker(ctx context.Context, c *ns.Call, data []byte
 		}
 	}
 	if len(lines) == 0 {
-		return fmt.Errorf("%s: write PATH to register a broker's socket, -PATH to remove it", c.Path())
+		return fmt.Errorf("%s: write PATH to register a broker's socket (PATH key=HEX with its key), -PATH to remove it", c.Path())
 	}
 	for _, l := range lines {
 		if p, ok := strings.CutPrefix(l, "-"); ok {
 			n.gate.Unregister(p)
 			continue
 		}
-		if err := n.gate.Register(strings.TrimPrefix(l, "+")); err != nil {
+		path, key, err := brokerKey(strings.TrimPrefix(l, "+"))
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.Path(), err)
+		}
+		err = n.gate.RegisterKeyed(path, key)
+		broker.Zero(key)
+		if err != nil {
 			return fmt.Errorf("%s: %w", c.Path(), err)
 		}
 	}
 	return nil
+}
+
+// brokerKey splits "PATH key=HEX" into the path and the key's bytes. An
+// error names the path, never the key.
+func brokerKey(l string) (path string, key []byte, err error) {
+	i := strings.LastIndex(l, " key=")
+	if i < 0 {
+		return l, nil, nil
+	}
+	path, h := strings.TrimSpace(l[:i]), l[i+len(" key="):]
+	if len(h) < 32 || len(h) > 128 || len(h)%2 != 0 {
+		return "", nil, fmt.Errorf("the key of %s is not 32 to 128 hex digits", path)
+	}
+	key = make([]byte, len(h)/2)
+	if _, err := hex.Decode(key, []byte(h)); err != nil {
+		broker.Zero(key)
+		return "", nil, fmt.Errorf("the key of %s is not hex", path)
+	}
+	return path, key, nil
 }
 
 func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error) {

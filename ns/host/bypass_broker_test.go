@@ -150,3 +150,59 @@ func TestShutdownDeniesParked(t *testing.T) {
 		t.Fatal("the parked request was left unanswered")
 	}
 }
+
+// "PATH key=HEX" registers PATH with a key for its broker: the key is
+// shown nowhere (bypass/broker, events) and a bad one is refused without
+// quoting it, since it is a secret a person may have pasted.
+func TestBypassBrokerKey(t *testing.T) {
+	dir := nstest.ShortTempDir(t)
+	d, err := Start(Config{StateDir: t.TempDir(), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+	})
+	fs := nstest.Attach(t, d.Socket, "admin")
+	events := d.ns.bus.Subscribe("bypass.broker")
+	defer events.Close()
+	p := filepath.Join(dir, "broker-k")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+
+	const key = "cafe1133445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	for _, bad := range []string{
+		p + " key=0011",                               // short
+		p + " key=" + strings.Repeat("zz", 16),        // not hex
+		p + " key=" + key + "0",                       // odd
+		p + " key=" + strings.Repeat("ab", 65),        // long
+		filepath.Join(dir, "nothing") + " key=" + key, // no socket
+	} {
+		err := nstest.WriteFile(fs, "bypass/broker", bad)
+		if err == nil {
+			t.Errorf("writing %q was accepted", bad)
+			continue
+		}
+		_, k, _ := strings.Cut(bad, "key=")
+		if strings.Contains(err.Error(), k[:min(len(k), 8)]) {
+			t.Errorf("the error quotes the key: %v", err)
+		}
+	}
+	if err := nstest.WriteFile(fs, "bypass/broker", "+"+p+" key="+key+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := nstest.ReadFile(t, fs, "bypass/broker"); got != p+"\n" {
+		t.Errorf("bypass/broker = %q, want the path alone", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	evs, err := events.Events(ctx)
+	cancel()
+	if err != nil || len(evs) != 1 || evs[0].Data != "+"+p {
+		t.Errorf("events %+v %v, want +%s alone", evs, err, p)
+	}
+}

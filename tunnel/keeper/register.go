@@ -6,6 +6,8 @@ package keeper
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,6 +39,11 @@ const (
 // arrive on it are from this host: the broker takes the host's name from
 // here, never from the request. When the host is let go it removes its
 // own registration and socket, no other keeper's.
+//
+// Each socket has a key of its own, given to the daemon with the
+// registration and checked in every request: sshd's socket is open to
+// every process of the host's user, sandboxed tools included, and only
+// olliesrv has the key.
 func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 	defer close(h.approvalsDone)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -76,8 +83,10 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 			continue
 		}
 		delay = 250 * time.Millisecond
-		go desktop.ServeApprovals(b, h.name, ln)
-		h.keepRegistered(ctx, c, path, prev, log)
+		key := make([]byte, 32)
+		rand.Read(key)
+		go desktop.ServeApprovals(b, h.name, ln, key)
+		h.keepRegistered(ctx, c, path, hex.EncodeToString(key), prev, log)
 		prev = path
 		if ctx.Err() != nil {
 			h.unregister(c, path, ln, log)
@@ -94,7 +103,7 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 // dropped the registration says so; either way it registers again, within
 // a second of the daemon answering. prev, if set, is the socket of an
 // earlier connection, which it removes once path is registered.
-func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, prev string, log *slog.Logger) {
+func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, key, prev string, log *slog.Logger) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -125,7 +134,7 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, p
 			continue
 		}
 		gone, wait = time.Time{}, 0
-		err = h.watchRegistration(ctx, nc, path, &prev, log)
+		err = h.watchRegistration(ctx, nc, path, key, &prev, log)
 		nc.Close()
 		if ctx.Err() != nil {
 			return
@@ -144,16 +153,16 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, p
 	}
 }
 
-// watchRegistration registers path on nc and watches that it stays so,
-// until nc fails or ctx ends. It returns why it stopped.
-func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path string, prev *string, log *slog.Logger) error {
+// watchRegistration registers path with its key (hex) on nc and watches
+// that it stays so, until nc fails or ctx ends. It returns why it stopped.
+func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path, key string, prev *string, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := &eventLines{c: make(chan string, 64)}
 	subscribed := make(chan error, 1)
 	go func() { subscribed <- nc.Subscribe(ctx, "event", []byte("bypass.broker"), events) }()
 	register := func() error {
-		if err := nc.Write(ctx, "bypass/broker", []byte(path)); err != nil {
+		if err := nc.Write(ctx, "bypass/broker", []byte(path+" key="+key)); err != nil {
 			return err
 		}
 		h.setApprovals(ApprovalsOK, path)
