@@ -595,7 +595,7 @@ func fakeApprovals(sc *fakeScript, path string, key []byte) {
 			conns = append(conns, c)
 			mu.Unlock()
 			req := &broker.Request{ID: broker.NewID(), Session: fmt.Sprintf("flood-%03d", i), Tool: fmt.Sprintf("flood_tool_%03d", i), Executable: "/bin/true", Cwd: "/"}
-			line, _ := json.Marshal(map[string]any{"type": "request", "request": req})
+			line, _ := json.Marshal(map[string]any{"type": "request", "request": req, "key": key})
 			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 			if _, err := c.Write(append(line, '\n')); err != nil {
 				failed.Add(1)
