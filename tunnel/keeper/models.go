@@ -384,17 +384,12 @@ func (k *keeper) runUsage() map[string]models.Usage {
 
 // usageLine is a host's model usage through the desktop, for status.
 func usageLine(u models.Usage) string {
-	if u.Requests == 0 && u.Refused == 0 && u.Denied == 0 {
+	if u.Requests == 0 && u.Refused == 0 {
 		return ""
 	}
 	parts := []string{fmt.Sprintf("%d requests", u.Requests), fmt.Sprintf("%d tokens", u.Tokens())}
 	if u.Refused > 0 {
 		parts = append(parts, fmt.Sprintf("%d refused", u.Refused))
-	}
-	if u.Denied > 0 {
-		// Without the daemon's key: a daemon just restarted, or another
-		// process on the host.
-		parts = append(parts, fmt.Sprintf("%d denied without the key", u.Denied))
 	}
 	return strings.Join(parts, ", ")
 }
