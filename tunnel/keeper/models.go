@@ -111,9 +111,18 @@ func (h *heldHost) giveModelsKey(ctx context.Context, nc *client.Conn, log *slog
 	if route == nil || route.live == nil || !carried {
 		return
 	}
-	if err := route.live.give(ctx, nc); err != nil && ctx.Err() == nil {
+	err := route.live.give(ctx, nc)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case client.IsServerError(err):
+		// The daemon refused it (an older olliesrv): the model is
+		// missing until the host is deployed again.
 		log.Warn("ollie-remote: the host's olliesrv cannot use the desktop's model", "err", err)
 		h.setModels("missing: " + err.Error())
+	default:
+		// The daemon went again: the approval channel calls again once
+		// the next one answers.
+		log.Info("ollie-remote: giving olliesrv the desktop model's key", "err", err)
 	}
 }
 
