@@ -86,7 +86,7 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 	if c.Socket != "" {
 		tr.Proxy = nil
 		tr.DialContext = socketDialer(c.Socket)
-		rt = runHeader{tr}
+		rt = socketTransport{path: c.Socket, rt: tr}
 	}
 	b.client = &http.Client{Transport: rt}
 	// The services are built without openai.NewClient, which would add

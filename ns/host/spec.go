@@ -7,6 +7,7 @@ package host
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,7 +65,7 @@ func (n *namespace) spec() *ns.Node {
 		ns.ReadFile("toolerrors", 0444, "Tool declarations that failed to load, and why.", n.toolErrors),
 		ns.RdWrFile("generate", 0666, `One-shot generation: write a prompt (or {"prompt", "system", "model", "backend"} as JSON); read the reply.`, n.generate),
 		ns.ReadFile("aliases", 0444, "Stable ID-to-path mappings: id<TAB>path.", n.aliases),
-		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+".", n.ctl),
+		ns.RdWrFile("ctl", 0600, "Server controls: "+strings.Join(rootCommands, ", ")+". desktop-key PATH HEX gives the key (32 to 128 hex digits) that requests to the socket backend at PATH carry, which the desktop's model on that socket asks for (ollie-remote up -model-via desktop gives it on every connection); it is kept in this daemon's memory only.", n.ctl),
 		&ns.Node{Name: "event", Mode: 0666, Subscribe: n.subscribe,
 			Doc: "Server events as 'topic payload' lines: read blocks for the next events; write patterns, then read them as they come."},
 		ns.Dir("bypass", 0555, "Approvals of sandbox escapes (elevated, bypass) and sudo.",
@@ -136,10 +137,10 @@ func (n *namespace) aliases(ctx context.Context, c *ns.Call) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-var rootCommands = []string{"help", "invalidate", "kill"}
+var rootCommands = []string{"help", "invalidate", "kill", "desktop-key"}
 
 func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
-	cmd, _ := command(req)
+	cmd, rest := command(req)
 	switch cmd {
 	case "help":
 		return []byte(strings.Join(rootCommands, "\n") + "\n"), nil
@@ -164,8 +165,34 @@ func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, er
 		c.OnClunk(n.kill)
 		time.AfterFunc(2*time.Second, n.kill)
 		return []byte("shutting down\n"), nil
+	case "desktop-key":
+		if err := setDesktopKey(rest); err != nil {
+			return nil, fmt.Errorf("ctl: desktop-key: %w", err)
+		}
+		return []byte("ok\n"), nil
 	}
 	return nil, unknownCommand("ctl", cmd, rootCommands)
+}
+
+// setDesktopKey reads "PATH HEX" and stores the key for the socket backend
+// at PATH (backend.SetSocketKey). The file is the owner's (0600): a tool,
+// which can connect to the socket, can neither give a key nor read one.
+// Errors never quote the key.
+func setDesktopKey(arg string) error {
+	i := strings.LastIndexByte(arg, ' ')
+	if i < 0 {
+		return errors.New("want PATH HEX: the socket's path and its key in hex")
+	}
+	path, h := strings.TrimSpace(arg[:i]), arg[i+1:]
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("the socket's path %q is not absolute", path)
+	}
+	key, err := hex.DecodeString(h)
+	if err != nil || len(h) < 32 || len(h) > 128 {
+		return fmt.Errorf("the key for %s is not 32 to 128 hex digits (an even number of them)", path)
+	}
+	backend.SetSocketKey(path, key)
+	return nil
 }
 
 // command splits a control request into its verb and the rest.

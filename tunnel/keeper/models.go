@@ -4,19 +4,30 @@ package keeper
 // desktop's model, the keeper forwards a socket on the host to the
 // desktop's model proxy (tunnel/models), over each SSH connection, and
 // keeps the host's backend configuration pointing at it.
+//
+// Any process of the host's user can connect to that socket, a sandboxed
+// tool included, so the proxy serves only requests carrying a key: a fresh
+// one per SSH connection, which the keeper gives the host's olliesrv over
+// 9P (ctl desktop-key, the owner's file) and to no one else, and gives
+// again to a daemon that restarted (giveModelsKey, once the approval
+// channel sees the new daemon). It is never written to a file.
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path"
 	"strings"
 	"sync"
 	"time"
 
+	"ollie/ns/client"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/models"
@@ -29,6 +40,90 @@ type ModelsRoute struct {
 	Upstream models.Upstream `json:"upstream"`
 	Model    string          `json:"model,omitempty"` // the host's default model through it
 	Limits   models.Limits   `json:"limits"`
+
+	// live is the key of the SSH connection carrying the route now;
+	// startModels sets it. It is the route's, not the host's, because
+	// heldHost's fields are keeper.go's.
+	live *hostKey
+}
+
+// hostKey is the key that the host's olliesrv must send on the models
+// socket of the current SSH connection.
+type hostKey struct {
+	// mu is held while the key is given, so that of two givings at once
+	// (carryModels on a new connection, giveModelsKey on a new daemon)
+	// the last one gives the current key.
+	mu   sync.Mutex
+	sock string
+	key  []byte // nil between connections
+}
+
+// set makes key the current one (nil: none) and, if c is set, gives it to
+// the host's daemon over c.
+func (k *hostKey) set(ctx context.Context, h *heldHost, c *tunnel.Client, sock string, key []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.sock, k.key = sock, key
+	if c == nil || key == nil {
+		return nil
+	}
+	nc, err := h.nsConn(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return k.giveLocked(ctx, nc)
+}
+
+// give gives the current key, if any, to the daemon on nc.
+func (k *hostKey) give(ctx context.Context, nc *client.Conn) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.giveLocked(ctx, nc)
+}
+
+func (k *hostKey) giveLocked(ctx context.Context, nc *client.Conn) error {
+	if k.key == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := nc.RdWr(ctx, "ctl", []byte("desktop-key "+k.sock+" "+hex.EncodeToString(k.key)))
+	if client.IsServerError(err) {
+		// The error is the daemon's, which never quotes the key.
+		return fmt.Errorf("olliesrv did not take the desktop model's key (an olliesrv older than this ollie-remote? ollie-remote deploy updates it): %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("giving olliesrv the desktop model's key: %w", err)
+	}
+	return nil
+}
+
+// giveModelsKey gives the daemon on nc the key of the host's models
+// socket: the approval channel calls it once it has registered with a
+// daemon, new ones included (restarted, crashed, upgraded by deploy),
+// which have forgotten the key. It does nothing when the host has no
+// models route.
+func (h *heldHost) giveModelsKey(ctx context.Context, nc *client.Conn, log *slog.Logger) {
+	h.mu.Lock()
+	route, carried := h.route, h.stopModels != nil
+	h.mu.Unlock()
+	if route == nil || route.live == nil || !carried {
+		return
+	}
+	err := route.live.give(ctx, nc)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case client.IsServerError(err):
+		// The daemon refused it (an older olliesrv): the model is
+		// missing until the host is deployed again.
+		log.Warn("ollie-remote: the host's olliesrv cannot use the desktop's model", "err", err)
+		h.setModels("missing: " + err.Error())
+	default:
+		// The daemon went again: the approval channel calls again once
+		// the next one answers.
+		log.Info("ollie-remote: giving olliesrv the desktop model's key", "err", err)
+	}
 }
 
 // Describe names the route for people, without its key.
@@ -82,6 +177,7 @@ func (k *keeper) proxyFor(r *ModelsRoute) *models.Proxy {
 // models socket to p, and writes the host's desktop backend configuration
 // once per connection, until the host is let go or the route changes.
 func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *models.Proxy, ready func(), log *slog.Logger) {
+	defer route.live.set(ctx, h, nil, "", nil)
 	for delay := 250 * time.Millisecond; ctx.Err() == nil; {
 		c, err := h.th.Client(ctx)
 		if err != nil {
@@ -100,7 +196,17 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 		} else if sc, err := c.SFTP(); err == nil {
 			sc.Remove(sock)
 		}
-		ln, err := c.ListenUnix(sock)
+		// The daemon has the connection's key before the socket exists:
+		// a request it makes with the previous connection's key finds no
+		// socket and is retried, where the new one would refuse it for
+		// good.
+		key := make([]byte, 32)
+		rand.Read(key)
+		err = route.live.set(ctx, h, c, sock, key)
+		var ln net.Listener
+		if err == nil {
+			ln, err = c.ListenUnix(sock)
+		}
 		if err == nil {
 			err = h.writeDesktopBackend(ctx, c, route, sock)
 		}
@@ -125,7 +231,7 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 		sctx, stop := context.WithCancel(ctx)
 		go func() {
 			defer close(served)
-			p.Serve(sctx, h.name, ln)
+			p.Serve(sctx, h.name, ln, key)
 		}()
 		select {
 		case <-c.Done():
@@ -134,6 +240,7 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 		stop()
 		ln.Close()
 		<-served
+		route.live.set(ctx, h, nil, "", nil) // the connection's key is spent
 	}
 }
 
@@ -211,6 +318,7 @@ func (k *keeper) startModels(h *heldHost, route *ModelsRoute) <-chan struct{} {
 	done := make(chan struct{})
 	h.mu.Lock()
 	old, oldDone := h.stopModels, h.modelsDone
+	route.live = &hostKey{}
 	h.stopModels, h.modelsDone, h.route, h.modelProxy = cancel, done, route, p
 	h.mu.Unlock()
 	if old != nil {

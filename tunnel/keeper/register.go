@@ -176,6 +176,7 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path,
 	if err := register(); err != nil {
 		return err
 	}
+	h.giveModelsKey(ctx, nc, log)
 	// The event of our own registration confirms that the watch is on;
 	// without it (the subscription came after the write) register again.
 	// A daemon without events is read every 2 s instead.

@@ -12,7 +12,12 @@
 // run), and counts usage per host and per run.
 //
 // What it trusts: the host only as the SSH connection its requests come
-// over (Handler is given the host's name by the keeper). The run a request
+// over (Handler is given the host's name by the keeper), and within the
+// host only its olliesrv, which proves itself with the key the keeper gave
+// it for that connection (Authorization: Bearer, hex). The socket on the
+// host is sshd's, so no peer credentials say who connects, and Landlock
+// does not stop a sandboxed tool connecting to it: without the key a
+// request is refused before it costs the upstream anything. The run a request
 // names (X-Ollie-Run) is the host's word, good for accounting and for a
 // run's budget, never for another host's: a host that lies about its run
 // still meets its own per-host cap. Requests are bounded in size; only the
@@ -23,6 +28,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +78,11 @@ type Usage struct {
 	Failed           int `json:"failed,omitempty"`  // the upstream failed or the host went away
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
+	// Denied counts requests without the key of the host's olliesrv: a
+	// daemon that has not been given it yet, or another process on the
+	// host (a tool) trying the socket. Counted for the host only, never
+	// for the run the request names.
+	Denied int `json:"denied,omitempty"`
 }
 
 // Tokens is prompt and completion tokens together.
@@ -91,11 +103,12 @@ type Proxy struct {
 	inflight map[string]int
 	hosts    map[string]*Usage
 	runs     map[string]*Usage
+	warned   map[string]bool // host and kind ("no key", "wrong key") of the denials logged
 }
 
 func (p *Proxy) init() {
 	p.once.Do(func() {
-		p.inflight, p.hosts, p.runs = map[string]int{}, map[string]*Usage{}, map[string]*Usage{}
+		p.inflight, p.hosts, p.runs, p.warned = map[string]int{}, map[string]*Usage{}, map[string]*Usage{}, map[string]bool{}
 		if p.Client == nil {
 			p.Client = &http.Client{Transport: &http.Transport{
 				Proxy:                 http.ProxyFromEnvironment,
@@ -166,17 +179,60 @@ func (p *Proxy) Runs() map[string]Usage {
 }
 
 // Handler serves the requests of one host, named by the keeper from the
-// connection they come over.
-func (p *Proxy) Handler(host string) http.Handler {
+// connection they come over, that carry key (Authorization: Bearer, the
+// key in hex): the key the keeper gave that host's olliesrv. With an empty
+// key no request passes.
+func (p *Proxy) Handler(host string, key []byte) http.Handler {
 	p.init()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(host, w, r) })
+	want := []byte("Bearer " + hex.EncodeToString(key))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !p.admit(host, len(key) > 0, want, w, r) {
+			return
+		}
+		p.serve(host, w, r)
+	})
+}
+
+// admit lets through a request that carries the host daemon's key, and
+// refuses any other before it is read further: 503 when it has none (a
+// daemon that has just started is given the key within a second, and its
+// backend retries a 503), 401 when it has another. A refusal reaches no
+// upstream and counts no usage but Denied.
+func (p *Proxy) admit(host string, keyed bool, want []byte, w http.ResponseWriter, r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	if keyed && subtle.ConstantTimeCompare([]byte(auth), want) == 1 {
+		return true
+	}
+	kind := "wrong key"
+	if auth == "" {
+		kind = "no key"
+	}
+	p.mu.Lock()
+	first := !p.warned[host+"\x00"+kind]
+	p.warned[host+"\x00"+kind] = true
+	p.mu.Unlock()
+	p.count(host, "", func(u *Usage) { u.Denied++ })
+	const who = "only the host's olliesrv, with the key the desktop's keeper gave it, may use the desktop's model on this socket"
+	if auth == "" {
+		if first {
+			p.Log.Warn("ollie-remote: refused a model request without the key of the host's olliesrv (a daemon not yet given it, or another process on the host); further ones are counted, not logged", "host", host)
+		}
+		apiError(w, http.StatusServiceUnavailable, "unauthorized",
+			who+"; this request has no key (an olliesrv that has just started is given it within a second: ask again)")
+		return false
+	}
+	if first {
+		p.Log.Warn("ollie-remote: refused a model request with a key that is not the one the host's olliesrv was given (another process on the host?); further ones are counted, not logged", "host", host)
+	}
+	apiError(w, http.StatusUnauthorized, "unauthorized", who+"; this request's key is not that one")
+	return false
 }
 
 // apiError answers as OpenAI-compatible servers do, so that the host's
 // client shows the message to the model and the person.
 func apiError(w http.ResponseWriter, status int, kind, msg string) {
 	w.Header().Set("Content-Type", "application/json")
-	if status == http.StatusTooManyRequests {
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)
@@ -392,9 +448,10 @@ func usageOf(b []byte) Usage {
 	return Usage{PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens}
 }
 
-// Serve serves a host's requests on ln until it closes or ctx ends.
-func (p *Proxy) Serve(ctx context.Context, host string, ln net.Listener) error {
-	srv := &http.Server{Handler: p.Handler(host), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+// Serve serves a host's requests on ln until it closes or ctx ends: those
+// that carry key, which the keeper gives the host's olliesrv (Handler).
+func (p *Proxy) Serve(ctx context.Context, host string, ln net.Listener, key []byte) error {
+	srv := &http.Server{Handler: p.Handler(host, key), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
 	err := srv.Serve(ln)

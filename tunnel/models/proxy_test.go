@@ -2,12 +2,17 @@ package models
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,41 +29,80 @@ type rig struct {
 	llm   *fakellm.Server
 	proxy *Proxy
 	sock  string
+	key   []byte // the host daemon's, which the keeper gave it
+	logs  *syncBuffer
 }
 
 func newRig(t *testing.T, limits Limits) *rig {
 	llm := fakellm.Start(t)
 	llm.RequireKey("sk-desktop-secret")
-	p := &Proxy{Upstream: Upstream{Name: "desk", URL: llm.URL + "/v1", Key: "sk-desktop-secret"}, Limits: limits}
+	logs := &syncBuffer{}
+	p := &Proxy{Upstream: Upstream{Name: "desk", URL: llm.URL + "/v1", Key: "sk-desktop-secret"}, Limits: limits,
+		Log: slog.New(slog.NewTextHandler(logs, nil))}
 	dir, err := os.MkdirTemp("", "models")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	r := &rig{llm: llm, proxy: p, sock: filepath.Join(dir, "m.sock")}
+	r := &rig{llm: llm, proxy: p, sock: filepath.Join(dir, "m.sock"), key: make([]byte, 32), logs: logs}
+	rand.Read(r.key)
 	ln, err := net.Listen("unix", r.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); p.Serve(ctx, "web1", ln) }()
+	go func() { defer close(done); p.Serve(ctx, "web1", ln, r.key) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r
 }
 
+// client is the host's olliesrv: it sends the key the keeper gave it.
 func (r *rig) client() *http.Client {
+	return &http.Client{Transport: withAuth{"Bearer " + hex.EncodeToString(r.key), r.bare().Transport}}
+}
+
+// bare is any other process on the host: it sends no key of its own.
+func (r *rig) bare() *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", r.sock)
 	}}}
 }
 
+type withAuth struct {
+	auth string
+	rt   http.RoundTripper
+}
+
+func (a withAuth) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", a.auth)
+	return a.rt.RoundTrip(req)
+}
+
+// syncBuffer is a log the proxy's handlers write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func (r *rig) chat(ctx context.Context, run string, stream bool) (*http.Response, error) {
 	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"hi"}]}`, stream)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://desktop/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer what-the-host-sent")
 	if run != "" {
 		req.Header.Set(RunHeader, run)
 	}
@@ -73,7 +117,7 @@ func errorMessage(t *testing.T, resp *http.Response) string {
 }
 
 // TestKeyAddedHere: the upstream gets the desktop's key and never the
-// host's Authorization; the reply streams through as it comes, the first
+// host's Authorization (the host daemon's key); the reply streams through as it comes, the first
 // piece long before the last; usage is counted for the host and the run.
 func TestKeyAddedHere(t *testing.T) {
 	r := newRig(t, Limits{})
@@ -101,7 +145,7 @@ func TestKeyAddedHere(t *testing.T) {
 	}
 	reqs := r.llm.Requests()
 	last := reqs[len(reqs)-1]
-	if got := last.Header.Get("Authorization"); got != "Bearer sk-desktop-secret" {
+	if got := last.Header.Get("Authorization"); got != "Bearer sk-desktop-secret" || strings.Contains(string(last.Body), hex.EncodeToString(r.key)) {
 		t.Errorf("the upstream got Authorization %q", got)
 	}
 	if !strings.Contains(string(last.Body), `"include_usage":true`) {
@@ -229,5 +273,88 @@ func TestConcurrentHostsCounted(t *testing.T) {
 	wg.Wait()
 	if u := r.proxy.RunUsage("fleet-x"); u.Requests != 8 || u.Tokens() != 40 {
 		t.Errorf("the run's usage after 8 requests: %+v", u)
+	}
+}
+
+// TestOnlyTheHostDaemon: a process on the host other than its olliesrv (a
+// sandboxed tool that connects to the socket) gets nothing: without a key
+// 503 with a Retry-After (what a daemon not yet given the key gets, and
+// retries), with another key 401. Neither reaches the upstream nor counts
+// as usage, the host's or its run's; each kind is logged once per host,
+// and counted as denied. The daemon's key passes.
+func TestOnlyTheHostDaemon(t *testing.T) {
+	r := newRig(t, Limits{})
+	other := make([]byte, 32)
+	rand.Read(other)
+	for _, c := range []struct {
+		auth   string
+		status int
+	}{
+		{"", http.StatusServiceUnavailable},
+		{"", http.StatusServiceUnavailable},
+		{"Bearer " + hex.EncodeToString(other), http.StatusUnauthorized},
+		{"Bearer sk-desktop-secret", http.StatusUnauthorized},
+		{"Bearer " + hex.EncodeToString(r.key[:16]), http.StatusUnauthorized},
+		{"Bearer " + strings.ToUpper(hex.EncodeToString(r.key)) + "0", http.StatusUnauthorized},
+		{hex.EncodeToString(r.key), http.StatusUnauthorized},
+	} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/models", "/v1/files"} {
+			method := "POST"
+			if path != "/v1/chat/completions" {
+				method = "GET"
+			}
+			req, _ := http.NewRequest(method, "http://desktop"+path, strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"spend"}]}`))
+			req.Header.Set(RunHeader, "fleet-r")
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			resp, err := r.bare().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := errorMessage(t, resp)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || !strings.Contains(msg, "only the host's olliesrv, with the key the desktop's keeper gave it, may use") {
+				t.Errorf("%s %s with Authorization %q: %d %q, want %d", method, path, c.auth, resp.StatusCode, msg, c.status)
+			}
+			if ra := resp.Header.Get("Retry-After"); (c.status == http.StatusServiceUnavailable) != (ra != "") {
+				t.Errorf("%s %s with Authorization %q: Retry-After %q", method, path, c.auth, ra)
+			}
+		}
+	}
+	if n := len(r.llm.Requests()); n != 0 {
+		t.Errorf("%d requests without the key reached the upstream", n)
+	}
+	if u := r.proxy.UsageOf("web1"); u.Requests != 0 || u.Tokens() != 0 || u.Refused != 0 || u.Denied != 21 {
+		t.Errorf("web1's usage after refusals: %+v, want 21 denied and nothing else", u)
+	}
+	if u := r.proxy.RunUsage("fleet-r"); u != (Usage{}) {
+		t.Errorf("the run's usage after refusals: %+v", u)
+	}
+	logs := r.logs.String()
+	if n := strings.Count(logs, "refused a model request"); n != 2 || !strings.Contains(logs, "host=web1") {
+		t.Errorf("%d log lines for the refusals, want one per kind:\n%s", n, logs)
+	}
+	if strings.Contains(logs, hex.EncodeToString(r.key)) || strings.Contains(logs, hex.EncodeToString(other)) {
+		t.Errorf("a key is in the log:\n%s", logs)
+	}
+
+	r.llm.Push(fakellm.Text("yours"))
+	resp, err := r.chat(context.Background(), "fleet-r", false)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the daemon's request: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if u := r.proxy.UsageOf("web1"); u.Requests != 1 || u.Denied != 21 {
+		t.Errorf("web1's usage: %+v", u)
+	}
+
+	// Served without a key, nothing passes, not even an empty one.
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "http://desktop/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer ")
+	r.proxy.Handler("web2", nil).ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized || len(r.llm.Requests()) != 1 {
+		t.Errorf("a handler without a key let an empty one through: %d", rec.Code)
 	}
 }
