@@ -112,7 +112,7 @@ type Gate struct {
 	policy  HostPolicy
 	brokers []string          // registered sockets leading to desktop brokers, newest first
 	keys    map[string][]byte // a registration's key, sent with each request relayed to it; memory only
-	joined  changes.Counter // bumped under mu at each registration: parked requests go to it, and a request knows it missed one
+	joined  changes.Counter   // bumped under mu at each registration: parked requests go to it, and a request knows it missed one
 	pending map[string]*pendingReq
 	used    map[string]bool // request ids seen: each is single use
 	always  map[string]bool // tool names approved "always" through the namespace
