@@ -23,7 +23,8 @@ import (
 // tool can connect to models.sock as well: Landlock does not mediate it,
 // and sshd listens there) dials the socket itself and asks for a chat
 // completion without the key and with a wrong one: both are refused, the
-// desktop's model never sees them, and status shows no usage; the daemon's agent still gets answers. After the daemon is
+// desktop's model never sees them, and status counts them but no usage;
+// the daemon's agent still gets answers. After the daemon is
 // killed and started again, an agent made on the new one gets an answer
 // through the desktop within a few seconds: the keeper gave it the key
 // again.
@@ -89,8 +90,8 @@ func TestDesktopModelKey(t *testing.T) {
 	if n := len(llm.Requests()); n != 0 {
 		t.Errorf("%d requests reached the desktop's model from a process without the key", n)
 	}
-	// Status shows no usage (its MODEL cell has none to show yet).
-	if st := r.must("status", "h11"); !strings.Contains(st, "desktop:deskllm desk-model") || strings.Contains(st, "requests") {
+	// Status shows no usage, and the two requests without the key.
+	if st := r.must("status", "h11"); !strings.Contains(st, "desktop:deskllm desk-model (0 requests, 0 tokens, 2 without olliesrv's key)") {
 		t.Errorf("status after the refusals:\n%s", st)
 	}
 

@@ -278,10 +278,15 @@ func modelsCell(info keeper.HeldInfo) string {
 		return "host's own"
 	}
 	s := strings.TrimPrefix(info.Models, "ok: ")
-	if u := info.ModelUsage; u.Requests > 0 || u.Refused > 0 {
+	if u := info.ModelUsage; u.Requests > 0 || u.Refused > 0 || u.Denied > 0 {
 		s += fmt.Sprintf(" (%d requests, %d tokens", u.Requests, u.Tokens())
 		if u.Refused > 0 {
 			s += fmt.Sprintf(", %d refused", u.Refused)
+		}
+		if u.Denied > 0 {
+			// A daemon just started asks before it is given the key; more
+			// than a few is another process on the host trying the socket.
+			s += fmt.Sprintf(", %d without olliesrv's key", u.Denied)
 		}
 		s += ")"
 	}
