@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -631,27 +632,47 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 		}
 		return broker.Deny
 	}
-	arrived := -1 // prompts shown when the gate connected to the keeper's socket
+	// When the gate connected to the keeper's socket, looked for as fast
+	// as /proc/net/unix can be read: the conversation may last only the
+	// few milliseconds its prompt is shown and answered.
+	var arrival atomic.Int64
+	looking, stopLooking := context.WithCancel(context.Background())
+	defer stopLooking()
+	lookDone := make(chan struct{})
+	go func() {
+		defer close(lookDone)
+		for looking.Err() == nil {
+			if connectedTo(path) > base {
+				arrival.Store(time.Now().UnixNano())
+				return
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
 	deadline := time.Now().Add(within)
 	for {
-		if arrived < 0 && connectedTo(path) > base {
-			arrived = len(d.screen.seen())
-		}
 		seen := d.screen.seen()
 		for i := nStart; i < len(seen); i++ {
 			if strings.Contains(seen[i].seg, honestTool) {
 				res.delay = seen[i].at.Sub(t0)
-				if arrived >= 0 {
-					res.before = max(0, i-arrived)
-				}
 				select {
 				case a := <-done:
 					res.decided = decided(a)
 				case <-time.After(70 * time.Second):
 					return res, fmt.Errorf("the honest request was shown but never answered")
 				}
-				if arrived < 0 {
+				// The conversation is over: the connection was seen by now
+				// or never will be.
+				stopLooking()
+				<-lookDone
+				if arrival.Load() == 0 {
 					return res, fmt.Errorf("the honest request was shown, but its connection to the keeper's socket %s was never seen", path)
+				}
+				arrived := time.Unix(0, arrival.Load())
+				for _, p := range seen[nStart:i] {
+					if p.at.After(arrived) {
+						res.before++
+					}
 				}
 				return res, nil
 			}
