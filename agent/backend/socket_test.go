@@ -16,18 +16,24 @@ import (
 	"ollie/tunnel/models"
 )
 
+// socketPath is a path for a socket in a directory of its own, short
+// enough for a Unix socket's name (t.TempDir's may not be).
+func socketPath(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "models.sock")
+}
+
 // TestSocketBackend: a backend with a socket sends every request there,
 // with the run's name; while nothing serves the socket a request is
 // retried, and goes through once it is served again (a keeper that
 // reconnected), its error saying what is missing meanwhile.
 func TestSocketBackend(t *testing.T) {
 	llm := fakellm.Start(t)
-	dir, err := os.MkdirTemp("", "sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "models.sock")
+	sock := socketPath(t)
 	b, err := NewOpenAI(Config{Name: "desktop", Type: TypeOpenAI, URL: "http://desktop.invalid/v1", Socket: sock, Model: "m"}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -73,12 +79,7 @@ func TestSocketBackend(t *testing.T) {
 // error.
 func TestSocketKey(t *testing.T) {
 	llm := fakellm.Start(t)
-	dir, err := os.MkdirTemp("", "sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "models.sock")
+	sock := socketPath(t)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -121,12 +122,7 @@ func TestSocketKey(t *testing.T) {
 // does not quote it.
 func TestSocketKeyLate(t *testing.T) {
 	llm := fakellm.Start(t)
-	dir, err := os.MkdirTemp("", "sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "models.sock")
+	sock := socketPath(t)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)

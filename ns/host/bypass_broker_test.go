@@ -155,16 +155,8 @@ func TestShutdownDeniesParked(t *testing.T) {
 // shown nowhere (bypass/broker, events) and a bad one is refused without
 // quoting it, since it is a secret a person may have pasted.
 func TestBypassBrokerKey(t *testing.T) {
-	dir := nstest.ShortTempDir(t)
-	d, err := Start(Config{StateDir: t.TempDir(), Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		d.Shutdown(ctx)
-	})
+	d := startTestDaemon(t)
+	dir := filepath.Dir(d.Socket)
 	fs := nstest.Attach(t, d.Socket, "admin")
 	events := d.ns.bus.Subscribe("bypass.broker")
 	defer events.Close()
