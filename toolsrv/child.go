@@ -486,6 +486,11 @@ func (c *Child) close() error {
 }
 
 func child() error {
+	// First: SIGTERM comes from Pdeathsig when the parent dies, which it
+	// may do while this child starts. Unhandled, it would end the child
+	// at once, leaving its directory in /tmp and its processes running.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	f := os.NewFile(3, "toolsrv-config")
 	if f == nil {
 		return errors.New("no configuration pipe: toolsrv is started by olliesrv")
@@ -498,6 +503,11 @@ func child() error {
 	var cfg childConfig
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("bad configuration: %w", err)
+	}
+	if dir := filepath.Dir(cfg.Socket); strings.HasPrefix(filepath.Base(dir), "ollie-tools-") {
+		// Spawn's private directory: gone with this process, even when
+		// the parent died without Close.
+		defer os.RemoveAll(dir)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("session", cfg.SessionID)
 
@@ -545,11 +555,6 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	if dir := filepath.Dir(cfg.Socket); strings.HasPrefix(filepath.Base(dir), "ollie-tools-") {
-		// Spawn's private directory: gone with this process, even when
-		// the parent died without Close.
-		defer os.RemoveAll(dir)
-	}
 	if err := os.Chmod(cfg.Socket, 0600); err != nil {
 		return err
 	}
@@ -572,8 +577,6 @@ func child() error {
 		io.Copy(io.Discard, os.Stdin) // returns when the parent closes it or dies
 		close(stop)
 	}()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for running := true; running; {
