@@ -47,7 +47,7 @@ func startWarm() (*warmHelper, error) {
 	// file since, so both ends speak the same protocol.
 	proc, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmArg}, &os.ProcAttr{
 		Dir:   "/",
-		Env:   []string{"GOMAXPROCS=1"},
+		Env:   helperEnv(),
 		Files: []*os.File{null, null, os.Stderr, ctl, call},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})

@@ -90,7 +90,7 @@ func warm(sigs chan os.Signal) int {
 	}
 	stage, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmConfineArg, cgDir}, &os.ProcAttr{
 		Dir:   "/",
-		Env:   []string{"GOMAXPROCS=1"},
+		Env:   helperEnv(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})

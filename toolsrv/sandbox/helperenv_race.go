@@ -1,0 +1,15 @@
+//go:build race
+
+package sandbox
+
+import "os"
+
+// helperEnv is a helper's whole environment. A race-detector build (the
+// tests') passes GORACE on too: its atexit_sleep_ms=0 (make test) spares
+// each helper's exit the detector's one-second wait.
+func helperEnv() []string {
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		return []string{"GOMAXPROCS=1", "GORACE=" + v}
+	}
+	return []string{"GOMAXPROCS=1"}
+}
