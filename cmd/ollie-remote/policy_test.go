@@ -204,11 +204,14 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for registered := false; !registered; {
+	var sock string
+	for sock == "" {
 		if c, err := client.DialAs(filepath.Join(r.dir, "h11.ns"), ""); err == nil {
 			b, _ := c.ReadAll(ctx, "bypass/broker")
 			c.Close()
-			registered = strings.Contains(string(b), "broker-")
+			if first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); strings.Contains(first, "broker-") {
+				sock = first
+			}
 		}
 		if ctx.Err() != nil {
 			t.Fatal("h11 never learnt of the desktop broker")
@@ -246,5 +249,21 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 	}
 	if out, ran := askThroughGate(t, lab, "h11", "file_glob", `{"pattern":"*"}`); !ran || !strings.Contains(askpassed(), "h11 asks to run outside its sandbox") {
 		t.Errorf("a tool no rule names: %s; askpass was asked %q", out, askpassed())
+	}
+
+	// Another process on the host (the lab's hosts share this machine)
+	// asks over the keeper's socket itself, for a tool the policy allows:
+	// without the key only olliesrv holds, it is closed unanswered, and
+	// status says so.
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cv, a, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "reasoning_think", Executable: "/bin/true", Cwd: "/"}); err == nil {
+		cv.Close("ran")
+		t.Errorf("a request without olliesrv's key was answered: %+v", a)
+	}
+	if st := r.must("status", "h11"); !strings.Contains(st, "ok (1 refused without olliesrv's key)") {
+		t.Errorf("status after a request without the key:\n%s", st)
 	}
 }

@@ -208,6 +208,10 @@ func approvalsState(ctx context.Context, info keeper.HeldInfo, reachable bool) s
 	if err == nil && !keeper.Listed(b, info.Broker) {
 		return keeper.ApprovalsMissing + ": the host does not list this desktop's broker socket"
 	}
+	if info.Keyless > 0 {
+		// Worth a look: something on the host asked in olliesrv's name.
+		return fmt.Sprintf("%s (%d refused without olliesrv's key)", info.Approvals, info.Keyless)
+	}
 	return info.Approvals
 }
 

@@ -101,6 +101,10 @@ type HeldInfo struct {
 	// missing: why); Broker the host-side socket registered for it.
 	Approvals string `json:"approvals,omitempty"`
 	Broker    string `json:"broker,omitempty"`
+	// Keyless counts the requests that came to this host's broker socket
+	// without the key its olliesrv was given: another process on the host
+	// (a tool) asking in olliesrv's name. Each was closed unanswered.
+	Keyless int `json:"keyless,omitempty"`
 	// Models is the desktop's model channel (ok: ROUTE, missing: why),
 	// "" when the host was not given the desktop's model; ModelUsage what
 	// the host used through it.
@@ -587,7 +591,7 @@ func (k *keeper) list() []HeldInfo {
 	for _, h := range k.hosts {
 		h.mu.Lock()
 		hi := HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
-			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models}
+			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models, Keyless: k.broker.Refused(h.name).Keyless}
 		if h.modelProxy != nil {
 			hi.ModelUsage = h.modelProxy.UsageOf(h.name)
 		}
