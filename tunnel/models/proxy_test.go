@@ -2,7 +2,6 @@ package models
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
 )
 
 // rig is a host's view of the proxy: an HTTP client over the Unix socket
@@ -30,13 +30,13 @@ type rig struct {
 	proxy *Proxy
 	sock  string
 	key   []byte // the host daemon's, which the keeper gave it
-	logs  *syncBuffer
+	logs  *nstest.SyncBuffer
 }
 
 func newRig(t *testing.T, limits Limits) *rig {
 	llm := fakellm.Start(t)
 	llm.RequireKey("sk-desktop-secret")
-	logs := &syncBuffer{}
+	logs := &nstest.SyncBuffer{}
 	p := &Proxy{Upstream: Upstream{Name: "desk", URL: llm.URL + "/v1", Key: "sk-desktop-secret"}, Limits: limits,
 		Log: slog.New(slog.NewTextHandler(logs, nil))}
 	dir, err := os.MkdirTemp("", "models")
@@ -81,23 +81,6 @@ func (a withAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	return a.rt.RoundTrip(req)
 }
 
-// syncBuffer is a log the proxy's handlers write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func (r *rig) chat(ctx context.Context, run string, stream bool) (*http.Response, error) {
 	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"hi"}]}`, stream)
