@@ -81,7 +81,6 @@ func (a withAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	return a.rt.RoundTrip(req)
 }
 
-
 func (r *rig) chat(ctx context.Context, run string, stream bool) (*http.Response, error) {
 	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":"hi"}]}`, stream)
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://desktop/v1/chat/completions", strings.NewReader(body))
