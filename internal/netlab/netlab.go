@@ -329,20 +329,36 @@ func (n *Net) Listen(network, addr string) (net.Listener, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// The thread enters the namespace, makes the socket and is
-		// thrown away: it is never put back into the scheduler's pool.
+		// The thread enters the namespace, makes the socket and goes
+		// back to its own namespace before the scheduler may use it
+		// again. It must not be thrown away instead: a thread's end
+		// sends Pdeathsig to every process it started (go.dev/issue/27505),
+		// and this thread may have started a lab's sshd, which then
+		// stops listening (the air-gapped tests failed so, now and then).
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: err}
+			return
+		}
+		defer home.Close()
 		ns, err := os.Open("/run/netns/" + n.Name)
 		if err != nil {
+			runtime.UnlockOSThread()
 			done <- result{err: err}
 			return
 		}
 		defer ns.Close()
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- result{err: fmt.Errorf("setns %s: %w", n.Name, err)}
 			return
 		}
 		ln, err := net.Listen(network, addr)
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else it stays locked, and ends with this goroutine
 		done <- result{ln, err}
 	}()
 	r := <-done
