@@ -23,7 +23,6 @@ import (
 	"net"
 	"os"
 	"path"
-	"strings"
 	"sync"
 	"time"
 
@@ -389,16 +388,4 @@ func (k *keeper) runUsage() map[string]models.Usage {
 		}
 	}
 	return out
-}
-
-// usageLine is a host's model usage through the desktop, for status.
-func usageLine(u models.Usage) string {
-	if u.Requests == 0 && u.Refused == 0 {
-		return ""
-	}
-	parts := []string{fmt.Sprintf("%d requests", u.Requests), fmt.Sprintf("%d tokens", u.Tokens())}
-	if u.Refused > 0 {
-		parts = append(parts, fmt.Sprintf("%d refused", u.Refused))
-	}
-	return strings.Join(parts, ", ")
 }
