@@ -3,6 +3,8 @@ package toolsrv
 import (
 	"fmt"
 
+	"ollie/toolsrv/sandbox"
+
 	"ollie/internal/paths"
 )
 
@@ -39,4 +41,34 @@ func (r *Runner) caller(c Caller) (Caller, error) {
 	}
 	c.Cwd = cwd
 	return c, nil
+}
+
+// checkCwd returns the file the call's directory cwd is, reached without
+// a symbolic link, once the session's directory is found to be the one
+// it was when the session was made: a directory swapped for a link to
+// somewhere else, or moved away and replaced, is refused, naming it.
+// The sandbox checks the same again as the tool starts, on the
+// descriptor it confines the tool to.
+func (r *Runner) checkCwd(cwd string) (sandbox.FileID, error) {
+	session, err := sandbox.Identify(r.Cwd)
+	if err != nil {
+		return session, fmt.Errorf("not run: the session's directory: %w", err)
+	}
+	r.cwdMu.Lock()
+	if r.CwdID == nil {
+		r.CwdID = &session
+	}
+	want := *r.CwdID
+	r.cwdMu.Unlock()
+	if session != want {
+		return session, fmt.Errorf("not run: %s is not the directory it was when the session was made (it was moved or replaced since); make a new session for the directory there now", r.Cwd)
+	}
+	if cwd == r.Cwd {
+		return session, nil
+	}
+	id, err := sandbox.Identify(cwd)
+	if err != nil {
+		return id, fmt.Errorf("not run: the agent's directory: %w", err)
+	}
+	return id, nil
 }

@@ -35,21 +35,25 @@ const childArg = "__ollie_toolsrv"
 // childConfig crosses a pipe from the parent to the child at spawn: the
 // secret never appears in argv or the environment.
 type childConfig struct {
-	Secret        string   `json:"secret"`
-	Socket        string   `json:"socket"`
-	Cwd           string   `json:"cwd"`
-	SessionID     string   `json:"session"`
-	ToolsPath     []string `json:"tools_path"`
-	Tools         []string `json:"tools"` // to load; nil loads every available tool
-	ElevateSocket string   `json:"elevate_socket"`
-	Namespace     string   `json:"namespace"`
-	SpillDir      string   `json:"spill_dir"` // the session's, made by Spawn
-	Yolo          bool     `json:"yolo,omitempty"`
+	Secret        string          `json:"secret"`
+	Socket        string          `json:"socket"`
+	Cwd           string          `json:"cwd"`
+	CwdID         *sandbox.FileID `json:"cwd_id,omitempty"`
+	SessionID     string          `json:"session"`
+	ToolsPath     []string        `json:"tools_path"`
+	Tools         []string        `json:"tools"` // to load; nil loads every available tool
+	ElevateSocket string          `json:"elevate_socket"`
+	Namespace     string          `json:"namespace"`
+	SpillDir      string          `json:"spill_dir"` // the session's, made by Spawn
+	Yolo          bool            `json:"yolo,omitempty"`
 }
 
 // SpawnConfig describes a session's toolsrv.
 type SpawnConfig struct {
-	Cwd           string
+	Cwd string
+	// CwdID is the directory Cwd named when the session was made (see
+	// Runner.CwdID); nil takes it now.
+	CwdID         *sandbox.FileID
 	SessionID     string
 	ToolsPath     []string // nil: ToolsPath()
 	Tools         []string // to load at start; nil loads every available tool
@@ -150,7 +154,14 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 			os.RemoveAll(c.spill)
 		}
 	}()
-	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, SessionID: cfg.SessionID,
+	if cfg.CwdID == nil && cfg.Cwd != "" {
+		id, err := sandbox.Identify(cfg.Cwd)
+		if err != nil {
+			return nil, fmt.Errorf("toolsrv: the session's directory: %w", err)
+		}
+		cfg.CwdID = &id
+	}
+	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, CwdID: cfg.CwdID, SessionID: cfg.SessionID,
 		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill, Yolo: cfg.Yolo})
 	if err != nil {
 		return nil, err
@@ -527,7 +538,7 @@ func child() error {
 			log.Warn("toolsrv: cannot load", "tool", name, "err", err)
 		}
 	}
-	runner := &Runner{Tools: session, Cwd: cfg.Cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
+	runner := &Runner{Tools: session, Cwd: cfg.Cwd, CwdID: cfg.CwdID, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
 		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir, Yolo: cfg.Yolo}
 	if cfg.ElevateSocket != "" {
 		runner.Approver = GateApprover{Socket: cfg.ElevateSocket}

@@ -62,8 +62,12 @@ func (noApprover) Approve(ctx context.Context, req *broker.Request) (Grant, erro
 // approval and output capture, the same path for an agent and for
 // `olliesrv tools run`.
 type Runner struct {
-	Tools    *Session
-	Cwd      string           // the session's working directory
+	Tools *Session
+	Cwd   string // the session's working directory
+	// CwdID is the directory Cwd named when the session was made: a call
+	// finds it there still, reached without a symbolic link, or is
+	// refused. nil takes it at the first call.
+	CwdID    *sandbox.FileID
 	Profiles sandbox.Profiles // where sandbox profiles are found
 	Approver Approver         // nil denies every elevation
 
@@ -94,6 +98,8 @@ type Runner struct {
 	spillMu   sync.Mutex
 	spilled   int64  // bytes kept in spill files, against SessionSpillLimit
 	spillMade string // the directory spillDir made when SpillDir is ""
+
+	cwdMu sync.Mutex // guards CwdID, taken at the first call when nil
 }
 
 func failed(name, msg string) *tool.Result {
@@ -164,10 +170,21 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 	if err != nil {
 		return nil, "", err
 	}
-	policy, err := prof.Resolve(sandbox.Vars{CWD: c.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath})
+	cwdID, err := r.checkCwd(c.Cwd)
 	if err != nil {
 		return nil, "", err
 	}
+	vars := sandbox.Vars{CWD: c.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath}
+	policy, err := prof.Resolve(vars)
+	if err != nil {
+		return nil, "", err
+	}
+	for i := range policy.Paths {
+		if policy.Paths[i].Path == c.Cwd {
+			policy.Paths[i].ID = &cwdID
+		}
+	}
+	policy.Protect = sandbox.ProtectedPaths(vars)
 	r.allowSpill(policy)
 	if t.Sudo {
 		// sudo resets the environment and reads the password, if one is

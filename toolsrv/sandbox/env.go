@@ -1,6 +1,9 @@
 package sandbox
 
-import "strings"
+import (
+	"os"
+	"strings"
+)
 
 // envAllowed reports whether the variable name matches the allowlist:
 // an entry is a name, a prefix ending in *, or * alone for everything.
@@ -28,4 +31,13 @@ func filterEnv(environ, allow []string) []string {
 		}
 	}
 	return out
+}
+
+// withNoNS passes noNSEnv on to a helper when it is set: the helper
+// starts its confining stages without a mount namespace.
+func withNoNS(env []string) []string {
+	if v := os.Getenv(noNSEnv); v != "" {
+		env = append(env, noNSEnv+"="+v)
+	}
+	return env
 }

@@ -114,7 +114,7 @@ func Command(ctx context.Context, p *Policy, path string, args []string) (*exec.
 
 	cmd := exec.CommandContext(ctx, self, append([]string{helperArg, "--", path}, args...)...)
 	cmd.ExtraFiles = []*os.File{r}
-	cmd.Env = filterEnv(os.Environ(), p.Env)
+	cmd.Env = withNoNS(filterEnv(os.Environ(), p.Env))
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.Cancel = func() error { return Kill(cmd.Process) }
 	return cmd, nil
@@ -200,6 +200,8 @@ func HelperMain() {
 			warmMain()
 		case warmConfineArg:
 			warmConfineMain()
+		case nsProbeArg:
+			nsProbeMain()
 		}
 	}
 	code, err := helper(os.Args[2:])
@@ -216,9 +218,10 @@ var helperSignals chan os.Signal
 // helper runs the outer stage (supervise) or, with confineArg, the
 // confining stage, which returns only on failure.
 func helper(args []string) (int, error) {
-	confining := len(args) > 0 && args[0] == confineArg
+	confining := len(args) > 1 && args[0] == confineArg
+	ns := ""
 	if confining {
-		args = args[1:]
+		ns, args = args[1], args[2:]
 	} else {
 		// The caller may end the call the moment it has started it: a
 		// Kill before supervise listened would be ignored, and the
@@ -241,21 +244,43 @@ func helper(args []string) (int, error) {
 		return 0, err
 	}
 	if confining {
-		return 0, confine(p, args[1], args[1:], os.Environ())
+		// The outer stage started this one in the call's directory, by
+		// name; confine enters it again once the call's mounts are made.
+		dir, err := os.Getwd()
+		if err != nil {
+			return 0, fmt.Errorf("sandbox: the call's directory: %w", err)
+		}
+		return 0, confine(p, ns, dir, args[1], args[1:], os.Environ())
 	}
 	return supervise(data, p, args)
 }
 
-// confine applies p's limits and Landlock to this process and execs tool
-// with argv and the variables of env that p allows in its place. It
-// returns only on failure.
-func confine(p *Policy, tool string, argv, env []string) error {
+// confine applies p's limits, its protected paths (ns says whether this
+// process has a mount namespace of its own), its directory dir ("" for
+// none) and Landlock to this process and execs tool with argv and the
+// variables of env that p allows in its place. It returns only on
+// failure.
+func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
 	if err := setLimits(p.Limits.effective()); err != nil {
 		return err
 	}
 	// Before Landlock, which may hide /proc from this process.
 	closeAllOnExec()
+	if err := protectCall(p, ns); err != nil {
+		return err
+	}
+	// After the mounts: a directory entered before them would be beneath
+	// the mounts they cover, where the protected paths are not protected.
+	if dir != "" {
+		if err := enterDir(p, dir); err != nil {
+			return err
+		}
+	}
 	if err := apply(p, tool); err != nil {
+		return err
+	}
+	// On the thread apply locked, the one that execs.
+	if err := dropCaps(); err != nil {
 		return err
 	}
 	err := syscall.Exec(tool, argv, filterEnv(env, p.Env))

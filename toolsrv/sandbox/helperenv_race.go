@@ -9,7 +9,7 @@ import "os"
 // each helper's exit the detector's one-second wait.
 func helperEnv() []string {
 	if v, ok := os.LookupEnv("GORACE"); ok {
-		return []string{"GOMAXPROCS=1", "GORACE=" + v}
+		return withNoNS([]string{"GOMAXPROCS=1", "GORACE=" + v})
 	}
-	return []string{"GOMAXPROCS=1"}
+	return withNoNS([]string{"GOMAXPROCS=1"})
 }

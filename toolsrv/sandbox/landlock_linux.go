@@ -131,28 +131,61 @@ func apply(p *Policy, tool string) error {
 		cfg.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
 	}
 
-	var rules []landlock.Rule
-	add := func(path string, a Access) error {
-		st, err := os.Stat(path)
+	// Each path is opened here, without following a link, and the rule is
+	// made on what was opened: a path swapped for a link since the policy
+	// was resolved is refused, not followed.
+	type pathRule struct {
+		fd     int
+		access landlock.AccessFSSet
+	}
+	var pathRules []pathRule
+	defer func() {
+		for _, r := range pathRules {
+			unix.Close(r.fd)
+		}
+	}()
+	add := func(path string, a Access, id *FileID, follow bool) error {
+		var fd int
+		var err error
+		if follow {
+			if fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
+				err = &os.PathError{Op: "open", Path: path, Err: err}
+			}
+		} else {
+			fd, err = openNoFollow(path, unix.O_PATH)
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // gone since Resolve; nothing beneath it to allow
 		}
 		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
+			return err
 		}
-		if r := rights(a, st.Mode()) & cfg.HandledAccessFS; r != 0 {
-			rules = append(rules, landlock.PathAccess(r, path))
+		_, mode, err := fdID(fd)
+		if err == nil {
+			err = checkID(fd, path, id)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		if r := rights(a, fileMode(mode)) & cfg.HandledAccessFS; r != 0 {
+			pathRules = append(pathRules, pathRule{fd, r})
+		} else {
+			unix.Close(fd)
 		}
 		return nil
 	}
 	for _, r := range p.Paths {
-		if err := add(r.Path, r.Access); err != nil {
+		if err := add(r.Path, r.Access, r.ID, false); err != nil {
 			return err
 		}
 	}
-	if err := add(tool, Exec); err != nil {
+	// The tool as the caller named it, which may be a link (/bin/sh): the
+	// caller chose it, and execve follows it anyway.
+	if err := add(tool, Exec, nil, true); err != nil {
 		return err
 	}
+	var rules []landlock.Rule
 	if cfg.HandledAccessNet&ll.AccessNetBindTCP != 0 {
 		for _, port := range p.Bind.Ports {
 			rules = append(rules, landlock.BindTCP(port))
@@ -171,6 +204,12 @@ func apply(p *Policy, tool string) error {
 		return errors.New("sandbox: landlock: empty ruleset") // cfg always handles filesystem rights
 	}
 	defer unix.Close(fd)
+	for _, r := range pathRules {
+		attr := ll.PathBeneathAttr{ParentFd: r.fd, AllowedAccess: uint64(r.access)}
+		if err := ll.LandlockAddPathBeneathRule(fd, &attr, 0); err != nil {
+			return fmt.Errorf("sandbox: landlock: adding a rule: %w", err)
+		}
+	}
 	runtime.LockOSThread() // never unlocked: see above
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
@@ -182,6 +221,23 @@ func apply(p *Policy, tool string) error {
 		return denyMPTCP() // see mptcp_linux.go
 	}
 	return nil
+}
+
+// fileMode is the os.FileMode of a stat mode, as far as rights needs it.
+func fileMode(m uint32) os.FileMode {
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return os.ModeDir
+	case unix.S_IFCHR:
+		return os.ModeDevice | os.ModeCharDevice
+	case unix.S_IFBLK:
+		return os.ModeDevice
+	case unix.S_IFSOCK:
+		return os.ModeSocket
+	case unix.S_IFIFO:
+		return os.ModeNamedPipe
+	}
+	return 0
 }
 
 func sysProcAttr() *syscall.SysProcAttr {

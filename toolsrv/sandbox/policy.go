@@ -32,10 +32,23 @@ func (a Access) String() string {
 	return string(b)
 }
 
-// A PathRule grants Access to a path and everything beneath it.
+// A PathRule grants Access to a path and everything beneath it. The path
+// is canonical (no symbolic link in it, /proc/self aside): the confining
+// stage opens it without following links, so a path that became a link
+// after the policy was resolved is refused rather than followed.
 type PathRule struct {
 	Path   string `json:"path"`
 	Access Access `json:"access"`
+	// ID, when set, is the file the path must still name when the call
+	// starts: a session's directory, resolved when the session was made.
+	// A directory moved away or swapped for another since is refused.
+	ID *FileID `json:"id,omitempty"`
+}
+
+// A FileID names a file as the kernel does: its device and inode.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
 // Skipped records a profile path that Resolve left out, and why.
@@ -61,6 +74,12 @@ type Policy struct {
 	Limits     Limits     `json:"limits"`
 	BestEffort bool       `json:"best_effort,omitempty"`
 	Skipped    []Skipped  `json:"skipped,omitempty"`
+	// Protect lists what no tool may change, whatever the paths above
+	// allow: what decides a tool's power (see [ProtectedPaths]). Where a
+	// writable directory holds one, the call runs in a mount namespace of
+	// its own in which they are read-only, or is refused where the host
+	// cannot make one; a writable directory inside one is always refused.
+	Protect []string `json:"protect,omitempty"`
 }
 
 // Vars are the values of a profile's templates. Empty fields fall back to
@@ -212,13 +231,13 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 				continue
 			}
 			for _, val := range vals {
-				path := filepath.Clean(val + rest)
-				if _, err := os.Stat(path); err != nil {
+				path, err := Canonical(filepath.Clean(val + rest))
+				if err != nil {
 					reason := "cannot be examined: " + err.Error()
 					if os.IsNotExist(err) {
 						reason = "does not exist"
 					}
-					pol.Skipped = append(pol.Skipped, Skipped{field, entry, path, reason})
+					pol.Skipped = append(pol.Skipped, Skipped{field, entry, filepath.Clean(val + rest), reason})
 					continue
 				}
 				access[path] |= l.access
@@ -226,10 +245,22 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 		}
 	}
 	for path, a := range access {
-		pol.Paths = append(pol.Paths, PathRule{path, a})
+		pol.Paths = append(pol.Paths, PathRule{Path: path, Access: a})
 	}
 	slices.SortFunc(pol.Paths, func(a, b PathRule) int { return strings.Compare(a.Path, b.Path) })
 	return pol, nil
+}
+
+// Canonical returns path with every symbolic link in it resolved, as the
+// confining stage must find it. /proc/self and /proc/thread-self stay as
+// they are: they name the process that opens them, which is the tool.
+func Canonical(path string) (string, error) {
+	if path == "/proc/self" || strings.HasPrefix(path, "/proc/self/") ||
+		path == "/proc/thread-self" || strings.HasPrefix(path, "/proc/thread-self/") {
+		_, err := os.Stat(path)
+		return path, err
+	}
+	return filepath.EvalSymlinks(path)
 }
 
 // netRestricted reports whether the policy asks Landlock to restrict any

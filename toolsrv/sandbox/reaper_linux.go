@@ -63,10 +63,11 @@ func supervise(data []byte, p *Policy, args []string) (int, error) {
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, killSignal)
 	}
 
-	argv := append([]string{os.Args[0], helperArg, confineArg}, args...)
 	// /proc/self/exe: this very binary, even if a deploy has replaced the
 	// file since.
-	tool, err := os.StartProcess("/proc/self/exe", argv, &os.ProcAttr{
+	tool, err := stageProc(func(ns string) []string {
+		return append([]string{os.Args[0], helperArg, confineArg, ns}, args...)
+	}, &os.ProcAttr{
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})

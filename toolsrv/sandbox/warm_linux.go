@@ -88,7 +88,9 @@ func warm(sigs chan os.Signal) int {
 			}
 		}
 	}
-	stage, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], helperArg, warmConfineArg, cgDir}, &os.ProcAttr{
+	stage, err := stageProc(func(ns string) []string {
+		return []string{os.Args[0], helperArg, warmConfineArg, ns, cgDir}
+	}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   helperEnv(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock},
@@ -162,14 +164,9 @@ func warmConfineMain() {
 	}
 	closeFDs(fds)
 	m, p, err := decodeCall(data)
-	if err == nil && m.Dir != "" {
-		if err = os.Chdir(m.Dir); err != nil {
-			err = fmt.Errorf("sandbox: %w", err)
-		}
-	}
 	if err == nil {
 		setCallPids(p, os.Args[len(os.Args)-1])
-		err = confine(p, m.Path, m.Argv, m.Env)
+		err = confine(p, os.Args[len(os.Args)-2], m.Dir, m.Path, m.Argv, m.Env)
 	}
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(126)
