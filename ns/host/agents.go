@@ -223,7 +223,7 @@ func (as *agents) closeAll() {
 func (n *namespace) agentSpec() *ns.Node {
 	each := ns.Listing(n.sessionAgents, agentEntryOf)
 	return ns.Dir("agent", 0555, "Agents in the session.",
-		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]' (quote a value with spaces as a shell does); read its name, or with prompt= run it as a sub-agent and read its final answer.", n.newAgent),
+		ns.RdWrFile("new", 0666, "Create an agent: write 'name=X [cwd=DIR] [profile=P] [backend=B] [model=M] [prompt=TEXT...]' (quote a value with spaces as a shell does); read its name, or with prompt= run it as a sub-agent and read its final answer. An agent's tool (its profile must say \"spawn\": true) adds agents only to its own session and to the sessions it made.", n.newAgent),
 		ns.ReadFile("idx", 0444, "Agent index: session-id<TAB>agent-id<TAB>agent-name<TAB>parent-id<TAB>depth<TAB>state.", n.agentIdx),
 		ns.Dynamic("aname", 0555, "An agent, by name or by ID (an invisible alias).", each,
 			ns.WriteFile("prompt", 0220, "Queue a user turn: each write is one prompt.", n.agentPrompt),
@@ -375,13 +375,9 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		defer release()
 	}
-	creator, err := n.creator(c)
+	creator, err := n.creator(c, s)
 	if err != nil {
 		return nil, err
-	}
-	if s.Yolo && creator != nil {
-		// Its tools would run unsandboxed: an escape for the creator's.
-		return nil, fmt.Errorf("agent/new: refused: %s is a yolo session, whose tools run unsandboxed; only the admin may add agents to it, not agent %s's tool", s.Name(), creator.Name())
 	}
 	cwd := opt["cwd"]
 	if cwd == "" {
@@ -432,10 +428,15 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 const maxDepth = 8
 
 // creator returns the agent whose tool makes a request that creates a
-// session or an agent, or nil for the admin. Such work is never wider
-// than its creator (see agentCwd and AgentMeta.Limit), and only a profile
-// that says "spawn": true may ask for it.
-func (n *namespace) creator(c *ns.Call) (*agentEntry, error) {
+// session or an agent, or nil for the admin; into is the session an agent
+// is added to, nil for a new session. It is the one place that decides
+// whether an agent may spawn. Such work is never wider than its creator
+// (see agentCwd and AgentMeta.Limit), and only a profile that says
+// "spawn": true may ask for it. An agent adds agents only to its own
+// session and to the sessions its tools made: a session the admin or
+// another agent made is theirs, wherever its directory lies, and a yolo
+// session's agents the admin's alone.
+func (n *namespace) creator(c *ns.Call, into *agent.Session) (*agentEntry, error) {
 	if c.Admin {
 		return nil, nil
 	}
@@ -455,6 +456,20 @@ func (n *namespace) creator(c *ns.Call) (*agentEntry, error) {
 	}
 	if e.depth >= maxDepth {
 		return nil, fmt.Errorf("%s: refused: agent %s is %d levels below the agents people made, the most allowed", c.Path(), e.Name(), e.depth)
+	}
+	if into == nil {
+		return e, nil
+	}
+	if into.Yolo {
+		// Its tools would run unsandboxed: an escape for the creator's.
+		return nil, fmt.Errorf("%s: refused: %s is a yolo session, whose tools run unsandboxed; only the admin may add agents to it, not agent %s's tool", c.Path(), into.Name(), e.Name())
+	}
+	if into.ID != e.session && into.Owner != e.ID() {
+		maker := "another agent"
+		if into.Owner == ns.Admin {
+			maker = "the admin"
+		}
+		return nil, fmt.Errorf("%s: refused: agent %s adds agents only to its own session and to the sessions it made; %s was made by %s", c.Path(), e.Name(), into.Name(), maker)
 	}
 	return e, nil
 }

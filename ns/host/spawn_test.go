@@ -10,6 +10,56 @@ import (
 	"ollie/internal/nstest"
 )
 
+// TestSpawnOnlyIntoOwnSessions: an agent whose profile may spawn adds
+// agents to its own session and to the sessions its tool made, never to
+// one the admin made, not even one whose directory lies inside the
+// agent's own (issue 28, item 7). Its tool asks as a real tool does: a 9P
+// client presenting the agent's capability.
+func TestSpawnOnlyIntoOwnSessions(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	d, admin := modelDaemon(t, streamer("done"))
+	work := t.TempDir()
+	home := filepath.Join(work, "orch")
+	for _, dir := range []string{"admins", "mine"} {
+		if err := os.MkdirAll(filepath.Join(home, dir), 0755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, req := range [][2]string{
+		{"session/new", "name=s cwd=" + work},
+		{"session/s/agent/new", "name=orch profile=orchestrator cwd=" + home},
+		// The admin's own session, inside the orchestrator's directory.
+		{"session/new", "name=admins cwd=" + filepath.Join(home, "admins")},
+	} {
+		if _, err := nstest.RdWr(admin, req[0], req[1]); err != nil {
+			t.Fatalf("%s %s: %v", req[0], req[1], err)
+		}
+	}
+	orch := attachAgent(t, d, strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/agent/orch/id")))
+
+	_, err := nstest.RdWr(orch, "session/admins/agent/new", "name=intruder profile=worker")
+	if err == nil || !strings.Contains(err.Error(), "refused: agent orch adds agents only to its own session and to the sessions it made") ||
+		!strings.Contains(err.Error(), "admins was made by the admin") {
+		t.Errorf("the orchestrator's tool adding an agent to the admin's session: %v, want it refused as made by the admin", err)
+	}
+	if got := nstest.ReadFile(t, admin, "session/admins/agent/idx"); got != "" {
+		t.Errorf("the admin's session has agents it was not given: %q", got)
+	}
+
+	// What it may do still works: its own session, and a session it made.
+	if _, err := nstest.RdWr(orch, "session/s/agent/new", "name=worker profile=worker"); err != nil {
+		t.Errorf("the orchestrator cannot add a worker to its own session: %v", err)
+	}
+	if _, err := nstest.RdWr(orch, "session/new", "name=mine cwd="+filepath.Join(home, "mine")); err != nil {
+		t.Fatalf("the orchestrator cannot make a session in its directory: %v", err)
+	}
+	if _, err := nstest.RdWr(orch, "session/mine/agent/new", "name=worker profile=worker"); err != nil {
+		t.Errorf("the orchestrator cannot add a worker to the session it made: %v", err)
+	}
+}
+
 // TestAgentCwdInsideSession: an agent works inside its session's
 // directory, whoever makes it: the admin too is refused a cwd outside it,
 // by path or through a symbolic link inside it that leads out, and the

@@ -239,7 +239,7 @@ func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
 var sessionKeys = []string{"name", "cwd", "yolo"}
 
 func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
-	creator, err := n.creator(c)
+	creator, err := n.creator(c, nil)
 	if err != nil {
 		return nil, err
 	}
