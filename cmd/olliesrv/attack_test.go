@@ -251,8 +251,9 @@ sleep 0.5
 `,
 }
 
-func newAttackRig(t *testing.T, cred *syscall.Credential) *attackRig {
+func newAttackRig(t *testing.T, cred *syscall.Credential, extraEnv ...string) *attackRig {
 	t.Helper()
+	srvEnv := extraEnv // the daemon's, after the rig's own
 	srvBin, _ := binaries(t)
 	base, err := os.MkdirTemp("", "ollie-attack-")
 	if err != nil {
@@ -316,6 +317,7 @@ func newAttackRig(t *testing.T, cred *syscall.Credential) *attackRig {
 	cmd.Env = append(env, "NAMESPACE="+nsDir, "HOME="+r.home, "XDG_CONFIG_HOME="+filepath.Join(r.home, ".config"),
 		"XDG_STATE_HOME="+state, "TMPDIR="+tmp, "OLLIE_DATA="+data, "OLLIE_TOOLS_PATH="+tools,
 		"OPENAI_BASE_URL="+r.llm.URL+"/v1", "OPENAI_API_KEY=test-key", "OPENAI_MODEL=fake-model")
+	cmd.Env = append(cmd.Env, srvEnv...)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -433,22 +435,7 @@ func (r *attackRig) turns(agentPath string) int {
 // turn left over in more turns of the agent, so the script stays in step.
 func (r *attackRig) attack(agentPath, tool string, then ...fakellm.Response) (out string, lines map[string]string) {
 	r.t.Helper()
-	r.calls++
-	id := fmt.Sprintf("call-%s-%d", tool, r.calls)
-	r.llm.Push(fakellm.ToolCalls(fakellm.Call{ID: id, Name: tool, Args: `{}`}))
-	r.llm.Push(then...)
-	r.llm.Push(fakellm.Text("done"))
-	r.prompt(agentPath, "run "+tool)
-	for _, req := range r.llm.ChatRequests() {
-		for _, m := range req.Messages {
-			if m.Role == "tool" && m.ToolCallID == id {
-				out = m.Text()
-			}
-		}
-	}
-	for r.llm.Pending() > 0 {
-		r.prompt(agentPath, "go on")
-	}
+	out = r.toolOutput(agentPath, tool, then...)
 	if !strings.Contains(out, "RAN uid=") {
 		r.t.Fatalf("%s: the tool %s did not run: %q\nolliesrv:\n%s", agentPath, tool, out, r.log.String())
 	}
@@ -467,6 +454,30 @@ func (r *attackRig) attack(agentPath, tool string, then ...fakellm.Response) (ou
 		}
 	}
 	return out, lines
+}
+
+// toolOutput has the agent at agentPath call tool once through the
+// scripted model and returns the call's result as the model got it,
+// whether the tool ran or not.
+func (r *attackRig) toolOutput(agentPath, tool string, then ...fakellm.Response) (out string) {
+	r.t.Helper()
+	r.calls++
+	id := fmt.Sprintf("call-%s-%d", tool, r.calls)
+	r.llm.Push(fakellm.ToolCalls(fakellm.Call{ID: id, Name: tool, Args: `{}`}))
+	r.llm.Push(then...)
+	r.llm.Push(fakellm.Text("done"))
+	r.prompt(agentPath, "run "+tool)
+	for _, req := range r.llm.ChatRequests() {
+		for _, m := range req.Messages {
+			if m.Role == "tool" && m.ToolCallID == id {
+				out = m.Text()
+			}
+		}
+	}
+	for r.llm.Pending() > 0 {
+		r.prompt(agentPath, "go on")
+	}
+	return out
 }
 
 // prompt runs one turn of the agent at agentPath.
