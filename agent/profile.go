@@ -148,7 +148,11 @@ func ParseProfile(name, file string, data []byte) (*Profile, error) {
 		case "description":
 			p.Description, err = pp.str(f)
 		case "model":
-			p.Model, err = pp.str(f)
+			if p.Model, err = pp.str(f); err == nil && p.Model != "" {
+				if cerr := CheckModel(p.Model); cerr != nil {
+					err = pp.errorf(f.off, f.key, "%w", cerr)
+				}
+			}
 		case "backend":
 			p.Backend, err = pp.str(f)
 		case "maxSteps":

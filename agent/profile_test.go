@@ -151,6 +151,7 @@ func TestProfileStrict(t *testing.T) {
 		{`{"model": "a", "model": "b"}`, 1, "model", "given twice (first on line 1)"},
 		{`{"model": null}`, 1, "model", "null is not allowed"},
 		{`{"model": 3}`, 1, "model", "must be a string, not a number"},
+		{`{"model": "../../etc/passwd"}`, 1, "model", `invalid model name "../../etc/passwd": it has a .. element`},
 		{`{"description": ["x"]}`, 1, "description", "must be a string, not an array"},
 		{`{"prompt": "cat base.md"}`, 1, "prompt", `must be an array of shell commands, not a string`},
 		{"{\n\"prompt\": [\n  \"echo a\",\n  3\n]}", 4, "prompt[1]", "must be a shell command (a string), not a number"},

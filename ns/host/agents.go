@@ -349,6 +349,11 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 		opt[k] = v
 	}
+	if m := opt["model"]; m != "" {
+		if err := agent.CheckModel(m); err != nil {
+			return nil, fmt.Errorf("agent/new: %w", err)
+		}
+	}
 	name := opt["name"]
 	var release func()
 	if name == "" {
@@ -879,6 +884,9 @@ func (n *namespace) agentCtl(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		return []byte("ok\n"), nil
 	case "model":
 		if arg != "" {
+			if err := agent.CheckModel(arg); err != nil {
+				return nil, fmt.Errorf("%s: model: %w", c.Path(), err)
+			}
 			if err := n.checkModel(ctx, e, arg); err != nil {
 				return nil, fmt.Errorf("%s: model: %w", c.Path(), err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/ns"
 )
@@ -35,6 +36,11 @@ func (n *namespace) generate(ctx context.Context, c *ns.Call, req []byte) ([]byt
 	}
 	if strings.TrimSpace(r.Prompt) == "" {
 		return nil, fmt.Errorf("generate: empty prompt")
+	}
+	if r.Model != "" {
+		if err := agent.CheckModel(r.Model); err != nil {
+			return nil, fmt.Errorf("generate: %w", err)
+		}
 	}
 	be, err := n.backend(r.Backend)
 	if err != nil {
