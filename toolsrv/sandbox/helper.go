@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -187,7 +188,15 @@ func checkCall(p *Policy, path string) error {
 
 // IsHelper reports whether this process was started by [Command] to be the
 // sandbox helper. The binary's main calls it before anything else.
-func IsHelper() bool { return len(os.Args) > 1 && os.Args[1] == helperArg }
+func IsHelper() bool {
+	helperAware.Store(true)
+	return len(os.Args) > 1 && os.Args[1] == helperArg
+}
+
+// helperAware records that this binary's main asked IsHelper, so that it
+// may be re-executed as a helper: a binary that never asks would run its
+// own main instead (a test binary, all its tests).
+var helperAware atomic.Bool
 
 // HelperMain is the sandbox helper. It never returns: it exits with the
 // tool's exit status (see [Command]), or on any failure of its own writes

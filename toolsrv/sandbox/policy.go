@@ -413,6 +413,7 @@ func (p *Policy) Explain() string {
 	for _, x := range e.Extra {
 		fmt.Fprintf(&b, "  not enforced on this kernel: %s\n", x)
 	}
+	fmt.Fprintf(&b, "protection: %s\n", HostProtection())
 	b.WriteString("limits per call:\n")
 	for _, l := range e.Limits {
 		fmt.Fprintf(&b, "  %s\n", l)

@@ -111,6 +111,9 @@ var hostProtection = sync.OnceValue(func() Protection {
 	if os.Getenv(noNSEnv) != "" {
 		return Protection{Reason: "$" + noNSEnv + " is set"}
 	}
+	if !helperAware.Load() {
+		return Protection{Reason: "not probed: this program cannot run the sandbox helper"}
+	}
 	cmd := exec.Command("/proc/self/exe", helperArg, nsProbeArg)
 	cmd.Env = helperEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"ollie/internal/lab"
 )
 
 // fakeHome is a home directory as a session started in it sees it: ollie's
@@ -94,9 +96,8 @@ func (h *fakeHome) unchanged(t *testing.T) {
 // in the home directory is still writable, and so, through the pool too.
 func TestProtectedInHome(t *testing.T) {
 	requireLandlock(t, 3)
-	if p := HostProtection(); !p.Mounts {
-		t.Fatalf("this host protects by refusing (%s): the lab needs mount namespaces to test them", p)
-	}
+	p := HostProtection()
+	lab.Need(t, p.Mounts, "mount namespaces for the sandbox's protected paths (root, or unprivileged user namespaces): "+p.String())
 	attacks := []string{
 		`echo 'write: [/]' > .config/ollie/sandbox/default.yaml`,
 		`echo evil >> .config/ollie/tools/x.meta`,
@@ -291,5 +292,19 @@ func TestPlan(t *testing.T) {
 	}
 	if _, err := plan([]string{d + "/.ssh"}, []string{d + "/.ssh"}); err == nil {
 		t.Error("a writable directory that is protected: no error")
+	}
+}
+
+// olliesrv tools and status say how this host keeps the protected paths.
+func TestDescribeSaysProtection(t *testing.T) {
+	data, err := filepath.Abs("../../data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OLLIE_DATA", data)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	got := Describe(t.TempDir())
+	if !strings.HasSuffix(got, "; "+HostProtection().String()) {
+		t.Errorf("Describe: %q, want it to end with the protection mode %q", got, HostProtection())
 	}
 }

@@ -20,5 +20,5 @@ func Describe(cwd string) string {
 	if e.Level != Full {
 		return "WARNING: TOOLS RUN " + strings.ToUpper(e.Level.String()) + ": " + e.String()
 	}
-	return e.String() + ", profile " + p.File
+	return e.String() + ", profile " + p.File + "; " + HostProtection().String()
 }
