@@ -338,16 +338,15 @@ func (n *namespace) newAgent(ctx context.Context, c *ns.Call, req []byte) ([]byt
 		}
 	}
 	opt := map[string]string{}
-	words, err := fields(line)
+	words, err := keyValues(line, agentKeys)
 	if err != nil {
 		return nil, fmt.Errorf("agent/new: %w", err)
 	}
-	for _, f := range words {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok || !contains(agentKeys, k) {
-			return nil, fmt.Errorf("agent/new: %q is not one of %s as key=value", f, strings.Join(agentKeys, ", "))
+	for _, kv := range words {
+		if !contains(agentKeys, kv.key) {
+			return nil, fmt.Errorf("agent/new: unknown key %q (keys: %s)", kv.key, strings.Join(agentKeys, ", "))
 		}
-		opt[k] = v
+		opt[kv.key] = kv.value
 	}
 	if m := opt["model"]; m != "" {
 		if err := agent.CheckModel(m); err != nil {
@@ -1062,23 +1061,30 @@ func agentCfg(e *agentEntry) string {
 	return string(b) + "\n"
 }
 
-// agentSetCfg takes key=value lines; only what can change while the agent
-// lives may be set.
+// cfgKeys are what a write to cfg may set: what can change while the
+// agent lives.
+var cfgKeys = []string{"model"}
+
+// agentSetCfg takes key=value words, a line each or on one line.
 func (n *namespace) agentSetCfg(ctx context.Context, c *ns.Call, data []byte) error {
 	if _, err := n.agentOf(c); err != nil {
 		return err
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		switch {
-		case !ok:
-			return fmt.Errorf("%s: %q is not key=value", c.Path(), line)
-		case k == "model":
-			if _, err := n.agentCtl(ctx, c, []byte("model "+v)); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: %q cannot change while the agent lives (settable: model); create a new agent for another profile, backend or cwd", c.Path(), k)
+	words, err := keyValues(string(data), cfgKeys)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
+	if len(words) == 0 {
+		return fmt.Errorf("%s: write key=value (keys: %s)", c.Path(), strings.Join(cfgKeys, ", "))
+	}
+	for _, kv := range words {
+		if kv.key != "model" {
+			return fmt.Errorf("%s: %q cannot change while the agent lives (settable: %s); create a new agent for another profile, backend or cwd", c.Path(), kv.key, strings.Join(cfgKeys, ", "))
+		}
+	}
+	for _, kv := range words {
+		if _, err := n.agentCtl(ctx, c, []byte("model "+kv.value)); err != nil {
+			return err
 		}
 	}
 	return nil

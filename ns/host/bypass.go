@@ -17,7 +17,15 @@ func (n *namespace) bypassPolicy(ctx context.Context, c *ns.Call) ([]byte, error
 	return []byte(n.gate.Policy().String()), nil
 }
 
+// policyKeys are bypass/policy's settings (broker.ParseHostPolicy).
+var policyKeys = []string{"nobroker", "timeout", "yolo"}
+
 func (n *namespace) setBypassPolicy(ctx context.Context, c *ns.Call, data []byte) error {
+	// The request's form, a key once, is checked as every request's is;
+	// its settings are the broker's to read.
+	if _, err := keyValues(string(data), policyKeys); err != nil {
+		return fmt.Errorf("%s: %w", c.Path(), err)
+	}
 	p, err := broker.ParseHostPolicy(string(data), n.gate.Policy())
 	if err != nil {
 		return err

@@ -244,15 +244,12 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 		return nil, err
 	}
 	opt := agent.SessionOptions{Owner: c.User}
-	words, err := fields(string(req))
+	words, err := keyValues(string(req), sessionKeys)
 	if err != nil {
 		return nil, fmt.Errorf("session/new: %w", err)
 	}
-	for _, f := range words {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			return nil, fmt.Errorf("session/new: %q is not key=value (keys: %s)", f, strings.Join(sessionKeys, ", "))
-		}
+	for _, kv := range words {
+		k, v := kv.key, kv.value
 		switch k {
 		case "name":
 			opt.Name = v
