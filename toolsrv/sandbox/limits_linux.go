@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,6 @@ func limitsEnforcement(l Limits) (applied, missing []string) {
 		v         uint64
 		size      bool
 	}{
-		{"memory", "per process (RLIMIT_DATA)", l.Memory, true},
 		{"open_files", "per process (RLIMIT_NOFILE)", l.OpenFiles, false},
 		{"file_size", "per file (RLIMIT_FSIZE)", l.FileSize, true},
 	} {
@@ -36,6 +36,17 @@ func limitsEnforcement(l Limits) (applied, missing []string) {
 			applied = append(applied, fmt.Sprintf("%s: unlimited", r.name))
 		} else {
 			applied = append(applied, fmt.Sprintf("%s: %s %s", r.name, v, r.how))
+		}
+	}
+	switch m := formatSize(l.Memory); {
+	case l.Memory == Unlimited:
+		applied = append(applied, "memory: unlimited")
+	default:
+		if dir, err := memoryCgroupParent(); err == nil {
+			applied = append(applied, fmt.Sprintf("memory: %s per call (the memory limit of a cgroup per call in %s) and per process (RLIMIT_DATA)", m, dir))
+		} else {
+			applied = append(applied, fmt.Sprintf("memory: %s per process (RLIMIT_DATA)", m))
+			missing = append(missing, fmt.Sprintf("memory: %s per call cannot be applied, only per process: %v (delegate a cgroup v2 with the memory controller to the user, or run olliesrv as root)", m, err))
 		}
 	}
 	switch n := formatCount(l.Processes); {
@@ -150,10 +161,20 @@ const callCgroupPrefix = "ollie-call-"
 // pidsCgroupParent returns the directory of this process's cgroup in a
 // hierarchy with the pids controller where a cgroup per call can be made:
 // the v1 pids hierarchy, or a v2 cgroup whose subtree has pids enabled.
-func pidsCgroupParent() (string, error) {
+func pidsCgroupParent() (string, error) { return cgroupParent("pids") }
+
+// memoryCgroupParent is pidsCgroupParent for the memory controller: for a
+// user, a v2 cgroup delegated to it (systemd's Delegate=, a container's).
+func memoryCgroupParent() (string, error) { return cgroupParent("memory") }
+
+// cgroupParent returns the directory of this process's cgroup in a
+// hierarchy with controller where a cgroup per call can be made: the v1
+// hierarchy of the controller, or a v2 cgroup whose subtree has it
+// enabled, writable by this process.
+func cgroupParent(controller string) (string, error) {
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return "", fmt.Errorf("no pids cgroup: %w", err)
+		return "", fmt.Errorf("no %s cgroup: %w", controller, err)
 	}
 	var v1, v2 string // mount points
 	for line := range strings.Lines(string(mounts)) {
@@ -163,7 +184,7 @@ func pidsCgroupParent() (string, error) {
 			continue
 		}
 		switch {
-		case g[0] == "cgroup" && v1 == "" && hasWord(g[2], "pids", ","):
+		case g[0] == "cgroup" && v1 == "" && hasWord(g[2], controller, ","):
 			v1 = f[4]
 		case g[0] == "cgroup2" && v2 == "":
 			v2 = f[4]
@@ -171,7 +192,7 @@ func pidsCgroupParent() (string, error) {
 	}
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return "", fmt.Errorf("no pids cgroup: %w", err)
+		return "", fmt.Errorf("no %s cgroup: %w", controller, err)
 	}
 	var tried []string
 	for line := range strings.Lines(string(own)) {
@@ -181,13 +202,13 @@ func pidsCgroupParent() (string, error) {
 		}
 		var dir string
 		switch {
-		case v1 != "" && hasWord(parts[1], "pids", ","):
+		case v1 != "" && hasWord(parts[1], controller, ","):
 			dir = filepath.Join(v1, parts[2])
 		case v2 != "" && parts[0] == "0" && parts[1] == "":
 			dir = filepath.Join(v2, parts[2])
 			ctl, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-			if err != nil || !hasWord(strings.TrimSpace(string(ctl)), "pids", " ") {
-				tried = append(tried, dir+" (cgroup v2 without pids in cgroup.subtree_control)")
+			if err != nil || !hasWord(strings.TrimSpace(string(ctl)), controller, " ") {
+				tried = append(tried, dir+" (cgroup v2 without "+controller+" in cgroup.subtree_control)")
 				continue
 			}
 		default:
@@ -200,9 +221,9 @@ func pidsCgroupParent() (string, error) {
 		return dir, nil
 	}
 	if len(tried) == 0 {
-		return "", errors.New("no pids cgroup is mounted")
+		return "", errors.New("no " + controller + " cgroup is mounted")
 	}
-	return "", fmt.Errorf("no writable pids cgroup: tried %s", strings.Join(tried, ", "))
+	return "", fmt.Errorf("no writable %s cgroup: tried %s", controller, strings.Join(tried, ", "))
 }
 
 func hasWord(list, word, sep string) bool {
@@ -214,62 +235,142 @@ func hasWord(list, word, sep string) bool {
 	return false
 }
 
-// A callCgroup holds one call's processes under a pids.max.
-type callCgroup struct{ dir string }
+// A callCgroup holds one call's processes: a cgroup per hierarchy, under
+// a pids.max (for root, whom RLIMIT_NPROC does not bound) and a memory
+// limit for the whole call (RLIMIT_DATA bounds a process, not the call).
+type callCgroup struct{ dirs []string }
 
-// newCallCgroup makes the cgroup for this helper's call in parent, after
-// clearing out those of helpers that died without removing theirs.
-func newCallCgroup(parent string, max uint64) (*callCgroup, error) {
-	c, err := makeCallCgroup(parent)
-	if err != nil {
+// callCgroupParents are the cgroups in which this helper makes its
+// call's: for root the pids hierarchy's, and the memory hierarchy's,
+// each where one is writable (the same directory, once, on cgroup v2).
+func callCgroupParents() []string {
+	var parents []string
+	if nprocExempt() {
+		if dir, err := pidsCgroupParent(); err == nil {
+			parents = append(parents, dir)
+		}
+	}
+	if dir, err := memoryCgroupParent(); err == nil && !slices.Contains(parents, dir) {
+		parents = append(parents, dir)
+	}
+	return parents
+}
+
+// newCallCgroup makes the cgroups for this helper's call with l's limits,
+// after clearing out those of helpers that died without removing theirs.
+// It returns nil where no cgroup can be made.
+func newCallCgroup(l Limits) (*callCgroup, error) {
+	c, err := makeCallCgroup()
+	if c == nil || err != nil {
 		return nil, err
 	}
-	if err := c.setMax(max); err != nil {
+	if err := c.setLimits(l); err != nil {
 		c.remove()
 		return nil, err
 	}
 	return c, nil
 }
 
-// makeCallCgroup makes the cgroup for this helper's call in parent, with
-// no pids.max yet, after clearing out those of helpers that died without
-// removing theirs.
-func makeCallCgroup(parent string) (*callCgroup, error) {
-	removeStaleCgroups(parent)
-	c := &callCgroup{filepath.Join(parent, callCgroupPrefix+strconv.Itoa(os.Getpid()))}
-	if err := os.Mkdir(c.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("sandbox: cgroup for limits.processes: %w", err)
+// makeCallCgroup makes the cgroups for this helper's call, with no limits
+// yet, after clearing out those of helpers that died without removing
+// theirs. It returns nil where no cgroup can be made.
+func makeCallCgroup() (*callCgroup, error) {
+	parents := callCgroupParents()
+	if len(parents) == 0 {
+		return nil, nil
+	}
+	c := &callCgroup{}
+	for _, parent := range parents {
+		removeStaleCgroups(parent)
+		dir := filepath.Join(parent, callCgroupPrefix+strconv.Itoa(os.Getpid()))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			c.remove()
+			return nil, fmt.Errorf("sandbox: cgroup for the call's limits: %w", err)
+		}
+		c.dirs = append(c.dirs, dir)
 	}
 	return c, nil
 }
 
-// setMax sets c's pids.max; Unlimited lifts it.
-func (c *callCgroup) setMax(max uint64) error {
-	v := "max"
-	if max != Unlimited {
-		v = strconv.FormatUint(max, 10)
+// String is c's directories, for the confining stage's argument.
+func (c *callCgroup) String() string {
+	if c == nil || len(c.dirs) == 0 {
+		return "-"
 	}
-	if err := os.WriteFile(filepath.Join(c.dir, "pids.max"), []byte(v), 0); err != nil {
-		return fmt.Errorf("sandbox: cgroup for limits.processes: %w", err)
+	return strings.Join(c.dirs, ":")
+}
+
+// parseCallCgroup is String's inverse.
+func parseCallCgroup(s string) *callCgroup {
+	if s == "-" || s == "" {
+		return nil
+	}
+	return &callCgroup{strings.Split(s, ":")}
+}
+
+// setLimits sets, in each of c's cgroups that has the controller, pids.max
+// (root only: a user's RLIMIT_NPROC does it) and the call's memory limit
+// (memory.max and no swap on v2, memory.limit_in_bytes on v1); Unlimited
+// lifts one.
+func (c *callCgroup) setLimits(l Limits) error {
+	value := func(v uint64) string {
+		if v == Unlimited {
+			return "max"
+		}
+		return strconv.FormatUint(v, 10)
+	}
+	for _, dir := range c.dirs {
+		write := func(file, v string) (bool, error) {
+			p := filepath.Join(dir, file)
+			if _, err := os.Stat(p); err != nil {
+				return false, nil // not this hierarchy's controller
+			}
+			if err := os.WriteFile(p, []byte(v), 0); err != nil {
+				return true, fmt.Errorf("sandbox: cgroup for the call's limits: %w", err)
+			}
+			return true, nil
+		}
+		if nprocExempt() {
+			if _, err := write("pids.max", value(l.Processes)); err != nil {
+				return err
+			}
+		}
+		if ok, err := write("memory.max", value(l.Memory)); err != nil {
+			return err
+		} else if ok {
+			write("memory.swap.max", map[bool]string{true: "max", false: "0"}[l.Memory == Unlimited])
+			continue
+		}
+		v1 := value(l.Memory)
+		if l.Memory == Unlimited {
+			v1 = "-1"
+		}
+		if _, err := write("memory.limit_in_bytes", v1); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // add moves the process pid, and so all it will start, into c.
 func (c *callCgroup) add(pid int) error {
-	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-		return fmt.Errorf("sandbox: moving the tool into %s: %w", c.dir, err)
+	for _, dir := range c.dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("sandbox: moving the tool into %s: %w", dir, err)
+		}
 	}
 	return nil
 }
 
 // kill sends SIGKILL to every process in c.
 func (c *callCgroup) kill() {
-	data, _ := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if pid, err := strconv.Atoi(sc.Text()); err == nil && pid > 0 {
-			unix.Kill(pid, unix.SIGKILL)
+	for _, dir := range c.dirs {
+		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			if pid, err := strconv.Atoi(sc.Text()); err == nil && pid > 0 {
+				unix.Kill(pid, unix.SIGKILL)
+			}
 		}
 	}
 }
@@ -277,17 +378,20 @@ func (c *callCgroup) kill() {
 // remove deletes c once the processes in it are gone: it waits briefly for
 // the kernel to let go of those just reaped.
 func (c *callCgroup) remove() error {
-	var err error
-	for range 50 {
-		if err = unix.Rmdir(c.dir); err != unix.EBUSY {
-			break
+	var errs []error
+	for _, dir := range c.dirs {
+		var err error
+		for range 50 {
+			if err = unix.Rmdir(dir); err != unix.EBUSY {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
 		}
-		time.Sleep(2 * time.Millisecond)
+		if err != nil && err != unix.ENOENT {
+			errs = append(errs, fmt.Errorf("sandbox: removing %s: %w", dir, err))
+		}
 	}
-	if err != nil && err != unix.ENOENT {
-		return fmt.Errorf("sandbox: removing %s: %w", c.dir, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // removeStaleCgroups removes the cgroups of helpers that no longer run,
@@ -309,7 +413,7 @@ func removeStaleCgroups(parent string) {
 		if err := unix.Kill(pid, 0); err != unix.ESRCH {
 			continue // its helper still runs (or the pid was reused: left for later)
 		}
-		c := &callCgroup{filepath.Join(parent, name)}
+		c := &callCgroup{[]string{filepath.Join(parent, name)}}
 		c.kill()
 		c.remove()
 	}

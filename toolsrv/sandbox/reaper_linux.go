@@ -37,16 +37,12 @@ func supervise(data []byte, p *Policy, args []string) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("sandbox: prctl(PR_SET_CHILD_SUBREAPER): %w", err)
 	}
-	lim := p.Limits.effective()
-	var cg *callCgroup
-	if lim.Processes != Unlimited && nprocExempt() {
-		// The kernel ignores RLIMIT_NPROC for root; a cgroup's pids.max
-		// does not. Where there is none, Enforcement says so.
-		if parent, err := pidsCgroupParent(); err == nil {
-			if cg, err = newCallCgroup(parent, lim.Processes); err != nil {
-				fmt.Fprintf(os.Stderr, "%v: running the tool without limits.processes\n", err)
-			}
-		}
+	// A cgroup per call holds the call's memory, and for root (whom the
+	// kernel exempts from RLIMIT_NPROC) its processes. Where there is none,
+	// Enforcement says so.
+	cg, err := newCallCgroup(p.Limits.effective())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%v: running the tool without the call's cgroup limits\n", err)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {

@@ -68,19 +68,13 @@ func warm(sigs chan os.Signal) int {
 		stageSock.Close()
 		return fail(fmt.Errorf("sandbox: prctl(PR_SET_CHILD_SUBREAPER): %w", err))
 	}
-	// For root, the call's cgroup is made now, off the call's path; the
-	// stage sets its pids.max when the call comes.
-	var cg *callCgroup
-	cgDir := "-"
-	if nprocExempt() {
-		if parent, err := pidsCgroupParent(); err == nil {
-			if cg, err = makeCallCgroup(parent); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-			} else {
-				cgDir = cg.dir
-			}
-		}
+	// The call's cgroups are made now, off the call's path; the stage
+	// sets their limits when the call comes.
+	cg, err := makeCallCgroup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
+	cgDir := cg.String()
 	removeCg := func() {
 		if cg != nil {
 			if err := cg.remove(); err != nil {
@@ -165,32 +159,27 @@ func warmConfineMain() {
 	closeFDs(fds)
 	m, p, err := decodeCall(data)
 	if err == nil {
-		setCallPids(p, os.Args[len(os.Args)-1])
+		setCallLimits(p, os.Args[len(os.Args)-1])
 		err = confine(p, os.Args[len(os.Args)-2], m.Dir, m.Path, m.Argv, m.Env)
 	}
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(126)
 }
 
-// setCallPids gives the call's cgroup (dir, "-" for none) the policy's
-// limits.processes, for root, whom RLIMIT_NPROC does not bound; where
-// one could not be made it says on the call's stderr that the limit is not
-// applied, as the cold path's helper does.
-func setCallPids(p *Policy, dir string) {
-	lim := p.Limits.effective()
-	if lim.Processes == Unlimited || !nprocExempt() {
-		return
-	}
-	if dir == "-" {
-		// No pids cgroup on this host: Enforcement says so, and the cold
-		// path is silent too. One that could not be made is a failure.
-		if _, err := pidsCgroupParent(); err == nil {
-			fmt.Fprintln(os.Stderr, "sandbox: no cgroup was made for the call (the helper's error is in the log): running the tool without limits.processes")
+// setCallLimits gives the call's cgroups (dirs as callCgroup.String
+// wrote them, "-" for none) the policy's limits; where they could not be
+// set it says on the call's stderr that they are not applied, as the cold
+// path's helper does.
+func setCallLimits(p *Policy, dirs string) {
+	cg := parseCallCgroup(dirs)
+	if cg == nil {
+		if len(callCgroupParents()) > 0 {
+			fmt.Fprintln(os.Stderr, "sandbox: no cgroup was made for the call (the helper's error is in the log): running the tool without the call's cgroup limits")
 		}
 		return
 	}
-	if err := (&callCgroup{dir}).setMax(lim.Processes); err != nil {
-		fmt.Fprintf(os.Stderr, "%v: running the tool without limits.processes\n", err)
+	if err := cg.setLimits(p.Limits.effective()); err != nil {
+		fmt.Fprintf(os.Stderr, "%v: running the tool without the call's cgroup limits\n", err)
 	}
 }
 
