@@ -97,6 +97,19 @@ func brokerKey(l string) (path string, key []byte, err error) {
 	return path, key, nil
 }
 
+// pendingEntry is a parked request's file: owned by the live agent that
+// asked, so that its tools may read what they wait on (mode 0400: the
+// owner reads, only the admin answers), and by the admin when none did
+// (a yolo session's request, or its agent gone). Another agent's tools
+// learn nothing of what it runs or with which arguments.
+func (n *namespace) pendingEntry(r *broker.Request) ns.Entry {
+	owner := ""
+	if r.Agent != "" && n.agents.get(r.Agent) != nil {
+		owner = r.Agent
+	}
+	return ns.Entry{Name: r.ID, Key: r.ID, Owner: owner}
+}
+
 func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error) {
 	text, ok := n.gate.PendingText(c.Key("id"))
 	if !ok {

@@ -465,3 +465,94 @@ func TestBypassSudoAtHost(t *testing.T) {
 		t.Error("no session file was searched")
 	}
 }
+
+// TestPendingReadOnlyByItsAgent: a request parked in bypass/pending says
+// what a tool of one agent wants to run, with its arguments: the agent
+// that asked reads it (its tools wait on it), the admin reads and answers
+// it, and no other agent's tool, nor none, can read it; the asker cannot
+// answer its own. A request no agent made is the admin's alone.
+func TestPendingReadOnlyByItsAgent(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	d, admin := modelDaemon(t, &twoStep{})
+	if _, err := nstest.RdWr(admin, "session/new", "name=s cwd="+t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{"name=a", "name=b"} {
+		if _, err := nstest.RdWr(admin, "session/s/agent/new", req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sid := strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/id"))
+	aid := strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/agent/a/id"))
+	bid := strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/agent/b/id"))
+	a, b := attachAgent(t, d, aid), attachAgent(t, d, bid)
+	none := attachPeer(t, d, ns.Remote, "none", "")
+	noToken := attachPeer(t, d, ns.Sandboxed, aid, "")
+
+	// ask parks a request as toolsrv sends one, and returns its file.
+	ask := func(agentID string) (string, chan broker.Answer) {
+		t.Helper()
+		conn, err := net.Dial("unix", filepath.Join(filepath.Dir(d.Socket), "elevate"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &broker.Request{ID: broker.NewID(), Session: sid, SessionName: "s", Agent: agentID, Tool: "deploy", Variant: -1,
+			Executable: "/usr/local/bin/deploy", Args: []byte(`{"token": "s3cret-arg"}`), Cwd: "/tmp", Bypass: true}
+		out := make(chan broker.Answer, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cv, ans, err := broker.Ask(ctx, conn, req)
+			if err != nil {
+				ans = broker.Answer{Decision: "error", Reason: err.Error()}
+			} else {
+				cv.Close("ran")
+			}
+			out <- ans
+		}()
+		file := "bypass/pending/" + req.ID
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := nstest.TryRead(admin, file); err == nil {
+				return file, out
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never appeared", file)
+			}
+		}
+	}
+
+	file, answer := ask(aid)
+	if text, err := nstest.TryRead(a, file); err != nil || !strings.Contains(text, "s3cret-arg") {
+		t.Errorf("the asking agent's tool cannot read its own request: %q %v", text, err)
+	}
+	for who, fs := range map[string]*client.Fsys{"another agent's tool": b, "none": none, "a sandboxed tool without a capability": noToken} {
+		if text, err := nstest.TryRead(fs, file); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s read agent a's pending request: %q %v", who, text, err)
+		}
+	}
+	for who, fs := range map[string]*client.Fsys{"the asking agent's tool": a, "another agent's tool": b} {
+		if err := nstest.WriteFile(fs, file, "approve"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s answered agent a's request: %v", who, err)
+		}
+	}
+	if err := nstest.WriteFile(admin, file, "deny not now"); err != nil {
+		t.Fatal(err)
+	}
+	if ans := <-answer; ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "not now") {
+		t.Errorf("the asker got %+v, want the admin's deny", ans)
+	}
+
+	// A request that names no agent is the admin's alone.
+	file, answer = ask("")
+	for who, fs := range map[string]*client.Fsys{"agent a's tool": a, "agent b's tool": b, "none": none} {
+		if text, err := nstest.TryRead(fs, file); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s read a request no agent made: %q %v", who, text, err)
+		}
+	}
+	if err := nstest.WriteFile(admin, file, "deny"); err != nil {
+		t.Fatal(err)
+	}
+	<-answer
+}
