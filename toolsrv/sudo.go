@@ -114,6 +114,11 @@ func sudoPassword(ctx context.Context, sudo, tool string, grant Grant) ([]byte, 
 	return nil, fmt.Errorf("%s was not run: the sudo password was wrong %d times", tool, broker.MaxPasswordAttempts)
 }
 
+// testHookSudoLine, when set, is given the password line sudoValidate
+// wrote to sudo -v. The line is sudoValidate's own copy, which nothing
+// else can reach: the tests keep it to see that it is zeroed.
+var testHookSudoLine func(line []byte)
+
 // sudoValidate checks a password with sudo -v, feeding it on a pipe.
 func sudoValidate(ctx context.Context, sudo string, pw []byte, tool string) (bool, error) {
 	cmd := exec.CommandContext(ctx, sudo, "-S", "-k", "-v", "-p", "")
@@ -133,6 +138,9 @@ func sudoValidate(ctx context.Context, sudo string, pw []byte, tool string) (boo
 	pr.Close()
 	line := append(append([]byte(nil), pw...), '\n')
 	pwr.Write(line)
+	if testHookSudoLine != nil {
+		testHookSudoLine(line)
+	}
 	broker.Zero(line)
 	pwr.Close()
 	err = cmd.Wait()
