@@ -585,6 +585,15 @@ func (n *namespace) startAgent(ctx context.Context, s *agent.Session, m agent.Ag
 	if m.Model == "" {
 		m.Model = prof.Model
 	}
+	if err := agent.CheckModel(m.Model); m.Model != "" && err != nil {
+		if restored == nil {
+			return nil, err
+		}
+		// A session file written before names were checked: the
+		// backend's default, rather than hand a backend that name.
+		n.log.Error("olliesrv: a restored agent's model is no model's name; it gets the backend's default", "agent", m.Name, "err", err)
+		m.Model = ""
+	}
 	be, err := n.backend(m.Backend)
 	if err != nil {
 		if restored == nil {

@@ -1,14 +1,19 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"9fans.net/go/plan9/client"
 
+	"ollie/agent"
+	"ollie/agent/backend"
 	"ollie/internal/nstest"
 )
 
@@ -88,5 +93,42 @@ func TestModelNames(t *testing.T) {
 		if _, err := nstest.RdWr(admin, "generate", string(genReq)); err != nil {
 			t.Errorf("generate with model %s: %v", model, err)
 		}
+	}
+}
+
+// TestRestoredModelChecked: a session file written before model names were
+// checked may hold one that is a path; the agent comes back with the
+// backend's default instead.
+func TestRestoredModelChecked(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	state := t.TempDir()
+	start := func() (*Daemon, *client.Fsys) {
+		d, err := Start(Config{StateDir: state, Dir: nstest.ShortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Backends: func(string) (backend.Backend, error) { return &steps{}, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, nstest.Attach(t, d.Socket, "")
+	}
+	d, admin := start()
+	if _, err := nstest.RdWr(admin, "session/new", "name=s cwd="+t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nstest.RdWr(admin, "session/s/agent/new", "name=a model=m"); err != nil {
+		t.Fatal(err)
+	}
+	sid := strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/id"))
+	aid := strings.TrimSpace(nstest.ReadFile(t, admin, "session/s/agent/a/id"))
+	// As an older olliesrv would have recorded it.
+	if err := d.ns.logs.record(sid, agent.AgentModelSet{Agent: aid, Model: "../../etc/passwd"}); err != nil {
+		t.Fatal(err)
+	}
+	d.Shutdown(context.Background())
+
+	_, admin = start()
+	if got, err := nstest.RdWr(admin, "session/s/agent/a/ctl", "model"); err != nil || got != "(the backend's default)\n" {
+		t.Errorf("the restored agent's model: %q %v, want the backend's default", got, err)
 	}
 }
