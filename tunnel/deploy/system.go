@@ -88,6 +88,11 @@ if ! command -v sudo >/dev/null 2>&1; then echo "sudo is not installed on this h
 if [ "$3" = n ]; then exec sudo -n -- /bin/sh -c "$4" ollie-install "$1" "$2"; fi
 exec sudo -S -k -p '' -- /bin/sh -c "$4" ollie-install "$1" "$2"`
 
+// testHookSudoLine, when set, is given the password line InstallSystem
+// sent to sudo. The line is InstallSystem's own copy, which nothing else
+// can reach: the tests keep it to see that it is zeroed.
+var testHookSudoLine func(line []byte)
+
 // InstallSystem installs SystemCommand on the host c reaches, as approve
 // approves. It returns what it changed, and otherwise why the command was
 // not installed, with what to do: a denial, a wrong password, a file of
@@ -169,6 +174,9 @@ func InstallSystem(ctx context.Context, c *tunnel.Client, host string, approve A
 		line[len(pw)] = '\n'
 		broker.Zero(pw)
 		ok, stderr, err := run("S", line)
+		if testHookSudoLine != nil {
+			testHookSudoLine(line)
+		}
 		broker.Zero(line)
 		switch {
 		case err != nil:
