@@ -2,7 +2,8 @@
 // credentials the kernel vouches for (SO_PEERCRED) and whether that
 // process runs with no_new_privs, the mark every Landlock-sandboxed tool
 // carries and cannot shed. The namespace socket and the approval gate
-// both decide trust from it.
+// both decide trust from it, and the namespace client decides from it
+// whom it dialled (UID).
 package peer
 
 import (
@@ -47,4 +48,15 @@ func NoNewPrivs(pid int) (bool, error) {
 		}
 	}
 	return false, errors.New("no NoNewPrivs line in /proc status")
+}
+
+// UID returns the uid the kernel vouches for at the other end of c: the
+// effective uid of the process that made its end (for a connection
+// dialled to a listener, the one that listened).
+func UID(c net.Conn) (int, error) {
+	cred, err := Cred(c)
+	if err != nil {
+		return -1, err
+	}
+	return int(cred.Uid), nil
 }
