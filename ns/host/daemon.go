@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -86,7 +85,8 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	if len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is %d bytes, over the %d-byte limit of Unix sockets: set NAMESPACE to a shorter directory", sock, len(sock), maxSocketPath)
 	}
-	if err := prepareDir(cfg.Dir); err != nil {
+	// It lives in /tmp, where another user could have made it first.
+	if err := nsdir.Prepare(cfg.Dir); err != nil {
 		return nil, err
 	}
 	lock, err := takeLock(sock + ".lock")
@@ -245,32 +245,6 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.serving.Wait()
 	d.lock.Close()
 	return err
-}
-
-// prepareDir creates the namespace directory 0700, or checks that an
-// existing one belongs to this user and is private: it lives in /tmp,
-// where another user could have made it first.
-func prepareDir(dir string) error {
-	if err := os.MkdirAll(dir, 0700); err != nil {
-		return fmt.Errorf("namespace directory: %w", err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("namespace directory: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("namespace directory %s is not a directory", dir)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("namespace directory %s belongs to uid %d, not to you (uid %d): refusing to serve from it; set NAMESPACE to a directory of your own", dir, st.Uid, os.Getuid())
-	}
-	if fi.Mode().Perm()&0077 != 0 {
-		if err := os.Chmod(dir, 0700); err != nil {
-			return fmt.Errorf("namespace directory %s: make it private: %w", dir, err)
-		}
-	}
-	return nil
 }
 
 // takeLock holds an exclusive lock for the life of the daemon, so that two

@@ -18,6 +18,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/ns"
+	"ollie/ns/nsdir"
 
 	"ollie/internal/lab"
 	"ollie/internal/nstest"
@@ -140,13 +141,22 @@ func TestStartRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := Start(Config{StateDir: t.TempDir(), Dir: dir, Log: quiet})
-		if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		if !errors.Is(err, nsdir.ErrNotYours) || !strings.Contains(err.Error(), "uid 65534") {
 			t.Fatalf("got %v", err)
 		}
 	})
-	t.Run("group-writable directory made private", func(t *testing.T) {
+	// Others may have left a socket or a lock in it: refused, not mended.
+	t.Run("world-writable directory refused", func(t *testing.T) {
 		dir := nstest.ShortTempDir(t)
 		os.Chmod(dir, 0777)
+		_, err := Start(Config{StateDir: t.TempDir(), Dir: dir, Log: quiet})
+		if !errors.Is(err, nsdir.ErrNotPrivate) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("readable directory made private", func(t *testing.T) {
+		dir := nstest.ShortTempDir(t)
+		os.Chmod(dir, 0755)
 		d, err := Start(Config{StateDir: t.TempDir(), Dir: dir, Log: quiet})
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,22 @@
 // It is apart from ns so that a client finds the socket without linking the
 // server: the ollie command, ns/client and the daemon all ask here.
 //
-// It trusts the environment ($NAMESPACE, $DISPLAY, $USER), as plan9port does.
+// It trusts the environment ($NAMESPACE, $DISPLAY, $USER), as plan9port
+// does, but not the directory those name: /tmp is shared, and another
+// local user can make /tmp/ns.$USER.$DISPLAY before this user does, with
+// a socket of its own in it. So the directory must be this user's own
+// (the effective uid), a real directory rather than a symbolic link (an
+// lstat, never followed), and closed to group and others, as plan9port
+// requires of /tmp/ns.* (it asks for exactly 0700); ollie asks the same
+// of $NAMESPACE.
+//
+// Check is the clients' test, made before they dial the socket (they then
+// check the socket's peer too: ns/client). Prepare is the daemon's: it
+// makes the directory 0700, refuses another user's directory or a link,
+// refuses a directory of the user's own that others can write in (they
+// may have left a socket or a lock there), and makes one that others can
+// only read or search 0700. Either refusal is a *DirError naming the
+// directory, its owner and mode, and what to do.
 package nsdir
 
 import (
