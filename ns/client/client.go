@@ -11,7 +11,11 @@
 // into the caller's buffer (follow.go).
 //
 // The package trusts the server it dials to speak 9P2000; it checks reply
-// sizes and tags but not what files contain.
+// sizes and tags but not what files contain. It trusts a Unix socket only
+// as far as the kernel vouches for it: before it sends a byte, the
+// namespace's directory must be the user's own and private (ns/nsdir's
+// Check) and the process at the socket's other end must run as the user
+// (see DialTimeout).
 package client
 
 import (
@@ -22,12 +26,16 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	p9 "9fans.net/go/plan9/client"
 
+	"ollie/internal/peer"
 	"ollie/ns/nsdir"
 )
 
@@ -64,7 +72,13 @@ type DialError struct {
 }
 
 func (e *DialError) Error() string {
+	var de *nsdir.DirError
+	var pe *PeerError
 	switch {
+	case errors.As(e.Err, &de):
+		return "ollie: " + de.Error()
+	case errors.As(e.Err, &pe):
+		return "ollie: " + pe.Error()
 	case e.unix && (errors.Is(e.Err, fs.ErrNotExist) || errors.Is(e.Err, syscall.ECONNREFUSED)):
 		return fmt.Sprintf("ollie: no olliesrv at %s (start it with `olliesrv`)", e.Addr)
 	case errors.Is(e.Err, syscall.ECONNREFUSED):
@@ -76,6 +90,32 @@ func (e *DialError) Error() string {
 }
 
 func (e *DialError) Unwrap() error { return e.Err }
+
+// A PeerError reports a Unix socket served by a process of another user,
+// to which the client sent nothing.
+type PeerError struct {
+	Socket string
+	UID    int    // the uid the kernel reports for the socket's other end
+	Owner  string // its name, "" if it has none
+}
+
+func (e *PeerError) Error() string {
+	who := fmt.Sprintf("uid %d", e.UID)
+	if e.Owner != "" {
+		who = fmt.Sprintf("%s (uid %d)", e.Owner, e.UID)
+	}
+	return fmt.Sprintf("%s is served by %s, not by you (uid %d): it is not your olliesrv, and nothing was sent to it",
+		e.Socket, who, os.Geteuid())
+}
+
+// IsUntrusted reports whether err is a refusal to talk to a namespace
+// that is not the user's own (*nsdir.DirError, *PeerError), as opposed
+// to there being none: starting a daemon cannot mend it.
+func IsUntrusted(err error) bool {
+	var de *nsdir.DirError
+	var pe *PeerError
+	return errors.As(err, &de) || errors.As(err, &pe)
+}
 
 // A Conn is one attached 9P conversation with the namespace. Its methods
 // may be called concurrently.
@@ -115,15 +155,41 @@ func DialAs(addr, uname string) (*Conn, error) {
 // DialTimeout is DialAs with the connect, Tversion and Tattach bounded by
 // d together: a server that accepts and answers nothing (a hung or
 // hostile host behind ollie-remote's tunnel) is a *DialError saying so.
+//
+// On a Unix socket it sends nothing until it knows whom it talks to.
+// The namespace's own socket (nsdir.SocketPath(), the default) must lie
+// in a directory nsdir.Check accepts: the user's, not a link, mode 0700.
+// And the process at the other end must run as the user (the effective
+// uid, from SO_PEERCRED), whoever made the socket: that is what keeps
+// another local user who made /tmp/ns.$USER.$DISPLAY first from playing
+// the namespace. Root may name another user's socket (a test attaching
+// to a user's daemon as its admin), but not in its own namespace
+// directory. A refusal is a *DialError wrapping a *nsdir.DirError or a
+// *PeerError (see IsUntrusted).
 func DialTimeout(addr, uname string, d time.Duration) (*Conn, error) {
 	network, address, err := splitAddr(addr)
 	if err != nil {
 		return nil, err
 	}
+	ownNS := false
+	if network == "unix" {
+		ownNS = filepath.Clean(address) == filepath.Clean(nsdir.SocketPath())
+		if ownNS {
+			if err := nsdir.Check(filepath.Dir(address)); err != nil {
+				return nil, &DialError{Addr: address, Err: err, unix: true}
+			}
+		}
+	}
 	dl := net.Dialer{Timeout: d}
 	nc, err := dl.Dial(network, address)
 	if err != nil {
 		return nil, &DialError{Addr: address, Err: err, unix: network == "unix"}
+	}
+	if network == "unix" {
+		if err := checkPeer(nc, address, ownNS); err != nil {
+			nc.Close()
+			return nil, &DialError{Addr: address, Err: err, unix: true}
+		}
 	}
 	nc.SetDeadline(time.Now().Add(d))
 	c, err := NewConn(nc, uname)
@@ -137,6 +203,38 @@ func DialTimeout(addr, uname string, d time.Duration) (*Conn, error) {
 	nc.SetDeadline(time.Time{})
 	c.addr = address
 	return c, nil
+}
+
+// peerUID reads the uid at a Unix socket's other end; a test stands in
+// another user's process.
+var peerUID = defaultPeerUID
+
+var defaultPeerUID = peer.UID
+
+// checkPeer refuses a Unix socket whose other end does not run as this
+// user (see admitPeer). ownNS is whether it is the namespace's socket.
+func checkPeer(nc net.Conn, sock string, ownNS bool) error {
+	uid, err := peerUID(nc)
+	if err != nil {
+		return fmt.Errorf("whom the socket belongs to is unknown, so nothing was sent to it: %w", err)
+	}
+	if admitPeer(uid, os.Geteuid(), ownNS) {
+		return nil
+	}
+	pe := &PeerError{Socket: sock, UID: uid}
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		pe.Owner = u.Username
+	}
+	return pe
+}
+
+// admitPeer is whether a client running as uid me talks to a server
+// running as uid peer. Only its own: a root-run server is not the
+// user's, as none serves a user today. Root may name another user's
+// socket (ownNS false), as it could read that user's files anyway; in
+// root's own namespace directory, the server must be root's.
+func admitPeer(peer, me int, ownNS bool) bool {
+	return peer == me || (me == 0 && !ownNS)
 }
 
 // splitAddr turns an ollie address into a network and address for net.Dial.

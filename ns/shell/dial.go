@@ -12,11 +12,13 @@ import (
 
 // dialOrStart connects to the namespace at addr; with start set and the
 // default namespace not answering, it starts the daemon first, as the
-// installed ollie command does for "ssh host ollie".
+// installed ollie command does for "ssh host ollie". A namespace that is
+// not the user's (another user's directory or socket) is refused as it
+// is: a daemon started there would refuse it too.
 func dialOrStart(addr, uname string, start bool) (*client.Conn, error) {
 	c, err := client.DialTimeout(addr, uname, envDuration("OLLIE_HANDSHAKE_TIMEOUT", client.DefaultHandshakeTimeout))
 	var de *client.DialError
-	if err == nil || !start || addr != "" || !errors.As(err, &de) {
+	if err == nil || !start || addr != "" || !errors.As(err, &de) || client.IsUntrusted(err) {
 		return c, err
 	}
 	exe, xerr := os.Executable()
