@@ -3,10 +3,15 @@ package toolsrv
 import (
 	"context"
 	"errors"
-	"ollie/toolsrv/tool"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"ollie/toolsrv/sandbox"
+	"ollie/toolsrv/tool"
 )
 
 // A Pool holds each session's toolsrv child, started on first use.
@@ -14,6 +19,7 @@ type Pool struct {
 	mu       sync.Mutex
 	children map[string]*Child
 	private  map[string]map[string]bool // by session: tools loaded for one agent
+	held     map[string]heldDir          // by session: its directory, as Hold found it
 	// Elevate is the approval gate's socket, for OLLIE_ELEVATE_SOCKET;
 	// Namespace the namespace socket's directory, for OLLIE_NAMESPACE;
 	// Spill the daemon's SpillArea, where each session's toolsrv keeps
@@ -21,6 +27,45 @@ type Pool struct {
 	Elevate, Namespace, Spill string
 
 	closed bool
+}
+
+// A heldDir is a session's directory as it was when the session was made:
+// its identity, and a descriptor that keeps the kernel from giving its
+// inode to another directory while the session lives.
+type heldDir struct {
+	id sandbox.FileID
+	f  *os.File
+}
+
+// Hold records the directory cwd names now, reached without a symbolic
+// link, as session id's: its tools run there only while cwd still names
+// it (see Runner.CwdID). Call it when the session is made or restored.
+func (ts *Pool) Hold(id, cwd string) error {
+	f, err := os.OpenFile(cwd, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("the session's directory: %w", err)
+	}
+	fid, err := sandbox.Identify(cwd)
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(int(f.Fd()), &st); err == nil && (uint64(st.Dev) != fid.Dev || st.Ino != fid.Ino) {
+			err = fmt.Errorf("%s changed while it was being held", cwd)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("the session's directory: %w", err)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if old, ok := ts.held[id]; ok {
+		old.f.Close()
+	}
+	if ts.held == nil {
+		ts.held = map[string]heldDir{}
+	}
+	ts.held[id] = heldDir{fid, f}
+	return nil
 }
 
 // Get returns the toolsrv of session id, started on first use in cwd;
@@ -34,7 +79,11 @@ func (ts *Pool) Get(ctx context.Context, id, cwd string, yolo bool) (*Child, err
 	if c := ts.children[id]; c != nil {
 		return c, nil
 	}
-	c, err := Spawn(ctx, SpawnConfig{Cwd: cwd, SessionID: id, Stderr: os.Stderr, ElevateSocket: ts.Elevate, Namespace: ts.Namespace, SpillBase: ts.Spill, Yolo: yolo})
+	var cwdID *sandbox.FileID
+	if h, ok := ts.held[id]; ok {
+		cwdID = &h.id
+	}
+	c, err := Spawn(ctx, SpawnConfig{Cwd: cwd, CwdID: cwdID, SessionID: id, Stderr: os.Stderr, ElevateSocket: ts.Elevate, Namespace: ts.Namespace, SpillBase: ts.Spill, Yolo: yolo})
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +100,10 @@ func (ts *Pool) Stop(id string) {
 	c := ts.children[id]
 	delete(ts.children, id)
 	delete(ts.private, id)
+	if h, ok := ts.held[id]; ok {
+		h.f.Close()
+		delete(ts.held, id)
+	}
 	ts.mu.Unlock()
 	if c != nil {
 		c.Close()
@@ -61,9 +114,14 @@ func (ts *Pool) Stop(id string) {
 func (ts *Pool) Close() {
 	ts.mu.Lock()
 	ts.closed = true
-	ids := make([]string, 0, len(ts.children))
+	ids := make([]string, 0, len(ts.children)+len(ts.held))
 	for id := range ts.children {
 		ids = append(ids, id)
+	}
+	for id := range ts.held {
+		if ts.children[id] == nil {
+			ids = append(ids, id)
+		}
 	}
 	ts.mu.Unlock()
 	for _, id := range ids {

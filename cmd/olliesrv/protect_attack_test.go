@@ -38,6 +38,11 @@ try "swap" sh -c 'mv "$PWD/victim" "$PWD/victim.old" && ln -s "$HOME" "$PWD/vict
 	attackTools["swapdir"] = `
 try "swap" sh -c 'rm "$PWD/victim" && mkdir "$PWD/victim" && echo swapped'
 `
+	// The same before the session's first tool call: its directory is
+	// held from the moment it was made.
+	attackTools["swapnew"] = `
+try "swap" sh -c 'mv "$PWD/fresh" "$PWD/fresh.old" && mkdir "$PWD/fresh" && echo swapped'
+`
 }
 
 func TestAttackProtected(t *testing.T) {
@@ -157,5 +162,15 @@ func (r *attackRig) swappedDirectory() {
 	}
 	if st := nstest.ReadFile(t, r.fs, "session/v/id"); st == "" {
 		t.Error("session v is gone")
+	}
+
+	fresh := r.mkdir("work/fresh")
+	r.admin("session/new", "name=f cwd="+fresh)
+	r.admin("session/f/agent/new", "name=fa profile=default")
+	if _, lines := r.attack("session/s/agent/a", "swapnew"); !strings.HasPrefix(lines["swap"], "0 swapped") {
+		t.Fatalf("swapnew: the swap itself failed: %q", lines["swap"])
+	}
+	if out := r.toolOutput("session/f/agent/fa", "pwn"); strings.Contains(out, "RAN uid=") || !strings.Contains(out, fresh) || !strings.Contains(out, "is not the directory it was when the session was made") {
+		t.Errorf("a session swapped before its first tool call answered %q, want it refused naming %s", out, fresh)
 	}
 }

@@ -148,6 +148,11 @@ func (n *namespace) restore(ctx context.Context) {
 			continue
 		}
 		n.logs.put(s.ID, rs.Log)
+		if err := n.tools.Hold(s.ID, s.Cwd()); err != nil {
+			// Its tools are refused until it is made again: the directory
+			// may have been swapped while olliesrv was down.
+			n.log.Error("olliesrv: a restored session's directory cannot be held; its tools will not run", "session", s.Name(), "cwd", s.Cwd(), "err", err)
+		}
 		if s.Yolo {
 			n.log.Warn("olliesrv: a yolo session restored: its tools run unsandboxed and without approval", "session", s.Name(), "id", s.ID)
 		}

@@ -290,6 +290,11 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 	case opt.Cwd == "":
 		opt.Cwd, _ = os.UserHomeDir()
 	}
+	// The directory is resolved once, here, and held: its tools run in it
+	// only while this path, with no symbolic link in it, still names it.
+	if real, err := filepath.EvalSymlinks(opt.Cwd); err == nil {
+		opt.Cwd = real
+	}
 	if opt.Yolo {
 		if creator != nil {
 			return nil, fmt.Errorf("session/new: yolo: %w (agent %s asked)", errYoloNotAdmin, creator.Name())
@@ -304,6 +309,10 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 	s, err := n.sessions.Create(opt)
 	if err != nil {
 		return nil, fmt.Errorf("session/new: %w", err)
+	}
+	if err := n.tools.Hold(s.ID, s.Cwd()); err != nil {
+		n.sessions.Kill(s.ID)
+		return nil, fmt.Errorf("session/new: cwd %s: %w", s.Cwd(), err)
 	}
 	// The session exists only once its file does: nothing is served that a
 	// restart would lose.
