@@ -19,7 +19,7 @@ type Pool struct {
 	mu       sync.Mutex
 	children map[string]*Child
 	private  map[string]map[string]bool // by session: tools loaded for one agent
-	held     map[string]heldDir          // by session: its directory, as Hold found it
+	held     map[string]heldDir         // by session: its directory, as Hold found it
 	// Elevate is the approval gate's socket, for OLLIE_ELEVATE_SOCKET;
 	// Namespace the namespace socket's directory, for OLLIE_NAMESPACE;
 	// Spill the daemon's SpillArea, where each session's toolsrv keeps
