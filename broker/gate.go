@@ -396,8 +396,9 @@ func (g *Gate) ServeConn(c net.Conn) {
 	defer cancel()
 	var ans Answer
 	var own *pendingReq // the entry that stays for the password, if approved in it
+	var asks passwordCount
 	for {
-		asked, gen := g.ask(ctx, in, policy)
+		asked, gen := g.ask(ctx, in, policy, &asks)
 		if asked {
 			return
 		}
@@ -424,7 +425,36 @@ func (g *Gate) ServeConn(c net.Conn) {
 	}
 	// Approved here, with no desktop to give the password: it is given
 	// here too, if sudo asks for one.
-	g.askPassword(ctx, in, own)
+	g.askPassword(ctx, in, own, &asks)
+}
+
+// passwordCount is the gate's own count of one request's password asks,
+// on whichever path the request takes. The asker numbers its asks, but
+// that is only its word: it is a process of this user, and so is
+// anything that can drive one. So the gate's count decides (next).
+type passwordCount int
+
+// next waits for the asker's next message, as Incoming.Next, and takes a
+// password ask only if it is numbered the next one of the request and no
+// more than MaxPasswordAttempts have been taken; asks counts those taken.
+// Any other ends the request before anyone is asked: next answers it
+// denied, saying why, and returns the *AttemptError.
+func (g *Gate) next(ctx context.Context, in *Incoming, asks *passwordCount) (attempt int, problem, result string, err error) {
+	attempt, problem, result, err = in.Next(ctx)
+	if err == nil && attempt > 0 && (attempt != int(*asks)+1 || int(*asks) >= MaxPasswordAttempts) {
+		err = &AttemptError{Attempt: attempt}
+	}
+	var bad *AttemptError
+	if !errors.As(err, &bad) {
+		if err == nil && attempt > 0 {
+			*asks++
+		}
+		return attempt, problem, result, err
+	}
+	bad.Want = int(*asks) + 1
+	g.Log.Warn("broker gate: a password ask out of turn; the request is denied", "id", in.Req.ID, "attempt", bad.Attempt, "asked", int(*asks))
+	in.Answer(Answer{Decision: Deny, Reason: bad.Reason()})
+	return 0, "", "", bad
 }
 
 // askPassword serves the credential gate of a sudo request approved
@@ -434,7 +464,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 // (Decide); one approved without waiting there (p nil: identical to it,
 // or approved always) is listed when sudo first asks, so that a user whom
 // sudo asks nothing (NOPASSWD) is never shown one.
-func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq) {
+func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq, asks *passwordCount) {
 	req := in.Req
 	defer func() {
 		if p != nil {
@@ -442,9 +472,9 @@ func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq) {
 		}
 	}()
 	for {
-		attempt, problem, _, err := in.Next(ctx)
+		attempt, problem, _, err := g.next(ctx, in, asks)
 		if err != nil || attempt == 0 {
-			return
+			return // a refused ask is answered (next)
 		}
 		g.mu.Lock()
 		if p == nil {
@@ -535,7 +565,7 @@ func (g *Gate) dropPassword(id string) {
 // dropping those that are gone. It reports whether the request was
 // answered (by a broker, or denied because the last one reached broke),
 // and the registrations it saw, for park.
-func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answered bool, gen uint64) {
+func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy, asks *passwordCount) (answered bool, gen uint64) {
 	g.mu.Lock()
 	brokers, gen := slices.Clone(g.brokers), g.joined.Load()
 	g.mu.Unlock()
@@ -555,7 +585,7 @@ func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy) (answer
 		g.mu.Lock()
 		key := slices.Clone(g.keys[path])
 		g.mu.Unlock()
-		err = g.relay(ctx, in, bc, policy, key)
+		err = g.relay(ctx, in, bc, policy, key, asks)
 		Zero(key)
 		if err == nil {
 			return true, gen
@@ -584,7 +614,7 @@ func (g *Gate) reason(ctx context.Context, what string, err error) string {
 // broker, checking every message belongs to this request. An error means
 // the broker broke before answering, and nothing was said to the asker:
 // another broker may be asked.
-func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy, key []byte) error {
+func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy, key []byte, asks *passwordCount) error {
 	req := in.Req
 	g.waitingOnDesktop(1)
 	cv, ans, err := AskKeyed(ctx, bc, req, key)
@@ -603,7 +633,12 @@ func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy Host
 		return nil
 	}
 	for {
-		attempt, problem, result, err := in.Next(ctx)
+		attempt, problem, result, err := g.next(ctx, in, asks)
+		var bad *AttemptError
+		if errors.As(err, &bad) { // answered, denied (next): the desktop is told
+			cv.Close("denied: " + bad.Reason())
+			return nil
+		}
 		if err != nil {
 			cv.Close("broken")
 			return nil

@@ -4,7 +4,9 @@ package broker
 //
 //	asker → answerer   {"type":"request","request":{…,"id":ID},"key":"…"}
 //	answerer → asker   {"type":"answer","id":ID,"answer":{"decision":…}}
-//	for sudo, after an approval, up to MaxPasswordAttempts times:
+//	for sudo, after an approval, up to MaxPasswordAttempts times, numbered
+//	1, 2, 3 in turn (the answerer counts them itself, and the gate refuses
+//	any other number, denying the request):
 //	asker → answerer   {"type":"password","id":ID,"attempt":N,"problem":"wrong password"}
 //	answerer → asker   {"type":"secret","id":ID,"secret":"…"} or an answer that denies
 //	asker → answerer   {"type":"result","id":ID,"result":"ran"}   (then both close)
@@ -251,8 +253,33 @@ func (in *Incoming) Answer(a Answer) error {
 	return in.w.write(&message{Type: "answer", ID: in.Req.ID, Answer: &a})
 }
 
+// AttemptError is a password ask refused for its number. Next refuses one
+// numbered outside 1 to MaxPasswordAttempts; the gate, which counts a
+// request's asks itself, refuses one that is not the next of its request.
+type AttemptError struct {
+	Attempt int // as the asker numbered it
+	// Want is the number the answerer's own count expected next
+	// (MaxPasswordAttempts+1: none is left); 0 where nothing counts.
+	Want int
+}
+
+func (e *AttemptError) Error() string { return "broker: " + e.Reason() }
+
+// Reason says why the ask was refused, for the asker.
+func (e *AttemptError) Reason() string {
+	switch {
+	case e.Want > MaxPasswordAttempts:
+		return fmt.Sprintf("password ask %d refused: the sudo password was already asked %d times for this request, the most it is asked", e.Attempt, MaxPasswordAttempts)
+	case e.Want > 0:
+		return fmt.Sprintf("password ask %d refused: the next ask of this request is %d (asks are numbered 1 to %d, in turn)", e.Attempt, e.Want, MaxPasswordAttempts)
+	}
+	return fmt.Sprintf("password ask %d refused: asks are numbered 1 to %d", e.Attempt, MaxPasswordAttempts)
+}
+
 // Next waits for the asker's next message: a password ask (attempt > 0)
-// or the end (attempt 0, with the result).
+// or the end (attempt 0, with the result). It checks an ask's number is
+// in range (*AttemptError), not that it is the next one: the answering
+// side counts its asks itself.
 func (in *Incoming) Next(ctx context.Context) (attempt int, problem, result string, err error) {
 	m, err := in.w.read(ctx)
 	if err != nil {
@@ -267,7 +294,7 @@ func (in *Incoming) Next(ctx context.Context) (attempt int, problem, result stri
 	switch m.Type {
 	case "password":
 		if m.Attempt < 1 || m.Attempt > MaxPasswordAttempts {
-			return 0, "", "", fmt.Errorf("broker: password attempt %d out of range", m.Attempt)
+			return 0, "", "", &AttemptError{Attempt: m.Attempt}
 		}
 		return m.Attempt, m.Problem, "", nil
 	case "result":
