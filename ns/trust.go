@@ -9,7 +9,9 @@ package ns
 type PeerKind int
 
 const (
-	// Remote is a peer nothing vouches for, such as a TCP client: it
+	// Remote is a peer nothing vouches for, such as a TCP client, or one
+	// the server started to read only (a sandboxed process whose parent
+	// is the server: the appliance listener's read-only sessions): it
 	// attaches as none, and none only reads.
 	Remote PeerKind = iota
 	// Sandboxed is the server's own OS user running with no_new_privs, as
