@@ -60,6 +60,18 @@ func (s *Server) session(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChann
 		return
 	}
 	defer s.work.Done()
+	if l.grant.readOnly {
+		if !s.takeReadOnly() {
+			from := ""
+			if a := ctx.RemoteAddr(); a != nil {
+				_, from = source(a)
+			}
+			s.limited("MaxReadOnlySessions", from, "key", l.fingerprint, "sessions", s.MaxReadOnlySessions)
+			nc.Reject(ssh.ResourceShortage, fmt.Sprintf("ollie: read-only keys have all the sessions they may (%d) open; try again when one ends", s.MaxReadOnlySessions))
+			return
+		}
+		defer s.giveReadOnly()
+	}
 	ch, reqs, err := nc.Accept()
 	if err != nil {
 		return

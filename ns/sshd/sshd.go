@@ -23,6 +23,18 @@
 // any other socket path, any other subsystem. Each refusal is logged once
 // per kind, key fingerprint and source address.
 //
+// What a client that has not logged in can make the listener hold is
+// bounded as OpenSSH's sshd bounds it: MaxStartups (10:30:100), 5
+// connections not yet logged in per source (an IPv4 address, an IPv6
+// /64), and 30 s from accept to log in (LoginGraceTime). Such a
+// connection costs the listener a descriptor and a few KiB until it logs
+// in or is closed, and a dropped one only its accept, so a flood cannot
+// take the descriptors or the memory the namespace needs. An accept that
+// fails for want of descriptors backs off (internal/accept). Each limit
+// is logged at its first drop, then at most once every 10 s, with the
+// source and how many went unlogged. Read-only keys have at most 8
+// sessions open together.
+//
 // Who may log in is AuthorizedKeys, OpenSSH's authorized_keys format. The
 // options honoured are from= (address patterns and CIDRs, ! negates; host
 // names are not resolved, so only address patterns can match), command=
@@ -52,15 +64,18 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 
+	"ollie/internal/accept"
 	"ollie/internal/sshfwd"
 )
 
@@ -104,19 +119,52 @@ type Server struct {
 	// chat's histories are then one key's, so a read-only key does not
 	// read what an admin typed.
 	KeyState string
-	// Log receives logins and refusals; nil discards them.
+	// Log receives logins, refusals and what the limits drop; nil
+	// discards them.
 	Log *slog.Logger
 
-	once    sync.Once
-	srv     *gliderssh.Server
-	signer  ssh.Signer
-	refused refusals
-	fwd     sshfwd.Forwards
-	mu      sync.Mutex
-	closing bool
-	work    sync.WaitGroup // channels and forwarded connections in flight
-	ctx     context.Context
-	cancel  context.CancelFunc
+	// Limits on connections not yet logged in, as OpenSSH's sshd has
+	// them. The zero value of each is its default.
+	//
+	// MaxStartups drops new connections while many have not logged in:
+	// past Start of them, with the chance Rate%, rising to 100% at Full
+	// (DefaultMaxStartups, 10:30:100). A dropped connection reads one
+	// line saying so, then its end.
+	MaxStartups Startups
+	// MaxStartupsPerSource is how many connections not yet logged in
+	// one source may hold (an IPv4 address, an IPv6 /64); the next is
+	// dropped (DefaultMaxStartupsPerSource, 5). A connection that has
+	// logged in no longer counts.
+	MaxStartupsPerSource int
+	// LoginGraceTime is how long a connection has, from its accept, to
+	// finish the handshake and log in; then it is closed
+	// (DefaultLoginGraceTime, 30 s).
+	LoginGraceTime time.Duration
+
+	// MaxReadOnlySessions is how many sessions (shells, execs,
+	// subsystems) read-only keys may have open at once, over all their
+	// connections (DefaultMaxReadOnlySessions, 8); one more is refused
+	// as a resource shortage. Their commands reach the namespace as
+	// peers it reads as none (ns/trust.go), counted apart from agents'
+	// tools, and this keeps them within that count.
+	MaxReadOnlySessions int
+
+	once             sync.Once
+	srv              *gliderssh.Server
+	signer           ssh.Signer
+	refused          refusals
+	limitLog         rateLog
+	startups         startups
+	intn             func(n int) int // MaxStartups' draw, in [0, n)
+	fwd              sshfwd.Forwards
+	mu               sync.Mutex
+	closing          bool
+	listeners        map[net.Listener]struct{} // Serve's, under mu
+	conns            map[*conn]struct{}        // connections served, under mu
+	readOnlySessions int                       // under mu
+	work             sync.WaitGroup            // connections, channels and forwarded connections in flight
+	ctx              context.Context
+	cancel           context.CancelFunc
 }
 
 // ErrServerClosed is what Serve returns after Shutdown.
@@ -129,6 +177,8 @@ func (s *Server) init() error {
 			s.Log = slog.New(slog.DiscardHandler)
 		}
 		s.ctx, s.cancel = context.WithCancel(context.Background())
+		s.listeners, s.conns = map[net.Listener]struct{}{}, map[*conn]struct{}{}
+		s.setLimits()
 		s.signer, err = LoadHostKey(s.HostKey)
 		if err != nil {
 			return
@@ -147,17 +197,9 @@ func (s *Server) init() error {
 				"cancel-streamlocal-forward@openssh.com": s.cancelStreamLocalForward,
 				"default":                                s.otherRequest,
 			},
-			// A handshake that fails (a password login, no key accepted,
-			// a scanner) is logged once per cause and address too.
-			ConnectionFailedCallback: func(c net.Conn, err error) {
-				from := c.RemoteAddr().String()
-				if ip := hostIP(c.RemoteAddr()); ip != nil {
-					from = ip.String()
-				}
-				if s.refused.first("handshake: "+err.Error(), "", from) {
-					s.Log.Warn("sshd: refused", "what", "handshake", "from", from, "err", err)
-				}
-			},
+			ConnCallback:             bindConn,
+			ServerConfigCallback:     handshakeConfig,
+			ConnectionFailedCallback: s.handshakeFailed,
 		}
 	})
 	if err == nil && s.srv == nil {
@@ -178,18 +220,43 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(ln)
 }
 
-// Serve serves SSH on ln until Shutdown. It always returns a non-nil
-// error: ErrServerClosed after Shutdown.
+// setLimits gives each limit left zero its default.
+func (s *Server) setLimits() {
+	if s.MaxStartups == (Startups{}) {
+		s.MaxStartups = DefaultMaxStartups
+	}
+	m := &s.MaxStartups
+	m.Start = max(m.Start, 0)
+	m.Rate = min(max(m.Rate, 0), 100)
+	m.Full = max(m.Full, m.Start)
+	if s.MaxStartupsPerSource <= 0 {
+		s.MaxStartupsPerSource = DefaultMaxStartupsPerSource
+	}
+	if s.LoginGraceTime <= 0 {
+		s.LoginGraceTime = DefaultLoginGraceTime
+	}
+	if s.MaxReadOnlySessions <= 0 {
+		s.MaxReadOnlySessions = DefaultMaxReadOnlySessions
+	}
+	if s.intn == nil {
+		s.intn = mathrand.IntN
+	}
+}
+
+// Serve serves SSH on ln until Shutdown, and closes ln. An accept that
+// fails for a while (out of file descriptors) is retried after a
+// back-off. It always returns a non-nil error: ErrServerClosed after
+// Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	defer ln.Close()
 	if err := s.init(); err != nil {
-		ln.Close()
 		return err
 	}
-	err := s.srv.Serve(ln)
-	if errors.Is(err, gliderssh.ErrServerClosed) {
-		return ErrServerClosed
+	lp := accept.Loop{
+		Mu: &s.mu, Closed: &s.closing, Listeners: s.listeners, WG: &s.work,
+		Done: s.ctx.Done(), ErrClosed: ErrServerClosed, CloseLate: true,
 	}
-	return err
+	return lp.Serve(ln, s.admit)
 }
 
 // Shutdown closes the listener and every connection, ends the commands
@@ -198,10 +265,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if err := s.init(); err != nil {
 		return nil
 	}
+	var err error
 	s.mu.Lock()
 	s.closing = true
+	for ln := range s.listeners {
+		if cerr := ln.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	for c := range s.conns {
+		c.Close()
+	}
 	s.mu.Unlock()
-	err := s.srv.Close()
 	s.cancel()
 	s.fwd.CloseAll()
 	done := make(chan struct{})
