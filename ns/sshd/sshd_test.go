@@ -78,6 +78,8 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(shell.Main(os.Args[1:]))
+	case "ro-hold", "agent", "agent-tool", "daemon", "flood":
+		os.Exit(limitsHelper(os.Getenv(helperEnv)))
 	}
 	os.Exit(m.Run())
 }
@@ -113,7 +115,8 @@ type fixture struct {
 	hostKey    string
 	log        *syncBuffer
 	srv        *sshd.Server
-	helper     string // the helper's mode for every command; "" for rw or ro by the key
+	helper     string             // the helper's mode for every command; "" for rw or ro by the key
+	configure  func(*sshd.Server) // if set, changes the server before it serves
 }
 
 func needSSH(t *testing.T) {
@@ -128,6 +131,14 @@ func start(t *testing.T) *fixture { t.Helper(); return startHelper(t, "") }
 func startHelper(t *testing.T, mode string) *fixture {
 	t.Helper()
 	needSSH(t)
+	return newFixture(t, mode, nil)
+}
+
+// newFixture starts a fixture for clients of the test's own (no OpenSSH
+// client needed): every command is the helper in mode, and configure, if
+// set, changes the server before it serves.
+func newFixture(t *testing.T, mode string, configure func(*sshd.Server)) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	// A Unix socket path has at most 107 bytes: the namespace goes under
 	// a short directory of its own.
@@ -146,7 +157,8 @@ func startHelper(t *testing.T, mode string) *fixture {
 		d.Shutdown(ctx)
 	})
 	f := &fixture{t: t, dir: dir, ns: nsDir, authKeys: filepath.Join(dir, "authorized_keys"),
-		knownHosts: filepath.Join(dir, "known_hosts"), hostKey: filepath.Join(dir, "hostkey", sshd.HostKeyFile), log: &syncBuffer{}, helper: mode}
+		knownHosts: filepath.Join(dir, "known_hosts"), hostKey: filepath.Join(dir, "hostkey", sshd.HostKeyFile), log: &syncBuffer{}, helper: mode,
+		configure: configure}
 	var pub string
 	f.key, pub = f.newKey("admin")
 	f.authorize("", pub)
@@ -181,6 +193,9 @@ func (f *fixture) serve() {
 		Env:      []string{"HOME=" + f.dir, "XDG_STATE_HOME=" + filepath.Join(f.dir, "xdgstate"), "PATH=" + os.Getenv("PATH")},
 		KeyState: filepath.Join(f.dir, "keystate"),
 		Log:      slog.New(slog.NewTextHandler(f.log, nil)),
+	}
+	if f.configure != nil {
+		f.configure(f.srv)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
