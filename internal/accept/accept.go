@@ -1,5 +1,6 @@
 // Package accept is the accept loop that ollie's 9P servers share
-// (ns.Server, ns/mux.Mux, ns/resume.Proxy).
+// (ns.Server, ns/mux.Mux, ns/resume.Proxy), and the appliance listener
+// (ns/sshd) too.
 //
 // It lives once so that the three agree on what a listener's failure
 // means: out of file descriptors or a peer gone before it was accepted
