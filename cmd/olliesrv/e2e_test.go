@@ -195,7 +195,8 @@ func TestBinarySessionTools(t *testing.T) {
 		t.Errorf("toolerrors = %q", out)
 	}
 	env, _ := runBinary(t, dir, "", "read", "session/t/env")
-	if !strings.Contains(env, "OLLIE_SANDBOX=sandboxed (Landlock ABI ") || !strings.Contains(env, "profile "+data+"/sandbox/default.yaml\n") {
+	// How the host keeps the protected paths ends the line (docs/security.md).
+	if !strings.Contains(env, "OLLIE_SANDBOX=sandboxed (Landlock ABI ") || !strings.Contains(env, "profile "+data+"/sandbox/default.yaml; protected paths ") {
 		t.Errorf("env does not say how tools are sandboxed:\n%s", env)
 	}
 	children := func() []string {

@@ -26,14 +26,24 @@ import (
 )
 
 // PID is the pid of the olliesrv serving this user's namespace, or 0.
-// The lock records it; the lock being held is what makes it current.
+// The lock records it; the lock being held is what makes it current. A
+// lock in a namespace directory that is not the user's own and private
+// (nsdir.Check), or a lock file of another user, names no daemon of this
+// user: whoever made it could name any pid.
 func PID() int {
+	if nsdir.Check(nsdir.NamespaceDir()) != nil {
+		return 0
+	}
 	lock := nsdir.SocketPath() + ".lock"
-	f, err := os.Open(lock)
+	f, err := os.OpenFile(lock, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return 0
 	}
 	defer f.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil || int(st.Uid) != os.Geteuid() {
+		return 0
+	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		return 0 // nobody holds it
@@ -82,6 +92,11 @@ func LogPath() string {
 // StartDetached starts exe serve in its own session, so that it outlives
 // the ssh connection or shell that started it, and waits until it answers.
 func StartDetached(exe string, timeout time.Duration) (int, error) {
+	// Nothing is started, nor dialled, in a directory another user made:
+	// the daemon would refuse it, and its socket is not ours.
+	if err := nsdir.Check(nsdir.NamespaceDir()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
 	logPath := LogPath()
 	if err := os.MkdirAll(filepath.Dir(logPath), 0700); err != nil {
 		return 0, err
