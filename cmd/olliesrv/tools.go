@@ -99,6 +99,10 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *cwd == "" {
 		*cwd, _ = os.Getwd()
 	}
+	// Resolved once, as a session's directory is (toolsrv.Runner.CwdID).
+	if real, err := filepath.EvalSymlinks(*cwd); err == nil {
+		*cwd = real
+	}
 	path := toolsrv.ToolsPath()
 	reg := toolsrv.Load(path, toolsrv.LocalHost{})
 	session := toolsrv.NewSession(reg)

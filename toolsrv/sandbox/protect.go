@@ -36,7 +36,7 @@ var startupFiles = []string{
 // configuration ($XDG_CONFIG_HOME/ollie: profiles, tools, skills,
 // backends, the listener's keys), its state ($XDG_STATE_HOME/ollie:
 // session logs, keys), its deployed versions ($XDG_DATA_HOME/ollie) and
-// data directory, the directory of the running binary, the tools
+// data directory, the running binary and the ollie command beside it, the tools
 // directories, ~/.local/bin and ~/bin (the commands ollie and the user
 // run), ~/.ssh, and the shells' and the login's start-up files. Each path
 // is given as the user names it and, where a symbolic link leads
@@ -55,8 +55,12 @@ func ProtectedPaths(v Vars) []string {
 		}
 	}
 	add(paths.DataDir())
+	// The binary and the ollie command beside it, not their directory:
+	// that may be a shared one (a test's binary in /tmp), and the deployed
+	// versions are protected whole above.
 	if exe, err := os.Executable(); err == nil {
-		add(filepath.Dir(exe))
+		add(exe)
+		add(filepath.Join(filepath.Dir(exe), "ollie"))
 	}
 	if vals, _, _ := v.expand("OLLIE_TOOLS_PATH"); len(vals) > 0 {
 		for _, d := range vals {
