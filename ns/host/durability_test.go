@@ -235,8 +235,8 @@ func TestDiskFull(t *testing.T) {
 	if log := nstest.ReadFile(t, fs, "session/renamed/agent/b/log"); strings.Contains(log, "remember this") {
 		t.Errorf("restored an injection that was refused: %s", log)
 	}
-	if st := nstest.ReadFile(t, fs, "status"); !strings.Contains(st, "\ndamaged 0\n") {
-		t.Errorf("status after the restart:\n%s", st)
+	if st := nstest.ReadFile(t, fs, "status"); !strings.Contains(st, "\ndamaged 0\n") || !strings.Contains(st, "\nprotection protected paths ") {
+		t.Errorf("status after the restart, with no damage and the protection mode:\n%s", st)
 	}
 	d.Shutdown(context.Background())
 }

@@ -56,7 +56,7 @@ func (n *namespace) spec() *ns.Node {
 	sessions := ns.Listing(func(context.Context, *ns.Call) ([]*agent.Session, error) { return n.sessions.List(), nil }, sessionEntry)
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
-		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored) and damaged_files (their names, when any); one 'key value' a line.", n.status),
+		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored), damaged_files (their names, when any) and protection (how tools are kept from the paths that decide their power: read-only mounts per call, or refusing); one 'key value' a line.", n.status),
 		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
 		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model<TAB>the context window an agent gets, e.g. ctx=32768 (num_ctx set by ollie), or ctx=? (for Ollama, from Ollama itself).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
@@ -122,6 +122,8 @@ func (n *namespace) status(ctx context.Context, c *ns.Call) ([]byte, error) {
 	if len(names) > 0 {
 		out = fmt.Appendf(out, "damaged_files %s\n", strings.Join(names, " "))
 	}
+	// How tools are kept from what decides their power (docs/security.md).
+	out = fmt.Appendf(out, "protection %s\n", sandbox.HostProtection())
 	return out, nil
 }
 
