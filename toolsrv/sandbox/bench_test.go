@@ -4,7 +4,10 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -167,4 +170,72 @@ func BenchmarkPoolVsBare(b *testing.B) {
 	b.ReportMetric(mean(cold)/mean(bare), "cold/bare")
 	b.ReportMetric(median(bare), "bare-p50-ns")
 	b.ReportMetric(median(pooled), "pooled-p50-ns")
+}
+
+// BenchmarkProtectedHome alternates, through the pool, /bin/true in a
+// project directory (nothing to protect) and in a home directory that
+// holds the protected set and 50 other entries (a mount per entry, the
+// protected paths read-only: see protect.go), and reports each and the
+// ratio: what a session made in $HOME pays per call.
+func BenchmarkProtectedHome(b *testing.B) {
+	home := b.TempDir()
+	for _, d := range []string{".config/ollie/sandbox", ".ssh", "proj", ".local/bin"} {
+		if err := os.MkdirAll(filepath.Join(home, d), 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		if err := os.WriteFile(filepath.Join(home, fmt.Sprintf("file%02d", i)), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(home, ".bashrc"), nil, 0o644)
+	p, err := Profiles{Dirs: []string{"../../data/sandbox"}}.Load("default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy := func(cwd string) *Policy {
+		v := Vars{CWD: cwd, Home: home, TmpDir: b.TempDir(), ToolsPath: []string{},
+			Getenv: func(string) (string, bool) { return "", false }}
+		pol, err := p.Resolve(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pol.Protect = ProtectedPaths(v)
+		return pol
+	}
+	proj, inHome := policy(filepath.Join(home, "proj")), policy(home)
+	if ops, err := plan(inHome.writable(), inHome.Protect); err != nil || len(ops) == 0 {
+		b.Fatalf("the home directory's plan: %v %v", ops, err)
+	}
+	const size = 2
+	pool := NewPool(size)
+	defer pool.Close()
+	var plain, home2 []time.Duration
+	// Calls come seconds apart, at the model's pace: each waits until the
+	// helpers started for the last have settled (their stages started and
+	// warmed up), which Idle alone does not say.
+	settle := func() {
+		waitFull(b, pool, size)
+		time.Sleep(100 * time.Millisecond)
+	}
+	for b.Loop() {
+		settle()
+		t0 := time.Now()
+		runPooledTrue(b, pool, proj)
+		t1 := time.Now()
+		settle()
+		t2 := time.Now()
+		runPooledTrue(b, pool, inHome)
+		t3 := time.Now()
+		plain = append(plain, t1.Sub(t0))
+		home2 = append(home2, t3.Sub(t2))
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	b.ReportMetric(median(plain), "project-p50-ns")
+	b.ReportMetric(median(home2), "home-p50-ns")
+	b.ReportMetric(median(home2)/median(plain), "home/project-p50")
 }
