@@ -32,31 +32,48 @@
 //
 // A backslash is left as it is: the escapes are for a person to read, not
 // to be decoded, and a literal "\x1b" a host sends is as harmless as the
-// escape of a real ESC.
+// escape of a real ESC. Quote is the exception: it shows text as the words
+// of whoever chose it, between double quotes, so a quote or a backslash in
+// the text is escaped too and the text cannot end its quotes early.
 package termsafe
 
 import (
 	"io"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
 // Line returns s for a one-line field (a name, a path, an error message):
 // every control character, newlines and tabs included, made visible.
-func Line(s string) string { return clean(s, false, -1) }
+func Line(s string) string { q, _ := clean(s, false, false, -1); return q }
 
 // Text returns s for multi-line output (a file's content): as Line, but
 // newlines and tabs are kept.
-func Text(s string) string { return clean(s, true, -1) }
+func Text(s string) string { q, _ := clean(s, true, false, -1); return q }
 
 // Field returns Line(s) cut to at most n bytes, never inside an escape or
 // a character, and ending in "…" when it was cut (the "…" is counted in
 // n). n below 4 is taken as 4.
-func Field(s string, n int) string { return clean(s, false, max(n, 4)) }
+func Field(s string, n int) string { q, _ := clean(s, false, false, max(n, 4)); return q }
 
 // Ellipsis ends a Field that was cut.
 const Ellipsis = "…"
+
+// Quote returns s for a one-line field shown as someone else's words: as
+// Field(s, n), with a double quote and a backslash escaped (\" and \\),
+// between double quotes. A text that was cut ends with its closing quote
+// followed by Ellipsis, outside the quotes, so the quotes hold nothing
+// that s did not say. Text the caller writes around it stays the caller's:
+// nothing in s can close the quotes and speak after them.
+func Quote(s string, n int) string {
+	q, cut := clean(s, false, true, max(n, 4))
+	if cut {
+		return `"` + strings.TrimSuffix(q, Ellipsis) + `"` + Ellipsis
+	}
+	return `"` + q + `"`
+}
 
 // Safe reports whether s is shown as it is by Line (multiline false) or
 // Text (multiline true).
@@ -83,10 +100,14 @@ func Safe(s string, multiline bool) bool {
 	return true
 }
 
-// clean escapes s to at most limit bytes; limit < 0 means no limit.
-func clean(s string, multiline bool, limit int) string {
-	if Safe(s, multiline) && (limit < 0 || len(s) <= limit) {
-		return s
+// clean escapes s to at most limit bytes; limit < 0 means no limit. quote
+// escapes double quotes and backslashes too. cut reports that the text
+// was cut (and ends in Ellipsis).
+func clean(s string, multiline, quote bool, limit int) (q string, cut bool) {
+	if !quote || !strings.ContainsAny(s, `"\`) {
+		if Safe(s, multiline) && (limit < 0 || len(s) <= limit) {
+			return s, false
+		}
 	}
 	var out []byte
 	if limit < 0 {
@@ -105,24 +126,27 @@ func clean(s string, multiline bool, limit int) string {
 			piece = string(appendRuneEscape(esc[:0], r))
 		case r >= utf8.RuneSelf && hidden(r, multiline):
 			piece = string(appendRuneEscape(esc[:0], r))
+		case quote && (r == '"' || r == '\\'):
+			piece = string([]byte{'\\', byte(r)})
 		}
-		if limit >= 0 && len(out)+len(piece) > limit-len(Ellipsis) && !fitsRest(s[i:], multiline, limit-len(out)) {
-			return string(append(out, Ellipsis...))
+		if limit >= 0 && len(out)+len(piece) > limit-len(Ellipsis) && !fitsRest(s[i:], multiline, quote, limit-len(out)) {
+			return string(append(out, Ellipsis...)), true
 		}
 		out = append(out, piece...)
 		i += n
 	}
-	return string(out)
+	return string(out), false
 }
 
 // fitsRest reports whether the rest of the text, escaped, fits in room
 // bytes, so that a text exactly as long as the limit is not cut for its
 // ellipsis.
-func fitsRest(rest string, multiline bool, room int) bool {
+func fitsRest(rest string, multiline, quote bool, room int) bool {
 	if len(rest) > room { // escaping never shortens
 		return false
 	}
-	return len(clean(rest, multiline, -1)) <= room
+	q, _ := clean(rest, multiline, quote, -1)
+	return len(q) <= room
 }
 
 // hidden reports whether a rune at or above U+0080 is made visible.

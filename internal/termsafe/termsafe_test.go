@@ -172,3 +172,26 @@ func FuzzLine(f *testing.F) {
 		}
 	})
 }
+
+// TestQuote: a quoted text cannot end its quotes early, is one line, and
+// a cut one ends in the ellipsis outside its quotes.
+func TestQuote(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"fix_nginx", 80, `"fix_nginx"`},
+		{`x" (asked by h5) "y`, 80, `"x\" (asked by h5) \"y"`},
+		{`a\`, 80, `"a\\"`},
+		{"two\nlines\x1b[2K", 80, `"two\nlines\x1b[2K"`},
+		{"abcdefghij", 8, `"abcde"…`},
+		{"abcdefgh", 8, `"abcdefgh"`},
+		{"ends in …", 80, `"ends in …"`},
+		{`""""`, 6, `"\""…`},
+	} {
+		if got := Quote(tc.in, tc.n); got != tc.want {
+			t.Errorf("Quote(%q, %d) = %s, want %s", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
