@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -31,7 +32,13 @@ import (
 // replies to injected flushes are swallowed (the 9fans muxer would block
 // forever on a tag it did not allocate), and the reply to a flushed
 // request is held until its Rflush arrives, so that the client cannot
-// reuse the tag while the server may still act on the flush.
+// reuse the tag while the server may still act on the flush. A reply to
+// a tag with no request awaiting one, or of a type that does not answer
+// it, is a *ProtocolError that ends the connection before its body is
+// read: the 9fans muxer would block on it forever, and replies queued
+// behind it would grow without bound (issue 29: a hostile host's daemon
+// grew the keeper to 2.7 GB in 12 s). So at most one reply per request
+// in flight is ever buffered.
 //
 // One goroutine (readLoop) reads every reply, for the client and for
 // wire's own calls (see call) alike, and queues the client's: the 9fans
@@ -52,6 +59,7 @@ type wire struct {
 
 	mu       sync.Mutex
 	msize    uint32            // asked for in Tversion, then as negotiated: no reply is longer
+	version  bool              // a Tversion (tagged NOTAG) awaits its reply
 	out      map[uint16]uint8  // the client's requests awaiting a reply: tag → type
 	flushes  map[uint16]uint16 // injected Tflush tags awaiting a reply → the tag flushed
 	flushed  map[uint16]bool   // tags of requests with a Tflush in flight
@@ -135,6 +143,7 @@ func (w *wire) Write(p []byte) (int, error) {
 	}
 	if typ == plan9.Tversion && len(p) >= 11 {
 		w.msize = binary.LittleEndian.Uint32(p[7:11])
+		w.version = true
 	}
 	if tag != plan9.NOTAG {
 		_, call := w.calls[tag]
@@ -352,6 +361,9 @@ func (w *wire) readLoop() {
 		f, err := w.readFrame()
 		if err != nil {
 			w.fail(err)
+			// Nothing more is read: a server breaking the protocol is
+			// disconnected rather than left to fill the socket.
+			w.rwc.Close()
 			break
 		}
 		if f != nil {
@@ -451,6 +463,9 @@ func (w *wire) readFrame() ([]byte, error) {
 	if _, err := io.ReadFull(w.rd, tag[:]); err != nil {
 		return nil, err
 	}
+	if err := w.expected(tag[0], binary.LittleEndian.Uint16(tag[1:])); err != nil {
+		return nil, err
+	}
 	if tag[0] == plan9.Rread && size >= 11 {
 		if c := w.takeRead(binary.LittleEndian.Uint16(tag[1:])); c != nil {
 			return nil, w.readInto(c, size)
@@ -476,6 +491,54 @@ func (w *wire) readFrame() ([]byte, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// A ProtocolError is a reply that answers no request awaiting one: its
+// tag was not sent, or was answered already, or its type does not answer
+// the request's. The connection ends at the first.
+type ProtocolError struct {
+	Type uint8  // the reply's type
+	Tag  uint16 // its tag
+	Sent uint8  // the type of the request awaiting a reply under Tag, 0 if none
+}
+
+func (e *ProtocolError) Error() string {
+	if e.Sent == 0 {
+		return fmt.Sprintf("ns/client: the server broke the 9P protocol: a reply (type %d) to tag %d, which awaits none", e.Type, e.Tag)
+	}
+	return fmt.Sprintf("ns/client: the server broke the 9P protocol: a reply of type %d to a request of type %d (tag %d)", e.Type, e.Sent, e.Tag)
+}
+
+// IsProtocolError reports whether err is, or wraps, a server's break of
+// the 9P protocol: a reply to no request (*ProtocolError), or a reply
+// malformed or longer than msize.
+func IsProtocolError(err error) bool {
+	var pe *ProtocolError
+	var p9e plan9.ProtocolError
+	return errors.As(err, &pe) || errors.As(err, &p9e)
+}
+
+// expected checks, before anything more of it is read, that a reply of
+// type typ tagged tag answers a request awaiting one: Rerror or the
+// request's type plus one.
+func (w *wire) expected(typ uint8, tag uint16) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var sent uint8
+	switch _, flush := w.flushes[tag]; {
+	case tag == plan9.NOTAG:
+		if w.version {
+			sent = plan9.Tversion
+		}
+	case flush:
+		sent = plan9.Tflush
+	default:
+		sent = w.out[tag]
+	}
+	if sent != 0 && (typ == sent+1 || typ == plan9.Rerror) {
+		return nil
+	}
+	return &ProtocolError{Type: typ, Tag: tag, Sent: sent}
 }
 
 // takeRead returns the call tagged tag, answered from here on, if its
@@ -542,8 +605,12 @@ func (w *wire) admit(f []byte) [][]byte {
 		// goes to the client when it comes.
 		return nil
 	}
-	if typ == plan9.Rversion && len(f) >= 11 {
-		w.msize = min(w.msize, binary.LittleEndian.Uint32(f[7:11]))
+	if tag == plan9.NOTAG {
+		w.version = false
+		if typ == plan9.Rversion && len(f) >= 11 {
+			w.msize = min(w.msize, binary.LittleEndian.Uint32(f[7:11]))
+		}
+		return [][]byte{f}
 	}
 	if srv, ok := w.clunks[tag]; ok {
 		// Answered, even with an error, the fid is gone.
