@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 
 	"9fans.net/go/plan9"
@@ -74,6 +75,14 @@ func (c *Conn) Stat(ctx context.Context, name string) (*plan9.Dir, error) {
 // Ls returns the entries of the directory at name, or the file's own
 // metadata if name is not a directory.
 func (c *Conn) Ls(ctx context.Context, name string) ([]*plan9.Dir, error) {
+	return c.LsLimit(ctx, name, 0)
+}
+
+// LsLimit is Ls keeping no more than limit entries (none when limit is 0
+// or less): a directory another host lists can be as long as it likes. A
+// longer one is an error naming it, wrapping ErrTooLong, returned with
+// the entries read.
+func (c *Conn) LsLimit(ctx context.Context, name string, limit int) ([]*plan9.Dir, error) {
 	name = Clean(name)
 	d, err := c.Stat(ctx, name)
 	if err != nil {
@@ -85,8 +94,20 @@ func (c *Conn) Ls(ctx context.Context, name string) ([]*plan9.Dir, error) {
 	}
 	var dirs []*plan9.Dir
 	err = c.with(ctx, "ls", name, plan9.OREAD, func(fid *p9.Fid) error {
-		dirs, err = fid.Dirreadall()
-		return c.pathError("ls", name, err)
+		for {
+			d, err := fid.Dirread()
+			dirs = append(dirs, d...)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return c.pathError("ls", name, err)
+			}
+			if limit > 0 && len(dirs) > limit {
+				dirs = dirs[:limit]
+				return &fs.PathError{Op: "ls", Path: name, Err: fmt.Errorf("%w of %d entries", ErrTooLong, limit)}
+			}
+		}
 	})
 	return dirs, err
 }
@@ -204,14 +225,27 @@ func (c *Conn) Write(ctx context.Context, name string, data []byte) error {
 // opens the file for reading and writing, writes req as Write does and
 // reads the reply to its end.
 func (c *Conn) RdWr(ctx context.Context, name string, req []byte) ([]byte, error) {
+	return c.RdWrLimit(ctx, name, req, 0)
+}
+
+// RdWrLimit is RdWr keeping no more than limit bytes of the reply (no
+// limit when it is 0 or less): a longer one is an error naming the file,
+// wrapping ErrTooLong, returned with what was read.
+func (c *Conn) RdWrLimit(ctx context.Context, name string, req []byte, limit int) ([]byte, error) {
 	name = Clean(name)
-	var b bytes.Buffer
+	b := limitedBuffer{limit: limit}
+	if limit <= 0 {
+		b.limit = math.MaxInt
+	}
 	err := c.with(ctx, "rdwr", name, plan9.ORDWR, func(fid *p9.Fid) error {
 		if err := c.writeReq(name, fid, req); err != nil {
 			return err
 		}
 		return c.copyOut(name, fid, &b)
 	})
+	if errors.Is(err, errTooMuch) {
+		err = &fs.PathError{Op: "rdwr", Path: name, Err: fmt.Errorf("%w of %d bytes", ErrTooLong, limit)}
+	}
 	return b.Bytes(), err
 }
 

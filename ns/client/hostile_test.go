@@ -243,3 +243,46 @@ func FuzzServerReplies(f *testing.F) {
 		<-sent
 	})
 }
+
+// TestEndlessLimits: a directory whose listing never ends and a request
+// file whose reply never ends, read with LsLimit and RdWrLimit: each
+// stops at its limit with an error naming the file.
+func TestEndlessLimits(t *testing.T) {
+	entry, _ := (&plan9.Dir{Name: "x", Qid: plan9.Qid{Path: 2}, Uid: "u", Gid: "u", Muid: "u"}).Bytes()
+	cc, sc := net.Pipe()
+	go scriptedServer(sc, func(f *plan9.Fcall) [][]byte {
+		r := &plan9.Fcall{Type: f.Type + 1, Tag: f.Tag}
+		switch f.Type {
+		case plan9.Twalk:
+			for range f.Wname {
+				r.Wqid = append(r.Wqid, plan9.Qid{Type: plan9.QTDIR})
+			}
+		case plan9.Topen:
+			r.Qid = plan9.Qid{Type: plan9.QTDIR}
+		case plan9.Tstat:
+			r.Stat, _ = (&plan9.Dir{Name: "d", Mode: plan9.DMDIR | 0777, Qid: plan9.Qid{Type: plan9.QTDIR}, Uid: "u", Gid: "u", Muid: "u"}).Bytes()
+		case plan9.Tread:
+			for len(r.Data)+len(entry) <= int(f.Count) {
+				r.Data = append(r.Data, entry...)
+			}
+		case plan9.Twrite:
+			r.Count = uint32(len(f.Data))
+		}
+		return [][]byte{frame(r)}
+	}, make(chan int, 1))
+	c, err := NewConn(cc, "glenda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dirs, err := c.LsLimit(ctx, "d", 100)
+	if !errors.Is(err, ErrTooLong) || len(dirs) != 100 {
+		t.Errorf("LsLimit of an endless directory: %d entries, %v; want 100 and ErrTooLong", len(dirs), err)
+	}
+	b, err := c.RdWrLimit(ctx, "d", []byte("req"), 1000)
+	if !errors.Is(err, ErrTooLong) || len(b) > 1000 {
+		t.Errorf("RdWrLimit of an endless reply: %d bytes, %v; want at most 1000 and ErrTooLong", len(b), err)
+	}
+}

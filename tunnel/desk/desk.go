@@ -17,6 +17,7 @@ package desk
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -57,8 +58,9 @@ type desk struct {
 
 // Limits on what a host's answer may be, here.
 const (
-	maxIdx  = 256 << 10
-	maxFile = 64 << 10
+	maxIdx     = 256 << 10
+	maxFile    = 64 << 10
+	maxPending = 1000 // entries of a host's bypass/pending
 )
 
 // spec declares the desktop's namespace.
@@ -278,8 +280,10 @@ var pendingID = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
 
 func (d *desk) pendingList(ctx context.Context, c *ns.Call) ([]pendingEntry, error) {
 	hs, lists, _ := each(ctx, d, func(ctx context.Context, h Host, c *client.Conn) ([]string, error) {
-		dirs, err := c.Ls(ctx, "bypass/pending")
-		if err != nil {
+		// Past maxPending entries the host's listing is cut short; the
+		// ones read are still shown.
+		dirs, err := c.LsLimit(ctx, "bypass/pending", maxPending)
+		if err != nil && !errors.Is(err, client.ErrTooLong) {
 			return nil, err
 		}
 		var ids []string
@@ -368,7 +372,7 @@ func (d *desk) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, 
 		return nil, fmt.Errorf("session/new: remote=%s: that host is not held (held: %s; ollie-remote up %s)", remote, d.names(), remote)
 	}
 	b, err := d.onHost(ctx, h, func(ctx context.Context, hc *client.Conn) ([]byte, error) {
-		return hc.RdWr(ctx, "session/new", []byte(strings.Join(rest, " ")))
+		return hc.RdWrLimit(ctx, "session/new", []byte(strings.Join(rest, " ")), maxFile)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session/new: %w", err)

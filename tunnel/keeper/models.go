@@ -81,13 +81,17 @@ func (k *hostKey) give(ctx context.Context, nc *client.Conn) error {
 	return k.giveLocked(ctx, nc)
 }
 
+// maxCtlReply is the most the keeper reads of the host's answer to a
+// ctl request: the host writes it, and it is a line.
+const maxCtlReply = 4 << 10
+
 func (k *hostKey) giveLocked(ctx context.Context, nc *client.Conn) error {
 	if k.key == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := nc.RdWr(ctx, "ctl", []byte("desktop-key "+k.sock+" "+hex.EncodeToString(k.key)))
+	_, err := nc.RdWrLimit(ctx, "ctl", []byte("desktop-key "+k.sock+" "+hex.EncodeToString(k.key)), maxCtlReply)
 	if client.IsServerError(err) {
 		// The error is the daemon's, which never quotes the key.
 		return fmt.Errorf("olliesrv did not take the desktop model's key (an olliesrv older than this ollie-remote? ollie-remote deploy updates it): %w", err)
@@ -296,7 +300,7 @@ func (h *heldHost) invalidateBackends(ctx context.Context, c *tunnel.Client) err
 	defer nc.Close()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := nc.RdWr(cctx, "ctl", []byte("invalidate")); err != nil {
+	if _, err := nc.RdWrLimit(cctx, "ctl", []byte("invalidate"), maxCtlReply); err != nil {
 		return fmt.Errorf("olliesrv did not take the desktop's backend: %w", err)
 	}
 	return nil
