@@ -273,6 +273,11 @@ func NewConn(rwc io.ReadWriteCloser, uname string) (*Conn, error) {
 	fsys, err := c.Attach(nil, uname, os.Getenv(TokenEnv))
 	if err != nil {
 		c.Close()
+		if ferr := w.failed(); errors.Is(err, errLost) && ferr != nil {
+			// Why the connection failed (the server broke the protocol,
+			// say), not that it did.
+			err = ferr
+		}
 		return nil, err
 	}
 	addr := "the namespace"
@@ -284,6 +289,11 @@ func NewConn(rwc io.ReadWriteCloser, uname string) (*Conn, error) {
 
 // Close ends the conversation; calls in flight return errors.
 func (c *Conn) Close() error { return c.c.Close() }
+
+// Err returns why the connection failed (a server breaking the protocol
+// is an error for which IsProtocolError reports true), or nil while it
+// holds.
+func (c *Conn) Err() error { return c.w.failed() }
 
 // Interrupt cuts short every walk, open, read, write and stat in flight on
 // c: each is flushed, and its call returns an error for which

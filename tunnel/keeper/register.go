@@ -113,9 +113,15 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, k
 		case <-ctx.Done():
 		}
 	}()
-	var gone time.Time // since when the daemon does not answer
+	var gone time.Time      // since when the daemon does not answer
+	var broke time.Duration // the wait after a connection that broke the protocol
 	for wait := time.Duration(0); sleepCtx(ctx, wait); {
 		nc, err := h.nsConn(ctx, c)
+		if client.IsProtocolError(err) {
+			broke = h.broke(err, broke, path, log)
+			wait = broke
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -134,10 +140,20 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, k
 			continue
 		}
 		gone, wait = time.Time{}, 0
+		start := time.Now()
 		err = h.watchRegistration(ctx, nc, path, key, &prev, log)
+		cerr := nc.Err()
 		nc.Close()
 		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(start) > time.Minute {
+			broke = 0
+		}
+		if client.IsProtocolError(cerr) {
+			broke = h.broke(cerr, broke, path, log)
+			wait = broke
+			continue
 		}
 		if client.IsServerError(err) {
 			// The daemon refused the socket (gone from the host, say):
@@ -151,6 +167,17 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, k
 		h.setApprovals(ApprovalsRegistering, path)
 		log.Info("ollie-remote: registering approvals again", "reason", err)
 	}
+}
+
+// broke records that the host's daemon broke the 9P protocol on a
+// connection of the keeper's (which the client ended at once): status
+// names the host's fault, and the keeper tries again after a wait that
+// doubles from a second to 30 s, the last being last. It returns the wait.
+func (h *heldHost) broke(err error, last time.Duration, path string, log *slog.Logger) time.Duration {
+	wait := min(max(2*last, time.Second), 30*time.Second)
+	log.Warn("ollie-remote: olliesrv on the host broke the 9P protocol; disconnected", "err", err, "again_in", wait)
+	h.setApprovals(fmt.Sprintf("%s: olliesrv broke the 9P protocol, so the keeper disconnected (%v); trying again in %v", ApprovalsMissing, err, wait), path)
+	return wait
 }
 
 // watchRegistration registers path with its key (hex) on nc and watches
