@@ -58,7 +58,10 @@ type fakeScript struct {
 	// 9P on the namespace socket: "" (answer), "msize" (Rversion with msize
 	// 4 GiB, then a reply of MsizeFrame bytes), "tags" (Rversion, then
 	// replies to tags nobody sent, until the connection breaks), "drop"
-	// (Rversion, then close), "silent" (read, never answer).
+	// (Rversion, then close), "silent" (read, never answer), "wrongtags"
+	// (answer, but every file and bypass/pending are endless, and an open
+	// of event is answered, then followed by replies to tags nobody sent
+	// until the connection breaks).
 	NineP      string
 	MsizeFrame uint32
 	Status     string   // the status file
@@ -240,12 +243,14 @@ type fakeNS struct {
 }
 
 type fakeNode struct {
-	name  string
-	path  uint64
-	dir   bool
-	kids  []*fakeNode
-	data  func() []byte
-	write func([]byte)
+	name    string
+	path    uint64
+	dir     bool
+	kids    []*fakeNode
+	data    func() []byte
+	write   func([]byte)
+	endless bool // every read is full, at any offset
+	flood   bool // an open is followed by replies to tags nobody sent
 }
 
 func (n *fakeNode) qid() plan9.Qid {
@@ -304,7 +309,17 @@ func (s *fakeNS) tree() *fakeNode {
 		// a lone 8-bit CSI.
 		sessions = append(sessions, node("raw\x9b2J\xff", true))
 	}
-	return node("/", true, status, node("bypass", true, brokerFile), node("session", true, sessions...))
+	if s.sc.NineP != "wrongtags" {
+		return node("/", true, status, node("bypass", true, brokerFile), node("session", true, sessions...))
+	}
+	event := node("event", false)
+	event.flood, event.write = true, func([]byte) {}
+	pending := node("pending", true)
+	idx := node("idx", false)
+	for _, n := range []*fakeNode{status, brokerFile, pending, idx} {
+		n.endless = true
+	}
+	return node("/", true, status, event, node("bypass", true, brokerFile, pending), node("session", true, idx))
 }
 
 func (s *fakeNS) serve(c net.Conn) {
@@ -345,7 +360,7 @@ func (s *fakeNS) serve(c net.Conn) {
 				return
 			case "tags":
 				reply(rx)
-				s.tagFlood(w)
+				s.tagFlood(w, 1)
 				return
 			}
 		case plan9.Tauth:
@@ -392,6 +407,11 @@ func (s *fakeNS) serve(c net.Conn) {
 				break
 			}
 			rx.Qid = n.qid()
+			if n.flood {
+				reply(rx)
+				s.tagFlood(w, 0x1000)
+				return
+			}
 		case plan9.Tread:
 			n := fids[tx.Fid]
 			if n == nil {
@@ -399,6 +419,10 @@ func (s *fakeNS) serve(c net.Conn) {
 				break
 			}
 			var all []byte
+			if n.endless {
+				rx.Data = endlessRead(n, tx.Offset, tx.Count)
+				break
+			}
 			if n.dir {
 				var entries [][]byte
 				for _, k := range n.kids {
@@ -472,10 +496,11 @@ func (s *fakeNS) msizeFlood(w *bufio.Writer) {
 	fakeLog("msize flood sent %d bytes", sent)
 }
 
-// tagFlood answers tags nobody sent until the connection breaks.
-func (s *fakeNS) tagFlood(w *bufio.Writer) {
+// tagFlood answers tags nobody sent, from tag from, until the connection
+// breaks.
+func (s *fakeNS) tagFlood(w *bufio.Writer, from uint16) {
 	sent := 0
-	for tag := uint16(1); ; tag++ {
+	for tag := from; ; tag++ {
 		f := &plan9.Fcall{Type: plan9.Rclunk, Tag: tag}
 		if tag == plan9.NOTAG {
 			continue
@@ -491,6 +516,25 @@ func (s *fakeNS) tagFlood(w *bufio.Writer) {
 				return
 			}
 		}
+	}
+}
+
+// endlessRead fills a read of an endless node: a file's lines or a
+// directory's entries, as many as fit, at any offset.
+func endlessRead(n *fakeNode, off uint64, count uint32) []byte {
+	var b []byte
+	for i := off; ; i++ {
+		var e []byte
+		if n.dir {
+			d := plan9.Dir{Qid: plan9.Qid{Path: 1000 + i}, Mode: 0644, Name: fmt.Sprintf("%x", i), Uid: "fake", Gid: "fake", Muid: "fake"}
+			e, _ = d.Bytes()
+		} else {
+			e = fmt.Appendf(nil, "line %d of an endless %s\n", i, n.name)
+		}
+		if len(b)+len(e) > int(count) {
+			return b
+		}
+		b = append(b, e...)
 	}
 }
 

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -175,4 +181,119 @@ func checkProbeTimedOut(t *testing.T, out, bad string) {
 	if !strings.Contains(out, bad+": FAILED: probing the host: timed out after 2s") {
 		t.Errorf("no time-out of 2 s named for %s:\n%s", bad, out)
 	}
+}
+
+// TestHostileKeeperBounded (issue 29, item 2): h11 answers the keeper's
+// watch of its events with replies to tags never sent, without end, and
+// every file the desktop reads of it (status, bypass/broker, session/idx,
+// the listing of bypass/pending) is endless. For 30 s the desktop reads h11
+// through the fleet namespace and its own socket while h12 asks for
+// approvals: the keeper stays under 64 MiB, h12 is answered within 2 s
+// each time, and status names what h11 did.
+func TestHostileKeeperBounded(t *testing.T) {
+	hl := startHostileLab(t)
+	bad, good := hl.bad.Name, hl.good.Name
+	hl.script(t, fakeScript{NineP: "wrongtags"})
+	d := hl.desk(t)
+	d.startBroker()
+	d.mustUp(bad, good)
+	if _, err := d.brokerPath(good, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	const bound = 64 << 20
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for _, args := range [][]string{
+		{"-H", "fleet", "cat", "host/idx"},
+		{"-H", "fleet", "cat", "session/idx"},
+		{"-H", "fleet", "ls", "bypass/pending"},
+		{"-H", bad, "cat", "status"},
+	} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d.discard(3*time.Second, args...)
+			}
+		}()
+	}
+	// Three asks, 12 s apart: the desktop's budget for a host is 3
+	// prompts a minute.
+	start := time.Now()
+	asks, slowest := 0, time.Duration(0)
+	for ; asks < 3; asks++ {
+		if asks > 0 {
+			time.Sleep(12 * time.Second)
+		}
+		delay, err := d.promptDelay(2 * time.Second)
+		if err != nil {
+			t.Errorf("ask %d: %v", asks+1, err)
+			break
+		}
+		slowest = max(slowest, delay)
+		if d.keeper.Peak() > bound {
+			break
+		}
+	}
+	time.Sleep(30*time.Second - time.Since(start))
+	close(stop)
+	readers.Wait()
+	peak := d.keeper.Peak()
+	t.Logf("figure: 30 s of replies to tags never sent and endless files from %s: keeper peak %s (idle %s); %d approvals of %s, the slowest shown after %v",
+		bad, mib(peak), mib(d.keeper.idle), asks, good, slowest.Round(time.Millisecond))
+	if peak > bound {
+		t.Errorf("the keeper reached %s, over %s", mib(peak), mib(bound))
+	}
+	out, err, _ := d.run(30*time.Second, "status")
+	t.Logf("status: %v\n%s", err, out)
+	if row := tableRow(out, bad); row == nil || !strings.Contains(out, "broke the 9P protocol") {
+		t.Errorf("status does not say that %s broke the 9P protocol:\n%s", bad, out)
+	}
+}
+
+// promptDelay has the honest host ask through its gate, as an agent's
+// call does, and returns how long its prompt took to show on the
+// terminal broker's screen, the ssh command that asks included; an error
+// if it did not within within.
+func (d *desk) promptDelay(within time.Duration) (time.Duration, error) {
+	n := len(d.screen.seen())
+	t0 := time.Now()
+	said := make(chan string, 1)
+	go func() {
+		out, _ := askThroughGate(d.t, d.hl.lab, d.hl.good.Name, honestTool, `{"thought":"honest"}`)
+		said <- out
+	}()
+	for time.Since(t0) < within {
+		for _, p := range d.screen.seen()[n:] {
+			if strings.Contains(p.seg, honestTool) {
+				<-said // denied by the responder: the tool ends
+				return p.at.Sub(t0), nil
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case out := <-said:
+		return 0, fmt.Errorf("the honest host's request was not shown; the tool said %q", out)
+	case <-time.After(time.Minute):
+		return 0, fmt.Errorf("the honest host's request was not shown within %v", within)
+	}
+}
+
+// discard runs ollie on the desktop for at most within, its output
+// thrown away: an endless file is read without keeping it.
+func (d *desk) discard(within time.Duration, args ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	cc := exec.CommandContext(ctx, filepath.Join(binDir, "olliesrv"), append([]string{"ollie"}, args...)...)
+	cc.Env = append(os.Environ(), "OLLIE_REMOTE_DIR="+d.r.dir)
+	cc.Stdout, cc.Stderr = io.Discard, io.Discard
+	cc.WaitDelay = time.Second
+	cc.Run()
 }
