@@ -45,8 +45,15 @@ type Broker struct {
 	// MaxConnsPerHost caps the connections one host may have open at
 	// once; past it a new one is closed at once. 0 means 16.
 	MaxConnsPerHost int
+	// Budget limits how many of a host's requests are put to a person,
+	// after the Rules: past it they are denied at once, saying so. nil
+	// means a Budget of the default Limits, whose notices are logged.
+	// A broker only the keeper's reaches, after the keeper's own
+	// Budget, sets NoBudget.
+	Budget *Budget
 
 	mu      sync.Mutex
+	budget  *Budget        // Budget, or the default made for a nil one
 	conns   map[string]int // connections open, per host
 	refused map[string]*Refusals
 	logged  map[string]*logged // per host and cause
@@ -62,6 +69,7 @@ type Refusals struct {
 	TooLarge  int // messages over broker.MaxMessage
 	Passwords int // password asks past broker.MaxPasswordAttempts for one request
 	Keyless   int // requests without the key of the host's registration: not from its olliesrv
+	Budget    int // requests denied over the host's prompt Budget
 }
 
 // Refused is what host was refused so far.
@@ -172,6 +180,21 @@ func (b *Broker) log() *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return b.Log
+}
+
+// prompts is the Budget in force.
+func (b *Broker) prompts() *Budget {
+	if b.Budget != nil {
+		return b.Budget
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.budget == nil {
+		b.budget = &Budget{Notice: func(n Notice) {
+			b.log().Warn("broker: a host over its prompt budget", "host", n.Host, "refused", n.Refused, "per_minute", n.PerMinute)
+		}}
+	}
+	return b.budget
 }
 
 func (b *Broker) timeout() time.Duration {
@@ -327,7 +350,19 @@ func (b *Broker) decide(req *broker.Request) (ans broker.Answer, put bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout())
 	defer cancel()
-	ans, err := b.Approver.Approve(ctx, req)
+	// Only what reaches a person is counted: the rules above cost nothing.
+	release, err := b.prompts().Admit(ctx, req)
+	var over *OverBudgetError
+	switch {
+	case errors.As(err, &over):
+		b.refuse(req.Host, func(r *Refusals) { r.Budget++ }, slog.LevelWarn, "a request over the host's prompt budget; denied",
+			"id", req.ID, "per_minute", over.PerMinute)
+		return broker.Answer{Decision: broker.Deny, Reason: over.Error()}, true
+	case err != nil:
+		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("nobody answered within %v: the host's earlier request was being asked", b.timeout())}, true
+	}
+	ans, err = b.Approver.Approve(ctx, req)
+	release(!errors.Is(err, ErrUnavailable))
 	switch {
 	case errors.Is(err, ErrUnavailable):
 		return broker.Answer{}, false

@@ -48,12 +48,13 @@ type Policy struct {
 	// Path is the file the policy was read from and AddAlways writes.
 	Path string
 
-	mu    sync.RWMutex
-	rules []Rule
-	doc   *yaml.Node // the file as read, so that saving keeps its comments
-	blank []byte     // the file, when it held only comments (yaml.v3 drops those)
-	seen  fileStamp  // the file as last looked at, for Refresh
-	err   error      // why the file as it is now is not in force; nil when it is
+	mu     sync.RWMutex
+	rules  []Rule
+	limits Limits     // the file's budget: section; zero fields are the defaults
+	doc    *yaml.Node // the file as read, so that saving keeps its comments
+	blank  []byte     // the file, when it held only comments (yaml.v3 drops those)
+	seen   fileStamp  // the file as last looked at, for Refresh
+	err    error      // why the file as it is now is not in force; nil when it is
 }
 
 // fileStamp tells one version of a file from another without reading it:
@@ -177,27 +178,38 @@ func (p *Policy) Err() error {
 
 // ParsePolicy parses a policy from data; name is used in errors.
 func ParsePolicy(name string, data []byte) (*Policy, error) {
-	rules, doc, err := parsePolicy(name, data)
+	rules, limits, doc, err := parsePolicy(name, data)
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{Path: name, rules: rules, doc: doc}, nil
+	return &Policy{Path: name, rules: rules, limits: limits, doc: doc}, nil
+}
+
+// Limits is the budget the file gives each host (its "budget:"
+// section); a field it does not set is zero, the default.
+func (p *Policy) Limits() Limits {
+	if p == nil {
+		return Limits{}
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.limits
 }
 
 func (p *Policy) reload() error {
 	data, err := os.ReadFile(p.Path)
 	if errors.Is(err, os.ErrNotExist) {
-		p.rules, p.doc, p.blank = nil, nil, nil
+		p.rules, p.limits, p.doc, p.blank = nil, Limits{}, nil, nil
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("broker: reading policy: %w", err)
 	}
-	rules, doc, err := parsePolicy(p.Path, data)
+	rules, limits, doc, err := parsePolicy(p.Path, data)
 	if err != nil {
 		return err
 	}
-	p.rules, p.doc, p.blank = rules, doc, nil
+	p.rules, p.limits, p.doc, p.blank = rules, limits, doc, nil
 	if doc == nil {
 		p.blank = data
 	}
@@ -391,7 +403,54 @@ func writeFileAtomic(name string, data []byte) error {
 // them.
 var ruleFields = []string{"host", "tool", "args", "sudo", "decision"}
 
-func parsePolicy(name string, data []byte) ([]Rule, *yaml.Node, error) {
+// budgetFields are the keys of the budget: section.
+var budgetFields = []string{"prompts_per_minute", "at_once"}
+
+// parseBudget reads the budget: section: each field a positive number.
+func parseBudget(v *yaml.Node, bad func(line int, format string, a ...any) error) (Limits, error) {
+	var l Limits
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return l, nil
+	}
+	if v.Kind != yaml.MappingNode {
+		return l, bad(v.Line, "\"budget\" must be a mapping of %s", strings.Join(budgetFields, ", "))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, n := v.Content[i], v.Content[i+1]
+		var field *int
+		switch k.Value {
+		case "prompts_per_minute":
+			field = &l.PerMinute
+		case "at_once":
+			field = &l.AtOnce
+		default:
+			return l, bad(k.Line, "budget: unknown field %q (want %s)", k.Value, strings.Join(budgetFields, ", "))
+		}
+		if seen[k.Value] {
+			return l, bad(k.Line, "budget: %q given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if err := n.Decode(field); err != nil || *field <= 0 {
+			return l, bad(n.Line, "budget: %s must be a whole number above 0, not %q", k.Value, n.Value)
+		}
+	}
+	return l, nil
+}
+
+// parsePolicy parses the file: its rules, its budget and the document,
+// which AddAlways writes back with its comments.
+func parsePolicy(name string, data []byte) ([]Rule, Limits, *yaml.Node, error) {
+	var limits Limits
+	rules, doc, err := parseRules(name, data, &limits)
+	if err != nil {
+		return nil, Limits{}, nil, err
+	}
+	return rules, limits, doc, nil
+}
+
+// parseRules is parsePolicy, setting *limits from the budget: section.
+func parseRules(name string, data []byte, limits *Limits) ([]Rule, *yaml.Node, error) {
 	bad := func(line int, format string, a ...any) error {
 		return fmt.Errorf("%w: %s:%d: %s", broker.ErrPolicy, name, line, fmt.Sprintf(format, a...))
 	}
@@ -420,8 +479,16 @@ func parsePolicy(name string, data []byte) ([]Rule, *yaml.Node, error) {
 	var seq *yaml.Node
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
+		if k.Value == "budget" {
+			l, err := parseBudget(v, bad)
+			if err != nil {
+				return nil, nil, err
+			}
+			*limits = l
+			continue
+		}
 		if k.Value != "rules" {
-			return nil, nil, bad(k.Line, "unknown field %q (the policy has only \"rules\")", k.Value)
+			return nil, nil, bad(k.Line, "unknown field %q (the policy has \"rules\" and \"budget\")", k.Value)
 		}
 		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 			continue

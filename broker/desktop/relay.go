@@ -13,10 +13,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -58,6 +61,10 @@ func (r *LiveRules) Match(req *broker.Request) (broker.Decision, bool) {
 }
 
 func (r *LiveRules) AddAlways(req *broker.Request) error { return r.p.AddAlways(req) }
+
+// Limits is the budget the file gives each host, as last read without
+// error (Match reads it again first).
+func (r *LiveRules) Limits() Limits { return r.p.Limits() }
 
 // Watch refreshes every so often, so that a bad edit is reported even
 // while no request comes.
@@ -111,8 +118,12 @@ func OpenRules(log *slog.Logger, report func(p *Policy, err error)) *LiveRules {
 // KeeperBroker is the keeper's broker: the policy first, then the
 // person at the terminal broker's terminal when one runs, else askpass or
 // a dialog (Handoff). A broken policy is logged once per version.
+//
+// Each host is held to the policy file's budget (Budget), and a host over
+// it is shown once per burst (ShowNotice).
 func KeeperBroker(log *slog.Logger) *Broker {
-	b := &Broker{Approver: NewHandoff(&Queue{Approver: Auto(nil, io.Discard)}, log), Log: log}
+	budget := &Budget{Notice: func(n Notice) { ShowNotice(log, n) }}
+	b := &Broker{Approver: NewHandoff(&Queue{Approver: Auto(nil, io.Discard)}, log), Log: log, Budget: budget}
 	if r := OpenRules(log, func(p *Policy, err error) {
 		if err != nil {
 			log.Error("ollie-remote: the broker policy is broken", "problem", PolicyProblem(p, err))
@@ -121,18 +132,77 @@ func KeeperBroker(log *slog.Logger) *Broker {
 		}
 	}); r != nil {
 		b.Rules = r
+		budget.Limits = r.Limits
 		go r.Watch(PolicyWatchEvery)
 	}
 	return b
 }
 
-// PolicyState is what status shows of the policy b uses: "" when its file
-// is in force, else why not and what is.
-func PolicyState(b *Broker) string {
-	if r, ok := b.Rules.(*LiveRules); ok {
-		return r.Problem()
+// ShowNotice tells the person at the desktop of a host over its budget:
+// on the terminal broker's terminal when one runs, else in a desktop
+// notification; always in log.
+func ShowNotice(log *slog.Logger, n Notice) {
+	log.Warn("ollie-remote: a host is over its prompt budget", "host", n.Host, "refused", n.Refused, "per_minute", n.PerMinute)
+	text := n.Text()
+	err := noticeTerminal(n.Host, text)
+	if err == nil {
+		return
 	}
-	return ""
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, nerr := (&Notifier{}).Notify(ctx, "ollie: "+n.Host+" is over its prompt budget", text); nerr != nil {
+		log.Warn("ollie-remote: the notice could not be shown", "host", n.Host, "terminal", err, "notification", nerr)
+	}
+}
+
+// noticeTerminal hands a notice to the terminal broker, which says it
+// will show it.
+func noticeTerminal(host, text string) error {
+	c, err := net.DialTimeout("unix", TerminalSocket(), 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNoTerminalBroker, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	hdr, _ := json.Marshal(header{Host: host, Notice: text})
+	if _, err := c.Write(append(hdr, '\n')); err != nil {
+		return err
+	}
+	ack := make([]byte, len(noticeAck))
+	if _, err := io.ReadFull(c, ack); err != nil || string(ack) != noticeAck {
+		return fmt.Errorf("the terminal broker did not take the notice: %v", err)
+	}
+	return nil
+}
+
+// noticeAck is the terminal broker's answer to a notice: it will show it.
+const noticeAck = "shown\n"
+
+// takeNotice acknowledges a notice on c and closes c; show then prints
+// it, once the terminal is free.
+func takeNotice(c net.Conn, show func()) {
+	c.Write([]byte(noticeAck))
+	c.Close()
+	show()
+}
+
+// PolicyState is what status shows of the policy b uses and of the hosts
+// it holds to their budget: "" when its file is in force and no host
+// went over, else why not and what is, and which hosts were refused how
+// many requests.
+func PolicyState(b *Broker) string {
+	var parts []string
+	if r, ok := b.Rules.(*LiveRules); ok {
+		if p := r.Problem(); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	over := b.prompts().Over()
+	hosts := slices.Sorted(maps.Keys(over))
+	for _, h := range hosts {
+		parts = append(parts, fmt.Sprintf("%s: %d requests refused over its prompt budget (raise budget: prompts_per_minute to allow more)", h, over[h]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // ServeApprovals answers the requests arriving from host on l with b,
@@ -260,8 +330,8 @@ func ServeTerminal(ctx context.Context, stdout, stderr io.Writer) int {
 	// A prompt cut short by the exit may have turned echo off.
 	defer restoreTerminal(os.Stdin)()
 	person := &TerminalApprover{In: os.Stdin, Out: stdout}
-	// The keeper applies the policy before it asks here.
-	b := &Broker{Approver: &Queue{Approver: person}, Log: log}
+	// The keeper applies the policy and each host's budget before it asks here.
+	b := &Broker{Approver: &Queue{Approver: person}, Log: log, Budget: NoBudget}
 	fmt.Fprintf(stdout, "ollie-remote broker: answering the approval requests of every host ollie-remote up holds; ^C to stop\n")
 	// The person here is told when the policy file they edit is refused.
 	if r := OpenRules(log, func(p *Policy, err error) {
@@ -302,13 +372,23 @@ func ServeTerminal(ctx context.Context, stdout, stderr io.Writer) int {
 		go func() {
 			defer inflight.Done()
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			host, err := readHeader(c)
+			h, err := readHeader(c)
 			if err != nil {
 				c.Close()
 				return
 			}
+			if h.Notice != "" {
+				// Between prompts: the terminal approver holds mu
+				// across one.
+				takeNotice(c, func() {
+					person.mu.Lock()
+					defer person.mu.Unlock()
+					fmt.Fprintf(stdout, "\n%s\n", termsafe.Line(h.Notice))
+				})
+				return
+			}
 			c.SetReadDeadline(time.Time{})
-			b.ServeConn(host, c)
+			b.ServeConn(h.Host, c)
 		}()
 	}
 	// Prompts on a gone terminal end at once and go back to the keeper;
@@ -346,23 +426,31 @@ func restoreTerminal(f *os.File) func() {
 	return func() { rc.Control(func(fd uintptr) { term.Restore(int(fd), st) }) }
 }
 
+// header is the keeper's first line to a terminal broker: the host the
+// request after it came from, or a notice about that host to show, with
+// no request after it.
+type header struct {
+	Host   string `json:"host"`
+	Notice string `json:"notice,omitempty"`
+}
+
 // readHeader reads the keeper's one-line header byte by byte, so that
 // nothing of the conversation after it is consumed.
-func readHeader(c net.Conn) (string, error) {
+func readHeader(c net.Conn) (header, error) {
 	var line []byte
 	one := make([]byte, 1)
 	for len(line) < 4096 {
 		if _, err := c.Read(one); err != nil {
-			return "", err
+			return header{}, err
 		}
 		if one[0] == '\n' {
-			var h struct{ Host string }
+			var h header
 			if err := json.Unmarshal(line, &h); err != nil || h.Host == "" {
-				return "", fmt.Errorf("bad header %q", line)
+				return header{}, fmt.Errorf("bad header %q", line)
 			}
-			return h.Host, nil
+			return h, nil
 		}
 		line = append(line, one[0])
 	}
-	return "", fmt.Errorf("header too long")
+	return header{}, fmt.Errorf("header too long")
 }

@@ -181,7 +181,8 @@ func StartRunBroker(ctx context.Context, cfg RunConfig) (*RunBroker, error) {
 	}
 	rb.ctx, rb.cancel = context.WithCancelCause(context.Background())
 	rb.queue = &Queue{Approver: &screened{rb}}
-	rb.b = &Broker{Approver: (*runApprover)(rb), Log: cfg.Log}
+	// The keeper held each host to its budget before handing a request here.
+	rb.b = &Broker{Approver: (*runApprover)(rb), Log: cfg.Log, Budget: NoBudget}
 
 	if cfg.AskBecomePass {
 		pw, err := rb.askBecomePass(ctx)
@@ -295,15 +296,31 @@ func (rb *RunBroker) serve() {
 				rb.connMu.Unlock()
 			}()
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			host, err := readHeader(c)
+			h, err := readHeader(c)
 			if err != nil {
 				c.Close()
 				return
 			}
+			if h.Notice != "" {
+				takeNotice(c, func() { rb.notice(h.Notice) })
+				return
+			}
 			c.SetReadDeadline(time.Time{})
-			rb.b.ServeConn(host, c)
+			rb.b.ServeConn(h.Host, c)
 		}()
 	}
+}
+
+// notice shows a notice from the keeper (a host over its budget) on the
+// terminal, as a prompt takes its turn: the live view paused.
+func (rb *RunBroker) notice(text string) {
+	if err := rb.scr.acquire(rb.ctx); err != nil {
+		return
+	}
+	defer rb.scr.release()
+	rb.term.mu.Lock()
+	defer rb.term.mu.Unlock()
+	fmt.Fprintf(rb.cfg.Out, "\n%s\n", termsafe.Line(text))
 }
 
 // ofRun reports whether req is one of the run's: its session, from one of
