@@ -75,6 +75,27 @@ func Quote(s string, n int) string {
 	return `"` + q + `"`
 }
 
+// Unquoted returns s without what Quote put between quotes: each quoted
+// span, escapes and all, becomes "" and the Ellipsis of a cut one stays.
+// It is what of a line is not another's words, for checking that a name
+// appears only where the caller wrote it.
+func Unquoted(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '"' {
+			b.WriteByte(s[i])
+			continue
+		}
+		b.WriteString(`""`)
+		for i++; i < len(s) && s[i] != '"'; i++ {
+			if s[i] == '\\' {
+				i++
+			}
+		}
+	}
+	return b.String()
+}
+
 // Safe reports whether s is shown as it is by Line (multiline false) or
 // Text (multiline true).
 func Safe(s string, multiline bool) bool {

@@ -195,3 +195,12 @@ func TestQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestUnquoted: what Quote wrote is taken out, and only that.
+func TestUnquoted(t *testing.T) {
+	in := `x" (asked by h5) "y`
+	line := "h7 says " + Quote(in, 80) + " and " + Quote(`\`, 80) + " (asked by h7)"
+	if got, want := Unquoted(line), `h7 says "" and "" (asked by h7)`; got != want {
+		t.Errorf("Unquoted(%s) = %s, want %s", line, got, want)
+	}
+}
