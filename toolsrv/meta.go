@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -26,9 +25,6 @@ const maxMetaSize = 1 << 20
 
 // maxTimeout bounds "timeout" (about 68 years) so that it fits a time.Duration.
 const maxTimeout = 1 << 31
-
-// nameRE is what a tool name, taken from its file name, must match.
-var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
 
 // Fields are what a .meta declares, at the top level or in one variant. A nil
 // field is unset: in a variant it inherits the top level, and at the top level
@@ -143,8 +139,8 @@ func (p *parser) errorf(field, format string, args ...any) {
 func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
 	p := &parser{file: file}
 	name := strings.TrimSuffix(filepath.Base(file), ".meta")
-	if !nameRE.MatchString(name) {
-		p.errorf("", "tool name %q (the file name without .meta) must match %s", name, nameRE)
+	if !tool.ValidName(name) {
+		p.errorf("", "tool name %q (the file name without .meta) must match %s", name, tool.NameRule)
 	}
 	if len(data) > maxMetaSize {
 		p.errorf("", "file is %d bytes (a .meta may be at most %d)", len(data), maxMetaSize)
