@@ -83,7 +83,9 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 	dir := privateRemoteDir(t) // no terminal broker runs there
 	person := &orderedPerson{pace: 10 * time.Millisecond}
 	q := &desktop.Queue{Approver: person}
-	b := &desktop.Broker{Approver: q}
+	// No budget (broker/README.md, "A host's budget"): this test is about
+	// the queue's caps, which a flood reaches only past it.
+	b := &desktop.Broker{Approver: q, Budget: desktop.NoBudget}
 	socks := approvalSockets(t, b, dir, "h4", "h5")
 	ask := func(host, session string) error {
 		c, err := net.Dial("unix", socks[host])
