@@ -162,7 +162,8 @@ func protectCall(p *Policy, ns string) error {
 	if len(p.Protect) == 0 {
 		return nil
 	}
-	ops, err := plan(p.writable(), p.Protect)
+	writable := p.writable()
+	ops, err := plan(writable, p.Protect)
 	if err != nil || len(ops) == 0 {
 		return err
 	}
@@ -171,7 +172,7 @@ func protectCall(p *Policy, ns string) error {
 		if reason == "-" || reason == "" {
 			reason = "no mount namespace"
 		}
-		return &ProtectError{Dir: writableHolding(p.writable(), ops[len(ops)-1].Path), Protected: firstProtected(p, ops), Reason: reason}
+		return &ProtectError{Dir: writableHolding(writable, ops[len(ops)-1].Path), Protected: firstProtected(p, ops), Reason: reason}
 	}
 	if err := privateMounts(); err != nil {
 		return err
