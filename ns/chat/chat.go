@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/term"
@@ -82,7 +83,7 @@ func Run(ctx context.Context, opt Options, stdin io.Reader, stdout, stderr io.Wr
 		c.Close()
 		return fail(stderr, err)
 	}
-	ch := &chat{opt: opt, t: t, ctl: c, stderr: stderr}
+	ch := &chat{opt: opt, t: t, ctl: c, stderr: stderr, moved: make(chan struct{}, 1)}
 	defer func() { ch.ctl.Close() }() // the last one, after any redial
 	return ch.run(ctx, stdin, stdout)
 }
@@ -117,6 +118,41 @@ type chat struct {
 	// again after it is lost.
 	wmu    sync.Mutex
 	waiter *client.Conn
+
+	// shown is how far into the chat stream the follower has shown;
+	// moved is signalled when it grows. A turn's end line waits for the
+	// stream to reach where the turn ended, so the reply is never drawn
+	// after the line that says it is over.
+	shown atomic.Int64
+	moved chan struct{}
+}
+
+// shownWriter counts what the follower shows of the chat stream.
+type shownWriter struct{ ch *chat }
+
+func (w shownWriter) Write(p []byte) (int, error) {
+	n, err := w.ch.v.Write(p)
+	w.ch.shown.Add(int64(n))
+	select {
+	case w.ch.moved <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+// catchUp waits, for a few seconds at most, until the follower has shown
+// the chat stream up to end.
+func (ch *chat) catchUp(ctx context.Context, end int64) {
+	deadline := time.After(3 * time.Second)
+	for ch.shown.Load() < end {
+		select {
+		case <-ch.moved:
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (ch *chat) run(ctx context.Context, stdin io.Reader, stdout io.Writer) int {
@@ -381,7 +417,11 @@ type stats struct {
 // waitIdle waits until target turns have ended, handling ^C: once stops
 // the turn, twice leaves. It reports false when the person left.
 func (ch *chat) waitIdle(ctx context.Context, start time.Time, before stats, target int) bool {
-	done := make(chan stats, 1)
+	type idle struct {
+		s   stats
+		end int64 // the chat stream's length once idle
+	}
+	done := make(chan idle, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -399,7 +439,11 @@ func (ch *chat) waitIdle(ctx context.Context, start time.Time, before stats, tar
 			}
 			json.Unmarshal(b, &s)
 			if s.State == "idle" && s.Turns >= target {
-				done <- s
+				end, err := c.Size(wctx, ch.t.dir+"/chat")
+				if err != nil {
+					end = 0
+				}
+				done <- idle{s, end}
 				return
 			}
 			// A turn that ends between this read and statewait's start
@@ -412,9 +456,10 @@ func (ch *chat) waitIdle(ctx context.Context, start time.Time, before stats, tar
 	stopped := false
 	for {
 		select {
-		case s := <-done:
+		case d := <-done:
+			ch.catchUp(ctx, d.end)
 			ch.v.endTurn()
-			ch.turnLine(start, before, s)
+			ch.turnLine(start, before, d.s)
 			return true
 		case p := <-ch.pend:
 			ch.approve(ctx, p)
@@ -482,7 +527,15 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 				ch.say("[olliesrv restarted; following the agent again]")
 				off, daemon = -1, d
 			}
-			off, err = c.FollowFrom(ctx, ch.t.dir+"/chat", off, ch.v)
+			if off < 0 {
+				if off, err = c.Size(ctx, ch.t.dir+"/chat"); err != nil {
+					off = -1
+				}
+			}
+			if off >= 0 {
+				ch.shown.Store(off)
+			}
+			off, err = c.FollowFrom(ctx, ch.t.dir+"/chat", off, shownWriter{ch})
 			c.Close()
 		}
 		if ctx.Err() != nil {

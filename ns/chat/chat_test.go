@@ -397,3 +397,45 @@ func TestChatRendersMarkdown(t *testing.T) {
 		io.WriteString(keys, "/exit\r")
 	}
 }
+
+// slowOnce is a standard output that takes its time over the first write
+// holding a mark, as a slow terminal or link does.
+type slowOnce struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	mark string
+	done bool
+}
+
+func (w *slowOnce) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	slow := !w.done && bytes.Contains(p, []byte(w.mark))
+	w.done = w.done || slow
+	w.mu.Unlock()
+	if slow {
+		time.Sleep(500 * time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// A turn's end line comes after the whole reply, however far the stream
+// lags behind the agent's state: the reply is never drawn after the
+// line that says the turn is over.
+func TestChatTurnEndsAfterItsReply(t *testing.T) {
+	l := newChatLab(t, true)
+	l.llm.Push(fakellm.ToolCall("echo", `{"text": "x"}`), fakellm.Text("the reply after the tool"))
+	out := &slowOnce{mark: "→ echo"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errb bytes.Buffer
+	if status := Run(ctx, l.options(""), strings.NewReader("go\n"), out, &errb); status != 0 {
+		t.Fatalf("status %d, stderr %q", status, errb.String())
+	}
+	s := out.buf.String()
+	reply, end := strings.Index(s, "the reply after the tool"), strings.Index(s, "── idle")
+	if reply < 0 || end < 0 || end < reply {
+		t.Errorf("the turn's end line is not after its reply:\n%s", s)
+	}
+}
