@@ -44,6 +44,7 @@ import (
 
 	"ollie/internal/jsonx"
 	"ollie/internal/termsafe"
+	"ollie/toolsrv/tool"
 )
 
 // Request is one call's ask: who wants to run what, where. It is the one
@@ -107,95 +108,153 @@ const (
 	maxProblemField = 80  // why a password is asked again
 )
 
-// Prompt is the text a person is shown for the elevation gate. Its first
-// line is the desktop's own: the host the request came over (Host, which
-// the desktop sets from the SSH connection) and what kind of request it
-// is. Every field below is the host's account, one line each, its control
-// characters made visible (termsafe) and clipped, so that none can move
-// the cursor, erase what is shown, add a line or write the clipboard.
+// Prompt is the text a person is shown for the elevation gate. What is
+// not quoted is the desktop's own: its first lines name the host the
+// request came over (Host, which the desktop sets from the connection,
+// never from the request), what kind of request it is, the tool (a name
+// Check holds to tool.NameRule) and the request's id (Check holds it to
+// an identifier). Every other field is the host's account, shown under
+// "HOST says:" one per line, each quoted (termsafe.Quote: control
+// characters made visible, clipped, nothing able to close its quotes),
+// so that no text of the host's reads as the desktop's sentence.
 func (r *Request) Prompt() string {
 	var b strings.Builder
+	host := r.HostName()
 	if r.Yolo {
-		fmt.Fprintf(&b, "ollie: %s asks to create a yolo session: all its tools run outside the sandbox, without approval\n", r.HostName())
-		fmt.Fprintf(&b, "  session:  %s\n", termsafe.Field(orNone(r.Session), maxNameField))
-		fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
+		fmt.Fprintf(&b, "ollie: %s asks to create a yolo session: all its tools run outside the sandbox, without approval\n", host)
 		fmt.Fprintf(&b, "  request:  %s\n", r.IDName())
+		fmt.Fprintf(&b, "  %s says:\n", host)
+		if r.Session == "" {
+			b.WriteString("    session:  none named: the host names it\n")
+		} else {
+			fmt.Fprintf(&b, "    session:  %s\n", termsafe.Quote(r.Session, maxNameField))
+		}
+		fmt.Fprintf(&b, "    in:       %s\n", termsafe.Quote(r.Cwd, maxPathField))
 		return b.String()
 	}
 	what := "run outside its sandbox"
 	if r.Sudo {
 		what = "run as root (sudo)"
 	}
-	fmt.Fprintf(&b, "ollie: %s asks to %s\n", r.HostName(), what)
-	fmt.Fprintf(&b, "  tool:     %s", termsafe.Field(r.Tool, maxNameField))
+	fmt.Fprintf(&b, "ollie: %s asks to %s\n", host, what)
+	fmt.Fprintf(&b, "  tool:     %s", r.ToolName())
 	if r.Variant >= 0 { // -1: the tool has no variants
 		fmt.Fprintf(&b, " (variant %d)", r.Variant)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "  runs:     %s\n", termsafe.Field(r.Executable, maxPathField))
+	fmt.Fprintf(&b, "  request:  %s\n", r.IDName())
+	fmt.Fprintf(&b, "  %s says:\n", host)
+	fmt.Fprintf(&b, "    runs:     %s\n", termsafe.Quote(r.Executable, maxPathField))
 	if len(r.Args) > 0 {
-		fmt.Fprintf(&b, "  args:     %s\n", termsafe.Field(r.CompactArgs(), maxArgsField))
+		fmt.Fprintf(&b, "    args:     %s\n", termsafe.Quote(r.CompactArgs(), maxArgsField))
 	}
-	fmt.Fprintf(&b, "  in:       %s\n", termsafe.Field(r.Cwd, maxPathField))
+	fmt.Fprintf(&b, "    in:       %s\n", termsafe.Quote(r.Cwd, maxPathField))
 	switch {
 	case r.Session == "" && r.Agent == "":
-		b.WriteString("  session:  none: run by hand on the host (olliesrv tools run), not by an agent\n")
+		b.WriteString("    session:  none: run by hand on the host (olliesrv tools run), not by an agent\n")
 	case r.Agent == "":
-		fmt.Fprintf(&b, "  session:  %s, no agent: called through the session's tools\n", named(r.SessionName, r.Session))
+		fmt.Fprintf(&b, "    session:  %s, no agent: called through the session's tools\n", named(r.SessionName, r.Session))
 	default:
-		fmt.Fprintf(&b, "  session:  %s, agent %s\n", named(r.SessionName, r.Session), named(r.AgentName, r.Agent))
+		fmt.Fprintf(&b, "    session:  %s, agent %s\n", named(r.SessionName, r.Session), named(r.AgentName, r.Agent))
 	}
 	if r.Bypass {
-		b.WriteString("  the agent asked for bypass\n")
+		b.WriteString("    the agent asked for bypass\n")
 	}
-	fmt.Fprintf(&b, "  request:  %s\n", r.IDName())
 	return b.String()
 }
 
 // PasswordPrompt is the text for the credential gate, one line. It names
 // the connection's host first and again last, beside where the password
-// is typed, so that whatever the host's fields say between, the person
-// sees whose password is asked.
+// is typed; the one text of the host's it holds, why the password is
+// asked again, is quoted and attributed, so that whatever it says, the
+// person sees whose password is asked.
 func (r *Request) PasswordPrompt(attempt int, problem string) string {
 	host := r.HostName()
 	p := fmt.Sprintf("ollie: sudo password for root on %s, to run %s", host, r.ToolName())
 	if problem != "" {
-		p = fmt.Sprintf("%s; %s, attempt %d of %d", p, termsafe.Field(problem, maxProblemField), attempt, MaxPasswordAttempts)
+		p = fmt.Sprintf("%s; %s says %s, attempt %d of %d", p, host, termsafe.Quote(problem, maxProblemField), attempt, MaxPasswordAttempts)
 	}
 	return fmt.Sprintf("%s (asked by %s): ", p, host)
+}
+
+// MaxIDLen is the longest request id Check admits: NewID's are 32.
+const MaxIDLen = 64
+
+// ErrBadRequest is wrapped by Check's errors: a request whose tool or id
+// is not an identifier.
+var ErrBadRequest = errors.New("broker: bad request")
+
+// Check holds the fields a prompt shows as the desktop's own words to
+// identifiers: the tool's name to tool.NameRule (YoloTool for a yolo
+// request, which Receive sets) and the id to letters, digits, "-", "_"
+// and ".", at most MaxIDLen. A request outside them is refused, never
+// shown.
+func (r *Request) Check() error {
+	if !validID(r.ID) {
+		return fmt.Errorf("%w: the request id %s is not 1 to %d letters, digits, '-', '_' or '.'", ErrBadRequest, termsafe.Quote(r.ID, maxNameField), MaxIDLen)
+	}
+	if r.Yolo && r.Tool == YoloTool {
+		return nil
+	}
+	if !validToolName(r.Tool) {
+		return fmt.Errorf("%w: the tool name %s is not a tool's name (%s)", ErrBadRequest, termsafe.Quote(r.Tool, maxNameField), tool.NameRule)
+	}
+	if r.Variant < -1 {
+		return fmt.Errorf("%w: variant %d", ErrBadRequest, r.Variant)
+	}
+	return nil
+}
+
+// validToolName is tool.NameRule, "-" admitted too: the names of the
+// desktop's own requests (YoloTool, deploy -system's) have one, so that
+// no tool's can be them. A name with "-" is an identifier all the same.
+func validToolName(s string) bool { return tool.ValidName(strings.ReplaceAll(s, "-", "_")) }
+
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // HostName is the host to show: the connection's, made safe, or
 // "(unknown host)".
 func (r *Request) HostName() string { return termsafe.Field(orUnknown(r.Host), maxNameField) }
 
-// ToolName is the tool's name to show: the host's word, made safe and
-// clipped; YoloTool for a yolo request, whatever the host said.
+// ToolName is the tool's name to show: an identifier once Check has
+// passed, else quoted as the host's words; YoloTool for a yolo request,
+// whatever the host said.
 func (r *Request) ToolName() string {
 	if r.Yolo {
 		return YoloTool
 	}
-	return termsafe.Field(r.Tool, maxNameField)
+	if !validToolName(r.Tool) { // unchecked: the host's words
+		return termsafe.Quote(r.Tool, maxNameField)
+	}
+	return r.Tool
 }
 
-// IDName is the request's id to show: the host made it, so it is made
-// safe and clipped too.
-func (r *Request) IDName() string { return termsafe.Field(r.ID, maxNameField) }
+// IDName is the request's id to show: an identifier once Check has
+// passed, else quoted as the host's words.
+func (r *Request) IDName() string {
+	if !validID(r.ID) {
+		return termsafe.Quote(r.ID, maxNameField)
+	}
+	return r.ID
+}
 
-// named shows a session or an agent as "NAME (ID)", or its ID alone when
-// the host gave no name; each made safe and clipped.
+// named shows a session or an agent as "NAME" ("ID"), or "ID" alone when
+// the host gave no name; each the host's words, quoted.
 func named(name, id string) string {
 	if name == "" || name == id {
-		return termsafe.Field(id, maxNameField)
+		return termsafe.Quote(id, maxNameField)
 	}
-	return termsafe.Field(name, maxNameField) + " (" + termsafe.Field(id, maxNameField) + ")"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(named by the host)"
-	}
-	return s
+	return termsafe.Quote(name, maxNameField) + " (" + termsafe.Quote(id, maxNameField) + ")"
 }
 
 func orUnknown(s string) string {

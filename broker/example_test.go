@@ -76,10 +76,11 @@ func ExampleGate_Decide() {
 	// Output:
 	// ollie: (unknown host) asks to run outside its sandbox
 	//   tool:     tail_log
-	//   runs:     /usr/bin/tail
-	//   in:       /var/log
-	//   session:  s1, no agent: called through the session's tools
-	//   the agent asked for bypass
 	//   request:  req-1
+	//   (unknown host) says:
+	//     runs:     "/usr/bin/tail"
+	//     in:       "/var/log"
+	//     session:  "s1", no agent: called through the session's tools
+	//     the agent asked for bypass
 	// answer: once
 }

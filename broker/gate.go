@@ -916,7 +916,10 @@ func (g *Gate) PendingText(id string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	text := p.req.Prompt()
+	// Read on the host itself: the host it came over is this one.
+	shown := *p.req
+	shown.Host = "this host"
+	text := shown.Prompt()
 	if !approved {
 		return text + "write approve, always or deny [REASON] to this file to answer\n", true
 	}

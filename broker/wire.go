@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -243,9 +244,18 @@ func Receive(ctx context.Context, c net.Conn) (*Incoming, error) {
 	if r := m.Request; r.Yolo {
 		// A yolo request is only what it says, wherever it is read: no
 		// tool but YoloTool for the policy and "always", and never sudo.
-		m.Request = &Request{ID: r.ID, Host: r.Host, Session: r.Session, Tool: YoloTool, Variant: -1, Cwd: r.Cwd, Yolo: true}
+		m.Request = &Request{ID: r.ID, Session: r.Session, Tool: YoloTool, Variant: -1, Cwd: r.Cwd, Yolo: true}
 	}
-	return &Incoming{w: w, Req: m.Request, key: m.Key}, nil
+	// The host a request comes from is the receiver's to say (from its
+	// connection), never the sender's.
+	m.Request.Host = ""
+	in := &Incoming{w: w, Req: m.Request, key: m.Key}
+	if err := m.Request.Check(); err != nil {
+		// Refused with the reason, for the asker to see, and never shown.
+		in.Answer(Answer{Decision: Deny, Reason: strings.TrimPrefix(err.Error(), "broker: ")})
+		return nil, err
+	}
+	return in, nil
 }
 
 // Answer sends the elevation gate's answer.

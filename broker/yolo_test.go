@@ -62,7 +62,7 @@ func TestPromptYolo(t *testing.T) {
 	req := &broker.Request{ID: "r1", Host: "h1", Session: "wild", Cwd: "/srv", Tool: broker.YoloTool, Yolo: true}
 	p := req.Prompt()
 	for _, want := range []string{"ollie: h1 asks to create a yolo session: all its tools run outside the sandbox, without approval\n",
-		"  session:  wild\n", "  in:       /srv\n"} {
+		"  h1 says:\n    session:  \"wild\"\n", "    in:       \"/srv\"\n"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("the prompt lacks %q:\n%s", want, p)
 		}

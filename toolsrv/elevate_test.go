@@ -61,7 +61,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		if req.Session != "sess-1" || req.SessionName != "web" || req.Agent != agent || req.AgentName != agentName || req.Tool != "priv" || req.Cwd != cwd {
 			t.Errorf("%s: the gate got %+v, want session web (sess-1), agent %q (%q), tool priv in %s", how, req, agentName, agent, cwd)
 		}
-		if p := req.Prompt(); !strings.Contains(p, "\n  session:  "+line+"\n") {
+		if p := req.Prompt(); !strings.Contains(p, "\n    session:  "+line+"\n") {
 			t.Errorf("%s: bypass/pending/%s does not say %q:\n%s", how, id, line, p)
 		}
 		return id
@@ -72,7 +72,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		res := r.RunFor(ctx, Caller{Agent: "agent-7", SessionName: "web", AgentName: "fixer"}, "priv", nil)
 		ran <- res.Output
 	}()
-	id := next("RunFor", "agent-7", "fixer", "web (sess-1), agent fixer (agent-7)")
+	id := next("RunFor", "agent-7", "fixer", `"web" ("sess-1"), agent "fixer" ("agent-7")`)
 	if err := gate.Decide(id, "approve"); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		_, err := ps.StartFor(ctx, Caller{Agent: "agent-8", SessionName: "web", AgentName: "scout"}, "priv", nil)
 		started <- err
 	}()
-	id = next("StartFor", "agent-8", "scout", "web (sess-1), agent scout (agent-8)")
+	id = next("StartFor", "agent-8", "scout", `"web" ("sess-1"), agent "scout" ("agent-8")`)
 	if err := gate.Decide(id, "deny not now"); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		res := r.RunFor(ctx, Caller{SessionName: "web"}, "priv", nil)
 		ran <- res.Output
 	}()
-	id = next("no agent", "", "", "web (sess-1), no agent: called through the session's tools")
+	id = next("no agent", "", "", `"web" ("sess-1"), no agent: called through the session's tools`)
 	gate.Decide(id, "deny")
 	<-ran
 }

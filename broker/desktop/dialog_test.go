@@ -304,7 +304,7 @@ func TestDialogNotifies(t *testing.T) {
 	if got, want := srv.notes[0][0], "ollie: db3 asks to run system_logs as root"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
 	}
-	if body := srv.notes[0][1]; !strings.Contains(body, "in:       /srv/&lt;b&gt;&amp;\n") || !strings.Contains(body, "request:  req-1") {
+	if body := srv.notes[0][1]; !strings.Contains(body, "in:       \"/srv/&lt;b&gt;&amp;\"\n") || !strings.Contains(body, "request:  req-1") {
 		t.Errorf("body %q: want the prompt, escaped", body)
 	}
 	if len(srv.closed) != 1 || srv.closed[0] != 1 {

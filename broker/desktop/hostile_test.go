@@ -13,6 +13,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"ollie/broker"
+	"ollie/internal/termsafe"
 )
 
 // The escapes a compromised host put in its requests' fields (issue 11):
@@ -86,6 +87,11 @@ func checkPrompt(t *testing.T, where, prompt string, sudo bool) {
 	if first != want {
 		t.Errorf("%s: first line %q, want %q", where, first, want)
 	}
+	// Every text of the host's is quoted: outside the quotes, the host
+	// named is the connection's, and none the host wrote.
+	if own := termsafe.Unquoted(prompt); strings.Contains(own, "h5") || !strings.Contains(own, "  db3 says:\n") {
+		t.Errorf("%s: outside its quotes, the prompt names h5, or does not attribute the host's words to db3:\n%s", where, prompt)
+	}
 	for _, line := range strings.Split(prompt, "\n") {
 		if len(line) > 500 {
 			t.Errorf("%s: a line of %d bytes: the host's fields are not clipped", where, len(line))
@@ -103,6 +109,9 @@ func checkPasswordPrompt(t *testing.T, where, prompt string) {
 	if !strings.HasPrefix(prompt, "ollie: sudo password for root on db3, to run ") || !strings.HasSuffix(prompt, " (asked by db3): ") {
 		t.Errorf("%s: %q does not name db3 at its start and its end", where, prompt)
 	}
+	if own := termsafe.Unquoted(prompt); strings.Contains(own, "h5") {
+		t.Errorf("%s: %q names h5 outside its quotes", where, prompt)
+	}
 }
 
 func TestPromptHostileFields(t *testing.T) {
@@ -112,7 +121,7 @@ func TestPromptHostileFields(t *testing.T) {
 	checkPasswordPrompt(t, "PasswordPrompt", hostileRequest(true).PasswordPrompt(2, hostileProblem))
 	checkPasswordPrompt(t, "PasswordPrompt", hostileRequest(true).PasswordPrompt(1, ""))
 	honest := askRequest(true).PasswordPrompt(2, "wrong password")
-	if want := "ollie: sudo password for root on db3, to run system_logs; wrong password, attempt 2 of 3 (asked by db3): "; honest != want {
+	if want := `ollie: sudo password for root on db3, to run system_logs; db3 says "wrong password", attempt 2 of 3 (asked by db3): `; honest != want {
 		t.Errorf("PasswordPrompt = %q, want %q", honest, want)
 	}
 	r := hostileRequest(true)

@@ -733,7 +733,7 @@ func (rb *RunBroker) askList(g *group, listed []*member) error {
 
 // listText is a group's list: a line of the desktop's own naming the run,
 // how many hosts and what they ask, then one line per request, its
-// host's fields made safe and clipped.
+// host's fields quoted and attributed to it.
 func listText(session string, listed []*member) string {
 	first := listed[0].req
 	hosts := map[string]bool{}
@@ -754,15 +754,19 @@ func listText(session string, listed []*member) string {
 		b.WriteString(", the agents asking for bypass")
 	}
 	b.WriteString(":\n")
-	fmt.Fprintf(&b, "  runs:     %s%s\n", termsafe.Field(first.Executable, maxListField), variant(first))
+	fmt.Fprintf(&b, "  runs:     %s%s, %s says\n", termsafe.Quote(first.Executable, maxListField), variant(first), first.HostName())
 	for i, m := range listed {
 		r := m.req
 		fmt.Fprintf(&b, "  %d. %s", i+1, r.HostName())
+		var says []string
 		if len(r.Args) > 0 {
-			fmt.Fprintf(&b, "  args %s", termsafe.Field(r.CompactArgs(), maxListArgs))
+			says = append(says, "args "+termsafe.Quote(r.CompactArgs(), maxListArgs))
 		}
 		if r.Executable != first.Executable || r.Variant != first.Variant {
-			fmt.Fprintf(&b, "  runs %s%s", termsafe.Field(r.Executable, maxListField), variant(r))
+			says = append(says, "runs "+termsafe.Quote(r.Executable, maxListField)+variant(r))
+		}
+		if len(says) > 0 {
+			b.WriteString(" says: " + strings.Join(says, ", "))
 		}
 		b.WriteString("\n")
 	}

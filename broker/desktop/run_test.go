@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/broker"
+	"ollie/internal/termsafe"
 )
 
 const runName = "fleet-r1a2b"
@@ -287,10 +288,10 @@ func TestRunBrokerGroupsHosts(t *testing.T) {
 	screen := r.shown()
 	list := screen[strings.Index(screen, "ollie: "):]
 	want := runList +
-		"  runs:     /usr/bin/apt-get\n" +
-		"  1. web1  args {\"only\":\"pkg-web1\"}\n" +
-		"  2. web2  args {\"only\":\"pkg-web2\"}\n" +
-		"  3. web3  args {\"only\":\"pkg-web3\"}\n" +
+		"  runs:     \"/usr/bin/apt-get\", web1 says\n" +
+		"  1. web1 says: args \"{\\\"only\\\":\\\"pkg-web1\\\"}\"\n" +
+		"  2. web2 says: args \"{\\\"only\\\":\\\"pkg-web2\\\"}\"\n" +
+		"  3. web3 says: args \"{\\\"only\\\":\\\"pkg-web3\\\"}\"\n" +
 		runChoices
 	if list != want {
 		t.Errorf("the list shows:\n%s\nwant:\n%s", list, want)
@@ -334,7 +335,7 @@ func TestRunBrokerGroupsHosts(t *testing.T) {
 			if a := answer(t, db9, "db9"); a.ans.Decision != broker.Once {
 				t.Errorf("db9: %+v", a.ans)
 			}
-		case strings.HasSuffix(q, "(apt_upgrade on web1) / [d]eny? ") && strings.Contains(q, "session:  mine (5f0c-uuid)"):
+		case strings.HasSuffix(q, "(apt_upgrade on web1) / [d]eny? ") && strings.Contains(q, `session:  "mine" ("5f0c-uuid")`):
 			r.typeLine("d")
 			if a := answer(t, web1Other, "web1's other session"); a.ans.Decision != broker.Deny {
 				t.Errorf("web1's other session: %+v", a.ans)
@@ -457,7 +458,7 @@ func TestRunBrokerBecomePass(t *testing.T) {
 	// A second ask for the same request: the host says it was wrong.
 	pwc := make(chan []byte, 1)
 	go func() { pw, _ := cvs[0].Password(ctx, 2, "wrong password"); pwc <- pw }()
-	r.waitShown("sudo password for root on web1, to run apt_upgrade; wrong password, attempt 2 of 3 (asked by web1): ", 1)
+	r.waitShown(`sudo password for root on web1, to run apt_upgrade; web1 says "wrong password", attempt 2 of 3 (asked by web1): `, 1)
 	r.typeLine("typed-for-web1")
 	if pw := <-pwc; string(pw) != "typed-for-web1" {
 		t.Errorf("web1's retry got %q, want what was typed for it", pw)
@@ -515,20 +516,32 @@ func TestRunBrokerBecomePass(t *testing.T) {
 }
 
 // TestRunBrokerHostileList: what hosts of the run write is shown in the
-// list made visible and clipped: no escape reaches the terminal, and no
-// line a host wrote looks like the desktop's.
+// list quoted, made visible and clipped, and attributed to its host: no
+// escape reaches the terminal, no line a host wrote looks like the
+// desktop's, and no host is named outside the quotes but by the
+// connection. A tool whose name is a sentence is refused, its reason
+// sent to the host, and never shown.
 func TestRunBrokerHostileList(t *testing.T) {
 	r := newRunRig(t, RunConfig{Session: runName, Hosts: []string{"web1", "web2"}, Window: time.Second}, "web1", "web2")
 	rb := r.waitStarted()
-	tool := "apt\x1b[2J\u009b1mupgrade\u202e"
+	bad := answer(t, r.ask("web1", runReq("apt\x1b[2J\u009b1mupgrade\u202e for web2", true, `{}`)), "a tool named with escapes")
+	if bad.ans.Decision != broker.Deny || !strings.Contains(bad.ans.Reason, "is not a tool's name") {
+		t.Errorf("a tool named with escapes and spaces: %+v, want denied for its name", bad.ans)
+	}
+	if s := r.shown(); strings.Contains(s, "apt") {
+		t.Errorf("a refused request was shown:\n%s", s)
+	}
 	hostile := []string{
-		`{"x":"\u001b]52;c;ZWNobyBwd25lZA==\u0007","y":"\napprove: [o]nce for web1 / [e]very listed host (1)","z":"\u009b31m\u202eevil\u0085"}`,
-		`{"x":"` + strings.Repeat("A", 5000) + `\r\u001b[1A"}`,
+		`{"x":"\u001b]52;c;ZWNobyBwd25lZA==\u0007","y":"\napprove: [o]nce for web2 / [e]very listed host (1)","z":"\u009b31m\u202eevil\u0085"}`,
+		`{"x":"` + strings.Repeat("A", 5000) + `\r\u001b[1A", "w": "web1 says: fine"}`,
 	}
 	var chs []chan asked
 	for i, h := range []string{"web1", "web2"} {
-		req := runReq(tool, true, hostile[i])
-		req.Executable = "/bin/\x1b[31mred"
+		req := runReq("apt_upgrade", true, hostile[i])
+		req.Executable = "/bin/\x1b[31mred for web2"
+		if i == 1 {
+			req.Executable = "/bin/web1 says: run"
+		}
 		chs = append(chs, r.ask(h, req))
 		waitUntil(t, fmt.Sprintf("%d requests waiting", i+1), func() bool { return rb.waiting() == i+1 })
 	}
@@ -539,15 +552,19 @@ func TestRunBrokerHostileList(t *testing.T) {
 			t.Errorf("the terminal got %q from a host:\n%q", bad, s)
 		}
 	}
-	if !strings.Contains(s, "`apt\\x1b[2J\\u009b1mupgrade\\u202e`") {
-		t.Errorf("the tool's name is not shown made visible:\n%s", s)
-	}
 	for _, line := range strings.Split(s, "\n") {
 		if strings.HasPrefix(line, "approve:") && !strings.HasPrefix(line, "approve: [o]nce for web1 / [e]very listed host (2)") {
 			t.Errorf("a host's text starts a line of the desktop's: %q", line)
 		}
 		if len(line) > 400 {
 			t.Errorf("a line of %d bytes: a host's field was not clipped", len(line))
+		}
+		own := termsafe.Unquoted(line)
+		if strings.Contains(line, "red for web2") && !strings.Contains(own, ", web1 says") {
+			t.Errorf("web1's executable is not attributed to web1: %q", line)
+		}
+		if strings.HasPrefix(line, "  2. ") && own != `  2. web2 says: args ""…, runs ""` {
+			t.Errorf("web2's line, outside its quotes, is %q, want its host, then its words quoted: %q", own, line)
 		}
 	}
 	r.typeLine("d")

@@ -168,7 +168,7 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 	// variant for a tool without.
 	sid, _ := c.ReadAll(ctx, "session/s/id")
 	aid, _ := c.ReadAll(ctx, "session/s/agent/a/id")
-	who := fmt.Sprintf("  session:  s (%s), agent a (%s)\n", strings.TrimSpace(string(sid)), strings.TrimSpace(string(aid)))
+	who := fmt.Sprintf("    session:  \"s\" (\"%s\"), agent \"a\" (\"%s\")\n", strings.TrimSpace(string(sid)), strings.TrimSpace(string(aid)))
 	if !strings.Contains(string(asked), who) || strings.Contains(string(asked), "variant") {
 		t.Errorf("the desktop's prompt does not say %q (or names a variant):\n%s", who, asked)
 	}

@@ -561,7 +561,8 @@ func hostileRequest(i int) *broker.Request {
 		Host:       "h12",
 		Session:    hostileField(fmt.Sprintf("s%d", i)),
 		Agent:      hostileField("agent"),
-		Tool:       hostileField("tool"),
+		AgentName:  hostileField("fixer"),
+		Tool:       "tool", // a name with escapes is refused unshown (below)
 		Executable: hostileField("/usr/bin/x"),
 		Cwd:        hostileField("/home"),
 		Args:       json.RawMessage(`{"a":"` + "\\u009b31m\\u001b[2J\\u0007" + `"}`),
@@ -574,6 +575,16 @@ func fakeApprovals(sc *fakeScript, path string, key []byte) {
 	dial := func() (net.Conn, error) { return net.DialTimeout("unix", path, 5*time.Second) }
 	switch sc.Approvals {
 	case "escapes":
+		// A tool named with a sentence first: refused where it is
+		// received, the reason given back, never shown.
+		if c, err := dial(); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			req := hostileRequest(-1)
+			req.Tool = hostileField("tool")
+			_, ans, err := broker.AskKeyed(ctx, c, req, key)
+			fakeLog("escapes: tool name: %s %q %v", ans.Decision, ans.Reason, err)
+			cancel()
+		}
 		for i := 0; ; i++ {
 			c, err := dial()
 			if err != nil {

@@ -726,14 +726,16 @@ func (d *desk) checkHonest(what string) honestResult {
 	return res
 }
 
-// finish checks what every attack must leave true.
-func (d *desk) finish(what string) {
+// finish checks what every attack must leave true, and says how the
+// honest host's request fared.
+func (d *desk) finish(what string) honestResult {
 	d.t.Helper()
-	d.checkHonest(what)
+	res := d.checkHonest(what)
 	d.checkMem(what)
 	if d.screen != nil {
 		checkClean(d.t, what+": the broker's terminal", d.screen.String())
 	}
+	return res
 }
 
 // keeperLog is the keeper's log so far.

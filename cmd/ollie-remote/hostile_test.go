@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"ollie/broker/desktop"
+	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
 	"os"
 	"path/filepath"
@@ -32,6 +33,7 @@ func TestHostilePhishing(t *testing.T) {
 	program, prompts := askpassPrompts(t, dir)
 	d := hl.desk(t, "OLLIE_ASKPASS="+program)
 	d.mustUp(bad, good)
+	hl.waitEvent(t, `escapes: tool name: deny ".*is not a tool's name.*" <nil>`, 20*time.Second)
 	hl.waitEvent(t, `escapes: password 3`, 20*time.Second)
 	asked, _ := filepath.Glob(filepath.Join(prompts, "prompt.*"))
 	if len(asked) < 2 {
@@ -78,7 +80,10 @@ func TestHostileApprovalFlood(t *testing.T) {
 	d.mustUp(bad, good)
 	m := hl.waitEvent(t, `flood-sent written=(\d+) failed=(\d+)`, 30*time.Second)
 	t.Logf("the fake wrote %s requests (%s failed)", m[1], m[2])
-	d.finish("300 requests in distinct sessions")
+	honest := d.finish("300 requests in distinct sessions")
+	if honest.delay > 2*time.Second {
+		t.Errorf("the honest host's request was shown %v after it asked, want within 2s", honest.delay)
+	}
 	// The desktop's budget for the host (issue 29) puts at most its
 	// prompts a minute to the person; the rest are denied unasked, so the
 	// honest host's prompt (checked by finish) never waits behind them.
@@ -92,6 +97,17 @@ func TestHostileApprovalFlood(t *testing.T) {
 	t.Logf("%d prompts of %s shown in all", flooded, bad)
 	if flooded > desktop.DefaultPromptsPerMinute {
 		t.Errorf("%d prompts of %s shown, more than the budget of %d a minute", flooded, bad, desktop.DefaultPromptsPerMinute)
+	}
+	// One notice for the burst, naming the host from the connection and
+	// how to lift the limit.
+	notice := "from " + bad + " refused: over this desktop's limit of"
+	d.screen.waitFor(t, notice, 10*time.Second)
+	time.Sleep(2 * time.Second) // a second notice for the same burst would come a second after the first
+	if n := strings.Count(d.screen.String(), notice); n != 1 {
+		t.Errorf("%d notices of %s's refusals, want one for the burst:\n%s", n, bad, tailString(d.screen.String(), 3000))
+	}
+	if !strings.Contains(d.screen.String(), "prompts_per_minute") {
+		t.Errorf("the notice does not say how to lift the limit:\n%s", tailString(d.screen.String(), 3000))
 	}
 }
 
@@ -240,6 +256,14 @@ func checkPrompt(t *testing.T, what, p, host string, approval bool) {
 		if strings.HasPrefix(l, "sudo password for h12") || strings.HasPrefix(l, "ollie: h12") {
 			t.Errorf("%s: the host's text starts a line of its own: %q", what, l)
 		}
+		// Its words are quoted: outside the quotes no host is named but
+		// the connection's.
+		if strings.Contains(termsafe.Unquoted(l), "h12") {
+			t.Errorf("%s: a line names h12 outside its quotes: %q", what, l)
+		}
+	}
+	if approval && !strings.Contains(p, "  "+host+" says:\n") {
+		t.Errorf("%s: the host's words are not attributed to %s:\n%s", what, host, p)
 	}
 }
 

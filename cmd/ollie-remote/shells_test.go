@@ -221,7 +221,7 @@ printf '%%s\n' '%[3]s'
 		t.Errorf("approved: deploy said\n%s", out)
 	}
 	a := asked()
-	if strings.Count(a, "sudo password for root on "+h.Name) != 2 || !strings.Contains(a, "wrong password, attempt 2 of 3") {
+	if strings.Count(a, "sudo password for root on "+h.Name) != 2 || !strings.Contains(a, h.Name+` says "wrong password", attempt 2 of 3`) {
 		t.Errorf("the desktop was asked:\n%s", a)
 	}
 	fi, err := os.Stat(deploy.SystemCommand)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
 
@@ -189,18 +190,23 @@ func (w *pendingWatch) check(ctx context.Context, id string) error {
 }
 
 // askedBy reports whether text, a request's file, names agent as the one
-// that asked: its session line ends "agent NAME (ID)", or "agent ID" for
-// an agent without a name (broker.Request.Prompt). The agent's name comes
-// before its ID, so no name can end the line with another's ID.
+// that asked: its session line ends `agent "NAME" ("ID")`, or `agent
+// "ID"` for an agent without a name (broker.Request.Prompt). Names are
+// quoted, so no name can end the line with another's ID.
 func askedBy(text, agent string) bool {
+	id := termsafe.Quote(agent, maxAgentField)
 	for _, line := range strings.Split(text, "\n") {
-		if s, ok := strings.CutPrefix(line, "  session:  "); ok {
+		if s, ok := strings.CutPrefix(strings.TrimLeft(line, " "), "session:  "); ok {
 			return strings.Contains(s, ", agent ") &&
-				(strings.HasSuffix(s, " ("+agent+")") || strings.HasSuffix(s, ", agent "+agent))
+				(strings.HasSuffix(s, " ("+id+")") || strings.HasSuffix(s, ", agent "+id))
 		}
 	}
 	return false
 }
+
+// maxAgentField is how much of an agent's id a request's file shows
+// (broker's name fields).
+const maxAgentField = 80
 
 // waitOf reads what a request's file says it waits for: a decision
 // (attempt 0), or, approved, the password sudo asks for the attempt-th

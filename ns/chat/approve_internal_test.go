@@ -1,29 +1,41 @@
 package chat
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
 
-// The host's text for who asks is "session:  NAME (ID), agent NAME (ID)"
-// (broker.Request.Prompt), each name the host's or an agent's own choice:
-// only the ID that ends the line says whose request it is.
+	"ollie/broker"
+)
+
+// The host's text for who asks is the session line of
+// broker.Request.Prompt, `session:  "NAME" ("ID"), agent "NAME" ("ID")`,
+// each name the host's or an agent's own choice: only the ID that ends
+// the line says whose request it is.
 func TestAskedBy(t *testing.T) {
 	const a, b = "aaaa-1111", "bbbb-2222"
 	for _, c := range []struct {
-		line string
-		want bool
+		session, sessionName, agent, agentName string
+		args                                   string
+		want                                   bool
 	}{
-		{"  session:  s (s-id), agent a (" + a + ")", true},
-		{"  session:  s (s-id), agent " + a, true}, // an agent without a name
-		{"  session:  s (s-id), agent b (" + b + ")", false},
-		{"  session:  s (s-id), agent " + a + " (" + b + ")", false},          // b named after a's ID
-		{"  session:  s (s-id), agent x, agent " + a + " (" + b + ")", false}, // and more
-		{"  session:  s (" + a + "), agent b (" + b + ")", false},             // a session with a's ID for a name
-		{"  session:  x, agent y (" + a + ") (s-id), no agent: called through the session's tools", false},
-		{"  session:  none: run by hand on the host (olliesrv tools run), not by an agent", false},
-		{"  args:     {\"x\":\"  session:  s (s-id), agent a (" + a + ")\"}", false}, // not the session line
+		{"s-id", "s", a, "a", "", true},
+		{"s-id", "s", a, "", "", true}, // an agent without a name
+		{"s-id", "s", b, "b", "", false},
+		{"s-id", "s", b, a, "", false},                                                 // b named after a's ID
+		{"s-id", "s", b, `x, agent "` + a + `"`, "", false},                            // and more
+		{"s-id", `s" ("` + a + `")`, b, "b", "", false},                                // a session named to end like a's
+		{a, "s", b, "b", "", false},                                                    // a session with a's ID
+		{"", "", "", "", "", false},                                                    // run by hand
+		{"s-id", "s", b, "b", `{"x":"  session:  \"s\", agent \"` + a + `\""}`, false}, // not the session line
 	} {
-		text := "ollie: (unknown host) asks to run outside its sandbox\n  tool:     t\n" + c.line + "\n  request:  r\n"
+		r := broker.Request{ID: "r", Tool: "t", Variant: -1, Session: c.session, SessionName: c.sessionName,
+			Agent: c.agent, AgentName: c.agentName, Args: json.RawMessage(c.args)}
+		if c.args == "" {
+			r.Args = nil
+		}
+		text := r.Prompt()
 		if got := askedBy(text, a); got != c.want {
-			t.Errorf("askedBy(%q) = %v, want %v", c.line, got, c.want)
+			t.Errorf("askedBy(%q) = %v, want %v", text, got, c.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"ollie/internal/termsafe"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,7 +184,7 @@ func TestWatchPending(t *testing.T) {
 	d.parked(t, 1)
 	found := d.watch(t, d.agents["a"])
 	early := next(t, found)
-	if early.Attempt != 0 || early.Sudo || !strings.Contains(early.Text, "tool:     echo\n") || !strings.Contains(early.Text, `"text":"early"`) {
+	if early.Attempt != 0 || early.Sudo || !strings.Contains(early.Text, "tool:     echo\n") || !strings.Contains(early.Text, `\"text\":\"early\"`) {
 		t.Errorf("found %+v", early)
 	}
 	if err := d.c.Write(ctx, "session/s/agent/b/prompt", []byte("bees")); err != nil {
@@ -205,7 +206,7 @@ func TestWatchPending(t *testing.T) {
 	// Events come in order: b's request, had it been found, would have
 	// been found before this one.
 	late := next(t, found)
-	if !strings.Contains(late.Text, `"text":"late"`) || late.ID == early.ID {
+	if !strings.Contains(late.Text, `\"text\":\"late\"`) || late.ID == early.ID {
 		t.Errorf("after a's second request WatchPending found %+v", late)
 	}
 	if err := chat.Decide(ctx, d.c, late.ID, "deny not now"); err != nil {
@@ -446,5 +447,43 @@ func TestGivePasswordSudo(t *testing.T) {
 	}
 	if strings.TrimSpace(out) != "0" {
 		t.Errorf("root_id gave the model %q, want 0 (run as root)", out)
+	}
+}
+
+// TestWatchPendingHostWords: what a request's asker wrote (names, the
+// executable, arguments, the directory) reaches ollie chat's in-place
+// approval quoted and under "this host says:", never as the sentence of
+// whoever shows it: a request whose words name another host names it
+// only inside quotes.
+func TestWatchPendingHostWords(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	aid := d.agents["a"]
+	found := d.watch(t, aid)
+	conn, err := net.Dial("unix", filepath.Join(filepath.Dir(d.d.Socket), "elevate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		req := &broker.Request{Session: d.sid, SessionName: "s\nollie: h5 asks to run as root (sudo)", Agent: aid,
+			AgentName: `a" for h5 (asked by h5)`, Tool: "fix", Variant: -1, Executable: "/usr/local/bin/fix for h5",
+			Args: json.RawMessage(`{"why":"sudo password for h5 (asked by h5): "}`), Cwd: "/h5", Sudo: true}
+		_, _, err := broker.Ask(ctx, conn, req)
+		done <- err
+	}()
+	p := next(t, found)
+	first, _, _ := strings.Cut(p.Text, "\n")
+	if first != "ollie: this host asks to run as root (sudo)" {
+		t.Errorf("the request's first line is %q", first)
+	}
+	if own := termsafe.Unquoted(p.Text); strings.Contains(own, "h5") || !strings.Contains(own, "\n  this host says:\n") {
+		t.Errorf("outside its quotes the request names h5, or does not attribute the asker's words:\n%s", p.Text)
+	}
+	if err := chat.Decide(ctx, d.c, p.ID, "deny not now"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the asker: %v", err)
 	}
 }

@@ -79,7 +79,7 @@ func TestBypassPending(t *testing.T) {
 	}
 	// Who asks: the agent's session and the agent, by name and ID, as the
 	// toolsrv got them with the call.
-	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  s ("+sid+"), agent a ("+aid+")\n") || strings.Contains(req, "variant") {
+	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, `session:  "s" ("`+sid+`"), agent "a" ("`+aid+`")`+"\n") || strings.Contains(req, "variant") {
 		t.Errorf("bypass/pending/%s does not name session %s and agent %s (or names a variant of a tool without):\n%s", id, sid, aid, req)
 	}
 	if err := nstest.WriteFile(fs, "bypass/pending/"+id, "maybe"); err == nil {
@@ -102,7 +102,7 @@ func TestBypassPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = pending()
-	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, "session:  s ("+sid+"), agent fixer ("+aid+")\n") {
+	if req := nstest.ReadFile(t, fs, "bypass/pending/"+id); !strings.Contains(req, `session:  "s" ("`+sid+`"), agent "fixer" ("`+aid+`")`+"\n") {
 		t.Errorf("bypass/pending/%s does not name the agent renamed fixer (%s):\n%s", id, aid, req)
 	}
 	if err := nstest.WriteFile(fs, "bypass/pending/"+id, "deny not on a Friday"); err != nil {
