@@ -140,6 +140,13 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		// The desktop's own file, but its text may quote anything.
 		notes = append(notes, "broker policy: "+termsafe.Field(policy, maxHostMessage))
 	}
+	// What the keeper did for each host's daemon: restarts, a crash loop,
+	// or why it leaves the daemon alone. The cause quotes the host's log.
+	for _, h := range hosts {
+		if info, ok := held[h]; ok && info.Daemon != "" {
+			notes = append(notes, termsafe.Line(h)+": "+termsafe.Field(info.Daemon, maxHostMessage))
+		}
+	}
 	defer func() {
 		for _, n := range notes {
 			fmt.Fprintf(stdout, "\n%s\n", n)

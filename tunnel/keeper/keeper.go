@@ -110,6 +110,12 @@ type HeldInfo struct {
 	// the host used through it.
 	Models     string       `json:"models,omitempty"`
 	ModelUsage models.Usage `json:"model_usage,omitzero"`
+	// Restarts counts the daemons the keeper started in place of one that
+	// died; Daemon says what it did last and why, or why it leaves the
+	// daemon alone (systemd restarts it, it was stopped on purpose); ""
+	// when there is nothing to say.
+	Restarts int    `json:"restarts,omitempty"`
+	Daemon   string `json:"daemon,omitempty"`
 }
 
 // Desk, when set, serves the desktop's own namespace (tunnel/desk) for
@@ -149,6 +155,7 @@ type heldHost struct {
 	since      time.Time
 	deadlines  deploy.Deadlines
 	deployMu   sync.Mutex
+	startMu    sync.Mutex // one olliesrv start at a time after up: dial's and revive's
 
 	stop          chan struct{} // closed by close: ends carryApprovals
 	stopOnce      sync.Once
@@ -159,6 +166,7 @@ type heldHost struct {
 	approvals  string         // the approval channel's state: ok, registering, missing: why
 	brokerSock string         // the host-side socket forwarded to our broker now
 	lastClient *tunnel.Client // the connection dial last ran olliesrv start on
+	daemon     daemonState    // restarts of the host's daemon (restart.go)
 
 	models     string        // the model channel's state, for status
 	route      *ModelsRoute  // the desktop's model given to the host; nil when none
@@ -492,7 +500,9 @@ func (h *heldHost) dial(ctx context.Context) (net.Conn, error) {
 	if err == nil {
 		return conn, nil
 	}
+	h.startMu.Lock()
 	remote, serr := startRemote(ctx, c, h.deadlines)
+	h.startMu.Unlock()
 	if serr != nil {
 		return nil, fmt.Errorf("%v; starting olliesrv again: %w", err, serr)
 	}
@@ -591,7 +601,8 @@ func (k *keeper) list() []HeldInfo {
 	for _, h := range k.hosts {
 		h.mu.Lock()
 		hi := HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
-			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models, Keyless: k.broker.Refused(h.name).Keyless}
+			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models, Keyless: k.broker.Refused(h.name).Keyless,
+			Restarts: h.daemon.restarts, Daemon: h.restartsNote()}
 		if h.modelProxy != nil {
 			hi.ModelUsage = h.modelProxy.UsageOf(h.name)
 		}

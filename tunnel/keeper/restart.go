@@ -1,0 +1,269 @@
+package keeper
+
+// Keeping the host's daemon running: when the olliesrv of a held host
+// dies, the keeper starts it again, the way up started it.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"time"
+
+	"ollie/internal/termsafe"
+	"ollie/tunnel"
+	"ollie/tunnel/deploy"
+)
+
+// How the keeper restarts a daemon that died: at once the first
+// loopStarts times within loopWindow, then after a wait that doubles from
+// 2 s to maxBackoff; while one does not answer it looks again every
+// checkEvery.
+const (
+	loopStarts = 3
+	loopWindow = time.Minute
+	maxBackoff = 30 * time.Second
+	checkEvery = 2 * time.Second
+	maxCause   = 300
+)
+
+// daemonState is what the keeper knows of the host's daemon, for
+// restarts and status. Guarded by heldHost.mu.
+type daemonState struct {
+	restarts  int       // daemons the keeper started in place of one that died
+	cause     string    // why it last started one (or failed to)
+	at        time.Time // when
+	tries     []time.Time
+	backoff   time.Duration
+	notBefore time.Time // no start before, in a crash loop
+	loop      bool      // the crash loop was logged
+	checked   time.Time // the last look since the daemon last answered
+
+	// supervisor is the systemd unit that runs the daemon, which
+	// restarts it itself; "" when none does.
+	supervisor string
+	// stopped is that the daemon shut down cleanly (ctl kill, olliesrv
+	// stop, SIGTERM): on purpose, so it is not started until one answers
+	// again.
+	stopped bool
+}
+
+// reviveScript looks at the daemon that does not answer on $1, its
+// socket. A socket file with no daemon holding the lock is one that died
+// without shutting down (a clean shutdown removes it): startScript starts
+// it again, or reports the one running. Before that it prints the pid the
+// lock names and the dead daemon's last log lines, for the cause. No
+// socket file is a daemon stopped on purpose: "stopped".
+const reviveScript = `sock="$1"
+if [ ! -S "$sock" ]; then echo stopped; exit 0; fi
+echo "pid $(head -c 32 "$sock.lock" 2>/dev/null | tr -dc 0-9)"
+log="${XDG_STATE_HOME:-$HOME/.local/state}/ollie/olliesrv.log"
+if [ -f "$log" ]; then
+	tail -n 100 "$log" | grep -E '^(panic|fatal error): ' | tail -n 1 | cut -c1-300 | sed 's/^/panic /'
+	tail -n 1 "$log" | cut -c1-300 | sed 's/^/log /'
+fi
+` + startScript
+
+// supervisorScript prints the cgroup of the daemon that holds the lock of
+// $1, its socket, when systemd started it (INVOCATION_ID in its
+// environment): a daemon started over ssh has neither.
+const supervisorScript = `p=$(head -c 32 "$1.lock" 2>/dev/null | tr -dc 0-9)
+[ -n "$p" ] || exit 0
+tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q '^INVOCATION_ID=' || exit 0
+tail -n 1 "/proc/$p/cgroup" 2>/dev/null`
+
+// SystemdUnit is the systemd service a daemon runs in, from the last line
+// of its /proc/PID/cgroup ("0::/user.slice/…/olliesrv-ssh.service"), or
+// "" when it is not in one of its own: a login session's scope, or the
+// user manager itself.
+func SystemdUnit(cgroup string) string {
+	f := strings.SplitN(strings.TrimSpace(cgroup), ":", 3) // ID:CONTROLLERS:PATH
+	if len(f) != 3 || !strings.HasPrefix(f[2], "/") {
+		return ""
+	}
+	unit := path.Base(f[2])
+	if !strings.HasSuffix(unit, ".service") || strings.HasPrefix(unit, "user@") || len(unit) > 256 {
+		return ""
+	}
+	return termsafe.Line(unit)
+}
+
+// daemonAnswers records that a daemon answers on the host, once per
+// watch: the next time it does not answer is looked at at once, and
+// whether systemd runs this one is asked in the background.
+func (h *heldHost) daemonAnswers(c *tunnel.Client, log *slog.Logger) {
+	h.mu.Lock()
+	h.daemon.checked, h.daemon.stopped = time.Time{}, false
+	h.mu.Unlock()
+	if !c.Appliance() {
+		go h.probeSupervisor(c, log)
+	}
+}
+
+// probeSupervisor finds whether systemd runs the daemon (and so restarts
+// it): then the keeper leaves restarts to it.
+func (h *heldHost) probeSupervisor(c *tunnel.Client, log *slog.Logger) {
+	h.mu.Lock()
+	sock := h.remoteSock
+	h.mu.Unlock()
+	ctx, cancel := deploy.Within(context.Background(), h.deadlines.ForStep())
+	defer cancel()
+	out, err := c.RunLimit(ctx, deploy.Sh(supervisorScript, sock), nil, deploy.MaxSmallReply)
+	if err != nil {
+		return
+	}
+	unit := SystemdUnit(string(out))
+	h.mu.Lock()
+	was := h.daemon.supervisor
+	h.daemon.supervisor = unit
+	h.mu.Unlock()
+	if unit != "" && unit != was {
+		log.Info("ollie-remote: olliesrv on the host runs under systemd, which restarts it; the keeper does not", "unit", unit)
+	}
+}
+
+// revive looks at the host's daemon, which does not answer on c, and
+// starts it again if it died: at once the first times, then with a
+// backoff. It leaves alone a daemon that is slow (it holds its lock), one
+// stopped on purpose, one systemd runs, and an appliance (the daemon is
+// the SSH server: with it gone, so is c).
+func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logger) {
+	if c.Appliance() {
+		return
+	}
+	now := time.Now()
+	h.mu.Lock()
+	d := &h.daemon
+	if d.supervisor != "" || d.stopped || now.Before(d.notBefore) ||
+		!d.checked.IsZero() && now.Sub(d.checked) < checkEvery {
+		h.mu.Unlock()
+		return
+	}
+	d.checked = now
+	sock := h.remoteSock
+	h.mu.Unlock()
+
+	// One start at a time per host: dial starts it too.
+	h.startMu.Lock()
+	defer h.startMu.Unlock()
+	sctx, cancel := deploy.Within(ctx, h.deadlines.ForStep())
+	out, err := c.RunLimit(sctx, deploy.Sh(reviveScript, sock), nil, deploy.MaxSmallReply)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	var pid, panicked, last, verb, started string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		switch k {
+		case "pid":
+			pid = v
+		case "panic":
+			panicked = v
+		case "log":
+			last = v
+		case "stopped", "running", "started":
+			verb, started = k, v
+		}
+	}
+	if err == nil && verb == "stopped" {
+		h.mu.Lock()
+		d.stopped = true
+		h.mu.Unlock()
+		log.Info("ollie-remote: olliesrv shut down on the host; the keeper does not start it (the next ollie -H or deploy does)")
+		return
+	}
+	if err == nil && verb == "running" {
+		// Slow, or started by someone else: it holds its lock.
+		return
+	}
+	var cause string
+	if err != nil {
+		cause = "starting it again failed: " + deploy.RemoteError("olliesrv start", err).Error()
+	} else {
+		cause = "olliesrv"
+		if pid != "" {
+			cause += " (pid " + pid + ")"
+		}
+		cause += " died without shutting down"
+		if l := firstOf(panicked, last); l != "" {
+			cause += "; its log ends: " + l
+		}
+	}
+	cause = termsafe.Field(cause, maxCause)
+	h.mu.Lock()
+	if err == nil {
+		d.restarts++
+		if f := strings.Fields(started); len(f) > 0 && f[0] != sock {
+			h.remoteSock = f[0]
+		}
+	}
+	d.cause, d.at = cause, now
+	if len(d.tries) > 0 && now.Sub(d.tries[len(d.tries)-1]) > loopWindow {
+		// The last one ran a while: whatever loop there was is over.
+		d.tries, d.backoff, d.loop = nil, 0, false
+	}
+	d.tries = append(d.tries, now)
+	for len(d.tries) > 0 && now.Sub(d.tries[0]) > loopWindow {
+		d.tries = d.tries[1:]
+	}
+	n, first := len(d.tries), d.tries[0]
+	report := false
+	if n >= loopStarts {
+		d.backoff = min(max(2*d.backoff, 2*time.Second), maxBackoff)
+		d.notBefore = time.Now().Add(d.backoff)
+		report, d.loop = !d.loop, true
+	}
+	backoff := d.backoff
+	restarts := d.restarts
+	h.mu.Unlock()
+	if err != nil {
+		log.Warn("ollie-remote: olliesrv on the host is gone and did not start again", "cause", cause)
+	} else {
+		log.Info("ollie-remote: olliesrv on the host died; started it again", "restarts", restarts, "cause", cause, "now", started)
+	}
+	if report {
+		log.Warn(fmt.Sprintf("ollie-remote: olliesrv on the host is in a crash loop: it died %d times in %v; starting it again less often, up to every %v", n, now.Sub(first).Round(time.Second), maxBackoff),
+			"cause", cause, "next_in", backoff)
+	}
+}
+
+// Restarts says what the keeper did for the host's daemon, for status:
+// "" when nothing is worth saying.
+func (h *heldHost) restartsNote() string {
+	d := &h.daemon
+	var s string
+	switch {
+	case d.supervisor != "":
+		s = "systemd (" + d.supervisor + ") restarts olliesrv here, not the keeper"
+	case d.stopped:
+		s = "olliesrv shut down on the host; the keeper does not start it (the next ollie -H or deploy does)"
+	}
+	if d.restarts > 0 || d.cause != "" {
+		if s != "" {
+			s += "; "
+		}
+		s += fmt.Sprintf("olliesrv started again %d %s, last at %s: %s", d.restarts, plural(d.restarts, "time", "times"), d.at.Format("15:04:05"), d.cause)
+		if wait := time.Until(d.notBefore); d.loop && wait > 0 {
+			s += "; in a crash loop, next start in " + wait.Round(time.Second).String()
+		}
+	}
+	return s
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func firstOf(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
