@@ -99,6 +99,7 @@ type Agent struct {
 	changed  changes.Counter // bumped under mu when state, stateVer or turns move
 	history  []backend.Message
 	queue    []string
+	goOn     string                  // why the cut turn goes on (Continue), before the queue; "" when none
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
 	usage    backend.Usage
 	turns    int
@@ -293,6 +294,22 @@ func (a *Agent) EndInterrupted(note string) error {
 	return a.cfg.Journal.Entry("end", note)
 }
 
+// Continue has a restored agent go on with the turn a stop of olliesrv
+// cut short, before any queued prompt and without a new one: the model is
+// asked again with the history as it stands (a tool call that was running
+// answered as interrupted, its outcome unknown; nothing is run again by
+// itself). why is said on the chat and recorded. Like Resume, it is for
+// an agent no one can reach yet.
+func (a *Agent) Continue(why string) {
+	a.mu.Lock()
+	a.goOn = why
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Interrupt ends the running turn with cause; it reports whether one was
 // running.
 func (a *Agent) Interrupt(cause error) bool {
@@ -378,21 +395,39 @@ func (a *Agent) run() {
 			a.mu.Unlock()
 			return
 		}
-		if len(a.queue) == 0 {
+		if len(a.queue) == 0 && a.goOn == "" {
 			a.mu.Unlock()
 			<-a.wake
 			continue
 		}
-		prompt := a.queue[0]
-		a.queue = a.queue[1:]
+		var prompt string
+		goOn := a.goOn
+		if goOn != "" {
+			a.goOn = ""
+		} else {
+			prompt = a.queue[0]
+			a.queue = a.queue[1:]
+		}
 		ctx, cancel := context.WithCancelCause(context.Background())
 		a.cancel = cancel
 		a.mu.Unlock()
-		if a.cfg.Journal != nil {
+		if goOn != "" {
+			// Said before it is recorded, so the record carries it and a
+			// restart shows it.
+			a.say("\n[" + goOn + "]\n")
+		}
+		switch {
+		case a.cfg.Journal != nil && goOn != "":
+			a.cfg.Journal.Entry("resume", goOn)
+		case a.cfg.Journal != nil:
 			a.cfg.Journal.Entry("dequeue", nil)
 		}
 
-		a.turn(ctx, prompt)
+		if goOn != "" {
+			a.resumeTurn(ctx)
+		} else {
+			a.turn(ctx, prompt)
+		}
 		if a.cfg.Journal != nil {
 			// How the turn ended, and the chat to its end: a restart then
 			// tells a failed turn from one a crash cut short.

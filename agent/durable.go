@@ -28,6 +28,7 @@ const (
 	kindAgentKill     = "agent.kill"
 	kindAgentPrompt   = "agent.prompt"  // a prompt was queued
 	kindAgentDequeue  = "agent.dequeue" // the oldest queued prompt started
+	kindAgentResume   = "agent.resume"  // a turn a stop of olliesrv cut short went on by itself
 	kindAgentMessage  = "agent.message" // a message joined the history
 	kindAgentPlan     = "agent.plan"    // the plan was replaced
 	kindAgentHistory  = "agent.history" // the history was replaced (clear, compact)
@@ -45,6 +46,9 @@ type SessionMeta struct {
 	Cwd   string `json:"cwd"`
 	Owner string `json:"owner"`
 	Yolo  bool   `json:"yolo,omitempty"` // set at creation, for the session's life
+	// Resume is "manual" for a session whose cut turns wait for a person;
+	// "" (auto) for one whose cut turns go on by themselves.
+	Resume string `json:"resume,omitempty"`
 }
 
 // AgentMeta describes an agent in its session file.
@@ -75,7 +79,11 @@ func CreateSessionLog(dir string, s *Session) (*SessionLog, error) {
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return nil, fmt.Errorf("agent: sessions directory: %w", err)
 	}
-	meta, _ := json.Marshal(SessionMeta{Name: s.Name(), Cwd: s.Cwd(), Owner: s.Owner, Yolo: s.Yolo})
+	m := SessionMeta{Name: s.Name(), Cwd: s.Cwd(), Owner: s.Owner, Yolo: s.Yolo}
+	if s.ResumeManual {
+		m.Resume = "manual"
+	}
+	meta, _ := json.Marshal(m)
 	st, err := store.Create(filepath.Join(dir, s.ID+".jsonl"), store.Header{ID: s.ID, CreatedAt: s.Created, Meta: meta}, nil)
 	if err != nil {
 		return nil, err
@@ -171,6 +179,9 @@ func (j *agentJournal) Entry(kind string, v any) error {
 		recKind = kindAgentPrompt
 	case "dequeue":
 		recKind = kindAgentDequeue
+	case "resume":
+		rec.Error, _ = v.(string) // why: what the restart found
+		recKind = kindAgentResume
 	case "end":
 		rec.Error, _ = v.(string)
 		recKind = kindAgentEnd
@@ -250,6 +261,7 @@ type RestoredAgent struct {
 	Tools       []string        // the agent's own tool list, when changed from its profile's
 	Skills      []string        // the skills it had loaded
 	Interrupted bool            // a turn was running when olliesrv stopped
+	Resumes     int             // how often that turn went on by itself after a stop already
 	LastError   string          // how the last turn failed, if it did
 	Chat        string          // the chat stream up to the last record, for Agent.Resume
 }
@@ -339,7 +351,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 				byID[m.ID] = a
 				rs.Agents = append(rs.Agents, a)
 			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd, kindAgentSkills:
+		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentResume, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd, kindAgentSkills:
 			// Each agent.* record names its agent; the journal's carry
 			// the chat written before them. The fields of the
 			// namespace's changes are read below, by kind.
@@ -409,9 +421,14 @@ func restoreSession(path string) (*RestoredSession, error) {
 				}
 				a.Interrupted = true // until the turn's end shows otherwise
 				a.LastError = ""
+				a.Resumes = 0
+			case kindAgentResume:
+				a.Interrupted = true // the resumed turn runs until its end
+				a.Resumes++
 			case kindAgentEnd:
 				a.Interrupted = false
 				a.LastError = v.Error
+				a.Resumes = 0
 			case kindAgentSkills:
 				a.Skills = append([]string(nil), v.Skills...)
 			case kindAgentMessage:

@@ -102,6 +102,29 @@ func (a *Agent) turn(ctx context.Context, prompt string) {
 	a.mu.Lock()
 	a.task = TaskState{Objective: firstLine(prompt, 300)}
 	a.mu.Unlock()
+	a.work(ctx, prompt)
+}
+
+// resumeTurn goes on with a turn a stop of olliesrv cut short (Continue):
+// no new prompt, the model asked again with the history as it stands.
+func (a *Agent) resumeTurn(ctx context.Context) {
+	a.mu.Lock()
+	a.lastErr = ""
+	prompt := ""
+	for i := len(a.history) - 1; i >= 0; i-- {
+		if a.history[i].Role == backend.RoleUser {
+			prompt = a.history[i].Content
+			break
+		}
+	}
+	a.task = TaskState{Objective: firstLine(prompt, 300)}
+	a.mu.Unlock()
+	a.work(ctx, prompt)
+}
+
+// work asks the model and runs its tool calls until its final answer, for
+// the turn of prompt.
+func (a *Agent) work(ctx context.Context, prompt string) {
 	a.injectProcs(ctx)
 	final := ""
 	steps := 0

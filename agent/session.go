@@ -37,6 +37,9 @@ type Session struct {
 	// Yolo is set for good at creation: the session's tools run without
 	// the sandbox and without approvals (sudo still needs both gates).
 	Yolo bool
+	// ResumeManual is set at creation: a turn a stop of olliesrv cut
+	// short waits for a person instead of going on by itself.
+	ResumeManual bool
 
 	mu     sync.Mutex
 	name   string
@@ -147,6 +150,9 @@ type SessionOptions struct {
 	Cwd   string
 	Owner string
 	Yolo  bool // tools unsandboxed and unapproved: the caller decides who may ask
+	// ResumeManual: a turn cut short by a stop of olliesrv waits for a
+	// person (resume=manual) instead of going on by itself.
+	ResumeManual bool
 }
 
 // Create starts a session.
@@ -168,7 +174,7 @@ func (r *Sessions) Create(opt SessionOptions) (*Session, error) {
 	if r.byName[name] != nil {
 		return nil, fmt.Errorf("%w: %q", ErrNameTaken, name)
 	}
-	s := &Session{ID: newUUID(), Owner: opt.Owner, Created: time.Now(), Yolo: opt.Yolo, name: name, cwd: opt.Cwd}
+	s := &Session{ID: newUUID(), Owner: opt.Owner, Created: time.Now(), Yolo: opt.Yolo, ResumeManual: opt.ResumeManual, name: name, cwd: opt.Cwd}
 	r.byID[s.ID] = s
 	r.byName[name] = s
 	r.publish(s, "new", name)
@@ -186,7 +192,7 @@ func (r *Sessions) Restore(id string, created time.Time, opt SessionOptions, pau
 	if r.byName[name] != nil || checkName(name) != nil {
 		name = id // a clash or a bad name must not lose the session
 	}
-	s := &Session{ID: id, Owner: opt.Owner, Created: created, Yolo: opt.Yolo, name: name, cwd: opt.Cwd, paused: paused}
+	s := &Session{ID: id, Owner: opt.Owner, Created: created, Yolo: opt.Yolo, ResumeManual: opt.ResumeManual, name: name, cwd: opt.Cwd, paused: paused}
 	r.byID[id] = s
 	r.byName[name] = s
 	r.publish(s, "restore", name)

@@ -27,8 +27,8 @@ const StatusInterrupted = "interrupted"
 
 // The reasons Recover gives in an interrupted settlement.
 const (
-	ReasonInterrupted = "olliesrv stopped while this tool was running; it was not run again"
-	ReasonRerunFailed = "olliesrv stopped while this tool was running, and again before its second run was settled; it was not run again"
+	ReasonInterrupted = "the call was interrupted: olliesrv stopped while this tool was running, so whether it finished and what it did are unknown; it was not run again"
+	ReasonRerunFailed = "the call was interrupted: olliesrv stopped while this tool was running, and again before its second run was settled, so whether it finished and what it did are unknown; it was not run again"
 )
 
 // An Intent is a tool call committed before it runs.

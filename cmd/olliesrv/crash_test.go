@@ -29,11 +29,13 @@ import (
 // TestCrashDuringTool (e2e_test.go).
 //
 // What the design does with the prompt that was running (read from
-// cmd/olliesrv/durable.go and agent/durable.go, and asserted here): a prompt
-// already dequeued is not run again. Its user message stays in the history
-// (the model sees it as context with the next prompt), and the chat of the
-// restored agent says "[interrupted: olliesrv stopped during this turn; …]".
-// Prompts queued and not yet dequeued run after the restart, in order, once.
+// ns/host/durable.go and agent/durable.go, and asserted here) in a
+// session made resume=manual: a prompt already dequeued is not run again.
+// Its user message stays in the history (the model sees it as context with
+// the next prompt), and the chat of the restored agent says "[interrupted:
+// olliesrv stopped during this turn; …]". Prompts queued and not yet
+// dequeued run after the restart, in order, once. By default (resume=auto)
+// the cut turn goes on by itself: TestCrashGoesOn.
 
 // crashWait bounds every wait on a condition. Generous: the VM is shared
 // and each wait normally ends in well under a second.
@@ -178,9 +180,18 @@ func (r *crashRig) waitFor(what string, cond func() bool) {
 }
 
 // create makes session "crash" with agent "a" and remembers their IDs.
+// The session is resume=manual: a cut turn waits for a person, as these
+// tests of what a crash leaves behind expect (TestCrashGoesOn is the
+// default, resume=auto).
 func (r *crashRig) create(profile string) {
 	r.t.Helper()
-	r.ollie("name=crash cwd="+r.work, "rdwr", "session/new")
+	r.createResume(profile, "manual")
+}
+
+// createResume is create with the session's resume= mode.
+func (r *crashRig) createResume(profile, resume string) {
+	r.t.Helper()
+	r.ollie("name=crash cwd="+r.work+" resume="+resume, "rdwr", "session/new")
 	r.ollie("name=a backend=openai profile="+profile, "rdwr", "session/crash/agent/new")
 	r.sid = strings.TrimSpace(r.read("session/crash/id"))
 	r.aid = strings.TrimSpace(r.read("session/crash/agent/a/id"))

@@ -271,7 +271,7 @@ func TestCrashDuringTool(t *testing.T) {
 
 	llm.Push(fakellm.ToolCall("slow", `{}`))
 	for _, step := range [][]string{
-		{"name=crash cwd=" + work, "rdwr", "session/new"},
+		{"name=crash cwd=" + work + " resume=manual", "rdwr", "session/new"},
 		{"name=a backend=openai", "rdwr", "session/crash/agent/new"},
 		{"wait for it", "write", "session/crash/agent/a/prompt"},
 	} {

@@ -141,7 +141,8 @@ func (n *namespace) restore(ctx context.Context) {
 	n.logs.damaged = damaged
 	n.logs.mu.Unlock()
 	for _, rs := range restored {
-		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner, Yolo: rs.Meta.Yolo}, rs.Paused)
+		s, err := n.sessions.Restore(rs.ID, rs.Created, agent.SessionOptions{Name: rs.Meta.Name, Cwd: rs.Meta.Cwd, Owner: rs.Meta.Owner, Yolo: rs.Meta.Yolo,
+			ResumeManual: rs.Meta.Resume == "manual"}, rs.Paused)
 		if err != nil {
 			n.log.Error("olliesrv: restoring a session", "session", rs.ID, "err", err)
 			rs.Log.Close()
@@ -164,6 +165,7 @@ func (n *namespace) restore(ctx context.Context) {
 		}
 		var started []*agentEntry
 		queues := map[string][]string{}
+		goOn := map[string]string{} // agent ID → why its cut turn goes on
 		for _, ra := range rs.Agents {
 			e, err := n.startAgent(ctx, s, ra.AgentMeta, ra)
 			if err != nil {
@@ -171,12 +173,10 @@ func (n *namespace) restore(ctx context.Context) {
 				continue
 			}
 			e.Resume(ra.Chat, ra.LastError)
-			if ra.Interrupted {
-				note := "interrupted: olliesrv stopped during this turn; tool calls that were running were not run again"
-				if len(rs.Rerun) > 0 {
-					note = "interrupted: olliesrv stopped during this turn; replay-safe tool calls are run once more, others were not run again"
-				}
-				if err := e.EndInterrupted(note); err != nil {
+			if why, ok := resumeWhy(s, ra, len(rs.Rerun) > 0); ok {
+				goOn[ra.ID] = why
+			} else if ra.Interrupted {
+				if err := e.EndInterrupted(why); err != nil {
 					n.log.Error("olliesrv: recording an interrupted turn's end; the next restart marks it again", "session", s.Name(), "agent", ra.Name, "err", err)
 				}
 			}
@@ -198,12 +198,42 @@ func (n *namespace) restore(ctx context.Context) {
 			results := n.rerun(ctx, s, rs, who)
 			for _, e := range started {
 				e.AppendResults(results[e.ID()]...)
+				if why := goOn[e.ID()]; why != "" {
+					e.Continue(why)
+				}
 				for _, p := range queues[e.ID()] {
 					e.Queue(p)
 				}
 			}
 		}()
 	}
+}
+
+// MaxResumes is how often one turn goes on by itself after stops of
+// olliesrv: a turn whose every run ends in a crash (a tool that kills the
+// daemon) then waits for a person.
+const MaxResumes = 3
+
+// resumeWhy says whether the restored agent's turn goes on by itself
+// (ok), and why, or, when it does not, the note that ends it: the
+// session asked for resume=manual, or the turn was resumed MaxResumes
+// times already.
+func resumeWhy(s *agent.Session, ra *agent.RestoredAgent, reran bool) (why string, ok bool) {
+	calls := "tool calls that were running were not run again: the model is told their outcome is unknown"
+	if reran {
+		calls = "replay-safe tool calls are run once more; others were not run again: the model is told their outcome is unknown"
+	}
+	switch {
+	case !ra.Interrupted:
+		return "", false
+	case s.Paused():
+		return "interrupted: olliesrv stopped during this turn; " + calls + "; the session is paused: resume it and say go on to continue", false
+	case s.ResumeManual:
+		return "interrupted: olliesrv stopped during this turn; " + calls + "; this session waits for a person (resume=manual): say go on to continue", false
+	case ra.Resumes >= MaxResumes:
+		return fmt.Sprintf("interrupted: olliesrv stopped during this turn again, after it went on by itself %d times; %s; say go on to continue", ra.Resumes, calls), false
+	}
+	return "olliesrv stopped during this turn and started again; the turn goes on by itself: " + calls, true
 }
 
 // rerun runs once more the replay-safe calls that were running when

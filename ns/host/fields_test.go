@@ -1,6 +1,7 @@
 package host
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -131,5 +132,36 @@ func TestKeyGivenTwice(t *testing.T) {
 	}
 	if got := nstest.ReadFile(t, admin, "bypass/policy"); got != policy {
 		t.Errorf("bypass/policy changed from %q to %q", policy, got)
+	}
+}
+
+// TestSessionResumeKey: session/new takes resume=auto or resume=manual
+// (issue 30) and refuses anything else, saying what each means; the mode
+// is in the session's file, for a restart to find.
+func TestSessionResumeKey(t *testing.T) {
+	data, _ := filepath.Abs("../../data")
+	t.Setenv("OLLIE_TOOLS_PATH", t.TempDir())
+	t.Setenv("OLLIE_DATA", data)
+	d, admin := modelDaemon(t, &twoStep{})
+	if _, err := nstest.RdWr(admin, "session/new", "name=x resume=maybe"); err == nil || !strings.Contains(err.Error(), "is not auto") || !strings.Contains(err.Error(), "manual (it waits for a person)") {
+		t.Errorf("resume=maybe: %v, want refused saying what auto and manual do", err)
+	}
+	for _, c := range []struct{ name, req, meta string }{
+		{"m", "name=m resume=manual", `"resume":"manual"`},
+		{"a", "name=a resume=auto", ""},
+		{"d", "name=d", ""},
+	} {
+		if _, err := nstest.RdWr(admin, "session/new", c.req); err != nil {
+			t.Fatalf("%s: %v", c.req, err)
+		}
+		id := strings.TrimSpace(nstest.ReadFile(t, admin, "session/"+c.name+"/id"))
+		b, err := os.ReadFile(filepath.Join(d.ns.logs.dir, id+".jsonl"))
+		if err != nil {
+			t.Fatalf("%s: %v", c.req, err)
+		}
+		header, _, _ := strings.Cut(string(b), "\n")
+		if c.meta != "" && !strings.Contains(header, c.meta) || c.meta == "" && strings.Contains(header, `"resume"`) {
+			t.Errorf("%s: the session file's header %s, want %q in it", c.req, header, c.meta)
+		}
 	}
 }

@@ -238,7 +238,7 @@ func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
 	return s, nil
 }
 
-var sessionKeys = []string{"name", "cwd", "yolo"}
+var sessionKeys = []string{"name", "cwd", "yolo", "resume"}
 
 func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
 	creator, err := n.creator(c, nil)
@@ -265,6 +265,15 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 			opt.Cwd = v
 		case "remote":
 			return nil, fmt.Errorf("session/new: remote=%s: a host runs its own sessions; remote= is for the desktop's namespace, which makes the session on that host: ollie -H fleet rdwr session/new 'name=X remote=HOST'", v)
+		case "resume":
+			switch v {
+			case "auto":
+				opt.ResumeManual = false
+			case "manual":
+				opt.ResumeManual = true
+			default:
+				return nil, fmt.Errorf("session/new: resume %q is not auto (a turn cut by a restart of olliesrv goes on by itself) or manual (it waits for a person)", v)
+			}
 		case "yolo":
 			switch v {
 			case "true":

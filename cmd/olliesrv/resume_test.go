@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"ollie/agent/fakellm"
+	"ollie/ns/host"
+)
+
+// TestCrashGoesOn (issue 30): in a session made without resume= (auto),
+// a turn that a SIGKILL of olliesrv cut short goes on by itself once
+// olliesrv starts again, without a person: a cut model request is asked
+// again, a tool call that was running is answered as interrupted with its
+// outcome unknown (and is not run again), the chat says what happened,
+// and the session file records the resume. A turn cut again and again
+// goes on host.MaxResumes times, then waits for a person.
+func TestCrashGoesOn(t *testing.T) {
+	binaries(t)
+	const goesOn = "[olliesrv stopped during this turn and started again; the turn goes on by itself"
+
+	t.Run("model request in flight", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.createResume("default", "auto")
+		r.llm.Push(fakellm.Response{Text: []string{"half an ans"}, Hang: true})
+		r.prompt("first prompt")
+		r.waitFor("the model request", func() bool { return len(r.llm.ChatRequests()) == 1 })
+		r.kill()
+
+		r.llm.Push(fakellm.Text("the answer, asked again"))
+		r.start()
+		chat := r.chatSays("the answer, asked again")
+		if !strings.Contains(chat, goesOn) {
+			t.Errorf("the chat does not say the turn went on by itself:\n%s", chat)
+		}
+		r.waitFor("the resumed turn's end", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
+		reqs := r.llm.ChatRequests()
+		if len(reqs) != 2 {
+			t.Fatalf("%d model requests, want 2: the cut one and the one asked again", len(reqs))
+		}
+		if m := reqs[1].Messages[len(reqs[1].Messages)-1]; m.Role != "user" || m.Text() != "first prompt" {
+			t.Errorf("the request asked again ends with %s %q, want the cut prompt", m.Role, m.Text())
+		}
+		if got := r.userPrompts(); !slices.Equal(got, []string{"first prompt"}) {
+			t.Errorf("user messages %q, want the prompt once", got)
+		}
+		if stats := r.read("session/crash/agent/a/stats"); strings.Contains(stats, `"last_error"`) {
+			t.Errorf("the resumed turn ended in an error: %s", stats)
+		}
+		if b, _ := os.ReadFile(r.sessionFile()); strings.Count(string(b), `"kind":"agent.resume"`) != 1 {
+			t.Errorf("the session file does not record one resume:\n%s", b)
+		}
+		for i, req := range reqs {
+			for _, e := range conversationErrors(req) {
+				t.Errorf("chat request %d: %s", i+1, e)
+			}
+		}
+	})
+
+	t.Run("tool running", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false) // not replay-safe: never run again by itself
+		r.start()
+		r.createResume("default", "auto")
+		os.WriteFile(filepath.Join(r.work, "hang-1"), nil, 0644)
+		r.llm.Push(fakellm.ToolCall("mark", `{}`))
+		r.prompt("mark it")
+		r.waitFor("the tool to start", func() bool { return r.runs() == 1 })
+		r.kill()
+
+		r.llm.Push(fakellm.Text("I will check whether it was marked"))
+		r.start()
+		r.chatSays("I will check whether it was marked")
+		r.waitFor("the resumed turn's end", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
+		reqs := r.llm.ChatRequests()
+		if len(reqs) != 2 {
+			t.Fatalf("%d model requests, want 2", len(reqs))
+		}
+		last := reqs[1].Messages[len(reqs[1].Messages)-1]
+		if last.Role != "tool" || !strings.Contains(last.Text(), "whether it finished and what it did are unknown") {
+			t.Errorf("the model was told %s %q of the cut call, want its outcome unknown", last.Role, last.Text())
+		}
+		for i, req := range reqs {
+			for _, e := range conversationErrors(req) {
+				t.Errorf("chat request %d: %s", i+1, e)
+			}
+		}
+		if n := r.runs(); n != 1 {
+			t.Errorf("the tool ran %d times, want once: a cut call is never run again by itself", n)
+		}
+		if b, _ := os.ReadFile(r.sessionFile()); strings.Count(string(b), `"kind":"tool.settle"`) != 1 {
+			t.Errorf("want one settlement of the cut call:\n%s", b)
+		}
+	})
+
+	t.Run("cut again and again", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.createResume("default", "auto")
+		r.llm.Push(fakellm.Response{Hang: true})
+		r.prompt("a turn that never ends")
+		for i := 1; i <= host.MaxResumes+1; i++ {
+			r.waitFor(fmt.Sprintf("model request %d", i), func() bool { return len(r.llm.ChatRequests()) == i })
+			r.kill()
+			if i <= host.MaxResumes {
+				r.llm.Push(fakellm.Response{Hang: true})
+			}
+			r.start()
+		}
+		chat := r.chatSays(fmt.Sprintf("after it went on by itself %d times", host.MaxResumes))
+		r.waitFor("the agent to wait for a person", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
+		if n := strings.Count(chat, goesOn); n != host.MaxResumes {
+			t.Errorf("the turn went on by itself %d times, want %d:\n%s", n, host.MaxResumes, chat)
+		}
+		if n := len(r.llm.ChatRequests()); n != host.MaxResumes+1 {
+			t.Errorf("%d model requests, want %d", n, host.MaxResumes+1)
+		}
+		r.goesOn()
+	})
+
+	t.Run("resume=manual", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.create("default") // resume=manual
+		r.llm.Push(fakellm.Response{Hang: true})
+		r.prompt("first prompt")
+		r.waitFor("the model request", func() bool { return len(r.llm.ChatRequests()) == 1 })
+		r.kill()
+		r.start()
+		chat := r.chatSays("this session waits for a person (resume=manual)")
+		r.checkRestored()
+		if strings.Contains(chat, goesOn) || len(r.llm.ChatRequests()) != 1 {
+			t.Errorf("a resume=manual session went on by itself (%d requests):\n%s", len(r.llm.ChatRequests()), chat)
+		}
+	})
+}
