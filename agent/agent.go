@@ -100,6 +100,7 @@ type Agent struct {
 	history  []backend.Message
 	queue    []string
 	goOn     string                  // why the cut turn goes on (Continue), before the queue; "" when none
+	hold     <-chan struct{}         // no turn starts until it is closed (HoldUntil); nil: none
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
 	usage    backend.Usage
 	turns    int
@@ -304,10 +305,23 @@ func (a *Agent) Continue(why string) {
 	a.mu.Lock()
 	a.goOn = why
 	a.mu.Unlock()
+	// Busy from now: whoever waits for the cut turn's end never sees the
+	// agent idle before it goes on.
+	a.setState(StateThinking)
 	select {
 	case a.wake <- struct{}{}:
 	default:
 	}
+}
+
+// HoldUntil keeps the agent from starting any turn (the one Continue
+// asks for, a queued prompt) until ready is closed: a restored agent waits
+// for the results of the calls run once more after a restart, which its
+// history needs first.
+func (a *Agent) HoldUntil(ready <-chan struct{}) {
+	a.mu.Lock()
+	a.hold = ready
+	a.mu.Unlock()
 }
 
 // Interrupt ends the running turn with cause; it reports whether one was
@@ -398,6 +412,19 @@ func (a *Agent) run() {
 		if len(a.queue) == 0 && a.goOn == "" {
 			a.mu.Unlock()
 			<-a.wake
+			continue
+		}
+		if h := a.hold; h != nil {
+			a.mu.Unlock()
+			select {
+			case <-h:
+				a.mu.Lock()
+				if a.hold == h {
+					a.hold = nil
+				}
+				a.mu.Unlock()
+			case <-a.wake: // Close, or more work: look again
+			}
 			continue
 		}
 		var prompt string

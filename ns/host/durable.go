@@ -164,8 +164,8 @@ func (n *namespace) restore(ctx context.Context) {
 			n.log.Warn("olliesrv: restored session", "session", s.Name(), "note", note)
 		}
 		var started []*agentEntry
-		queues := map[string][]string{}
 		goOn := map[string]string{} // agent ID → why its cut turn goes on
+		ready := make(chan struct{})
 		for _, ra := range rs.Agents {
 			e, err := n.startAgent(ctx, s, ra.AgentMeta, ra)
 			if err != nil {
@@ -180,12 +180,21 @@ func (n *namespace) restore(ctx context.Context) {
 					n.log.Error("olliesrv: recording an interrupted turn's end; the next restart marks it again", "session", s.Name(), "agent", ra.Name, "err", err)
 				}
 			}
+			// Before anyone can reach it: the cut turn goes on and the
+			// queued prompts run once the calls run again have their
+			// results, and it is busy until then.
+			e.HoldUntil(ready)
+			if why := goOn[ra.ID]; why != "" {
+				e.Continue(why)
+			}
+			for _, p := range ra.Queue {
+				e.Queue(p)
+			}
 			if !n.agents.add(e) {
 				e.Close()
 				continue
 			}
 			started = append(started, e)
-			queues[ra.ID] = ra.Queue
 		}
 		// Replay-safe calls run once more in the background, so a slow one
 		// never keeps the namespace from starting; the agents' queued
@@ -198,13 +207,8 @@ func (n *namespace) restore(ctx context.Context) {
 			results := n.rerun(ctx, s, rs, who)
 			for _, e := range started {
 				e.AppendResults(results[e.ID()]...)
-				if why := goOn[e.ID()]; why != "" {
-					e.Continue(why)
-				}
-				for _, p := range queues[e.ID()] {
-					e.Queue(p)
-				}
 			}
+			close(ready)
 		}()
 	}
 }

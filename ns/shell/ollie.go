@@ -212,6 +212,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = ollieLs(rctx, c, name, name, long, stdout)
 	case cmd == "read":
 		if _, err = c.Stat(rctx, name); err == nil {
+			// The read itself waits as long as the person does: a
+			// stream (chat) may be silent for as long as a tool runs.
+			rcancel()
 			err = c.Follow(ctx, name, content)
 		}
 	case cmd == "write":
@@ -221,6 +224,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		reply, err = c.RdWr(rctx, name, input)
 		content.Write(reply)
 	case cmd == "rdwrs":
+		rcancel() // a subscription waits for events as long as the person does
 		err = c.Subscribe(ctx, name, input, content)
 	case cmd == "stat":
 		err = ollieStat(rctx, c, name, stdout)

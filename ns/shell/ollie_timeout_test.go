@@ -6,9 +6,11 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/nstest"
 	"ollie/internal/paths"
 )
 
@@ -79,6 +81,47 @@ func TestOllieTimeouts(t *testing.T) {
 			code := Run(append([]string{"-H", "h4"}, tc.args...), strings.NewReader("kill"), &stdout, &stderr)
 			if code != ollieExitNoServer || !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr.String(), ollieExitNoServer, tc.want)
+			}
+		})
+	}
+}
+
+// TestOllieFollowOutlivesTimeout (issue 30): OLLIE_TIMEOUT bounds what a
+// person waits on, never a stream followed or a subscription: ollie read
+// of a stream silent for many times the time-out, and ollie rdwrs of
+// events, still show what comes after the silence.
+func TestOllieFollowOutlivesTimeout(t *testing.T) {
+	n := newOllieNS(t)
+	t.Setenv("OLLIE_TIMEOUT", "200ms")
+	for _, c := range []struct {
+		name string
+		args []string
+		send func()
+		want string
+	}{
+		{"read", []string{"read", "stream"}, func() { n.stream.Write([]byte("after the silence\n")) }, "after the silence"},
+		{"rdwrs", []string{"rdwrs", "event"}, func() { n.bus.Publish("late", "after the silence") }, "after the silence"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out nstest.SyncBuffer
+			var errb bytes.Buffer
+			done := make(chan int, 1)
+			go func() { done <- Run(append([]string{"-a", n.sock}, c.args...), strings.NewReader(""), &out, &errb) }()
+			select {
+			case code := <-done:
+				t.Fatalf("ollie %s ended (exit %d) before anything came: %s", c.name, code, errb.String())
+			case <-time.After(2 * time.Second): // ten times OLLIE_TIMEOUT
+			}
+			c.send()
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), c.want); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					select {
+					case code := <-done:
+						t.Fatalf("ollie %s exited %d after the silence: %s", c.name, code, errb.String())
+					default:
+					}
+					t.Fatalf("ollie %s showed %q, not what came after the silence", c.name, out.String())
+				}
 			}
 		})
 	}
