@@ -100,6 +100,7 @@ type Agent struct {
 	history  []backend.Message
 	queue    []string
 	goOn     string                  // why the cut turn goes on (Continue), before the queue; "" when none
+	restored int                     // the chat stream's bytes Resume put back
 	hold     <-chan struct{}         // no turn starts until it is closed (HoldUntil); nil: none
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
 	usage    backend.Usage
@@ -273,6 +274,9 @@ func (a *Agent) Resume(chat, lastErr string) {
 		return
 	}
 	a.Chat.Write([]byte(chat))
+	a.mu.Lock()
+	a.restored = len(chat)
+	a.mu.Unlock()
 	if !strings.HasSuffix(chat, "\n") {
 		chat += "\n"
 	}
@@ -367,6 +371,10 @@ type Stats struct {
 	// full the window was. The loop compacts past half. 0 is unknown.
 	ContextWindow    int `json:"context_window"`
 	PromptTokensLast int `json:"prompt_tokens_last"`
+	// ChatRestored is how much of the chat stream a restart of olliesrv
+	// put back (Resume): the stream of the daemon before, up to its last
+	// record. A follower that had shown more goes on from here.
+	ChatRestored int `json:"chat_restored,omitempty"`
 }
 
 // Stats returns the agent's statistics.
@@ -376,7 +384,7 @@ func (a *Agent) Stats() Stats {
 	return Stats{Turns: a.turns, PromptTokens: a.usage.PromptTokens, CompletionTokens: a.usage.CompletionTokens,
 		Messages: len(a.history), LastError: a.lastErr, State: a.state, Queued: len(a.queue),
 		Steps: a.steps, ToolCalls: a.toolRuns, Running: a.running,
-		ContextWindow: a.window, PromptTokensLast: a.lastIn}
+		ContextWindow: a.window, PromptTokensLast: a.lastIn, ChatRestored: a.restored}
 }
 
 // Close interrupts the running turn, stops the agent and ends its streams.

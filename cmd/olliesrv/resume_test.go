@@ -3,12 +3,15 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
 	"ollie/ns/host"
 )
 
@@ -123,6 +126,50 @@ func TestCrashGoesOn(t *testing.T) {
 			t.Errorf("%d model requests, want %d", n, host.MaxResumes+1)
 		}
 		r.goesOn()
+	})
+
+	// ollie chat sent the prompt and waits for the turn's end: it rides
+	// the restart, says so once, shows the answer asked again once, and
+	// ends the turn after it.
+	t.Run("ollie chat attached", func(t *testing.T) {
+		t.Parallel()
+		r := newCrashRig(t, false)
+		r.start()
+		r.createResume("default", "auto")
+		r.llm.Push(fakellm.Response{Text: []string{"the first half of an answer "}, Hang: true})
+		_, ollie := binaries(t)
+		cmd := exec.Command(ollie, "chat", "session/crash/agent/a")
+		cmd.Env = append(os.Environ(), "NAMESPACE="+r.dir, "NO_COLOR=1")
+		cmd.Stdin = strings.NewReader("a question cut short\n")
+		var out nstest.SyncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		r.waitFor("the model request", func() bool { return len(r.llm.ChatRequests()) == 1 })
+		r.waitFor("the chat to show the first half", func() bool { return strings.Contains(out.String(), "the first half") })
+		r.kill()
+		r.llm.Push(fakellm.Text("the whole answer, asked again"))
+		r.start()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("ollie chat: %v\n%s", err, out.String())
+			}
+		case <-time.After(crashWait):
+			cmd.Process.Kill()
+			t.Fatalf("ollie chat did not end after the resumed turn:\n%s", out.String())
+		}
+		s := out.String()
+		answer, end := strings.Index(s, "the whole answer, asked again"), strings.LastIndex(s, "── idle")
+		if answer < 0 || end < answer || strings.Count(s, "the whole answer, asked again") != 1 {
+			t.Errorf("the chat does not show the answer once, then the turn's end:\n%s", s)
+		}
+		if strings.Count(s, "[olliesrv restarted; following the agent again]") != 1 || strings.Count(s, "a question cut short") > 1 {
+			t.Errorf("the chat does not say once that it follows again, or repeats the prompt:\n%s", s)
+		}
 	})
 
 	t.Run("resume=manual", func(t *testing.T) {

@@ -412,6 +412,7 @@ type stats struct {
 	LastError        string `json:"last_error"`
 	State            string `json:"state"`
 	Queued           int    `json:"queued"`
+	ChatRestored     int64  `json:"chat_restored"`
 }
 
 // waitIdle waits until target turns have ended, handling ^C: once stops
@@ -425,11 +426,20 @@ func (ch *chat) waitIdle(ctx context.Context, start time.Time, before stats, tar
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
+		// A restarted olliesrv counts turns from 0 again: past a
+		// restart, the turn has ended once the agent is idle with
+		// nothing queued (the cut turn goes on by itself first).
+		daemon, restarted := "", false
 		for wctx.Err() == nil {
 			c, err := ch.waiterConn()
 			if err != nil {
 				time.Sleep(time.Second)
 				continue
+			}
+			if d := ch.daemonID(wctx, c); daemon == "" {
+				daemon = d
+			} else if d != "" && d != daemon {
+				restarted = true
 			}
 			var s stats
 			b, err := c.ReadAll(wctx, ch.t.dir+"/stats")
@@ -438,7 +448,7 @@ func (ch *chat) waitIdle(ctx context.Context, start time.Time, before stats, tar
 				continue
 			}
 			json.Unmarshal(b, &s)
-			if s.State == "idle" && s.Turns >= target {
+			if s.State == "idle" && (s.Turns >= target && !restarted || restarted && s.Queued == 0) {
 				end, err := c.Size(wctx, ch.t.dir+"/chat")
 				if err != nil {
 					end = 0
@@ -524,8 +534,19 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 		c, err := ch.opt.Dial()
 		if err == nil {
 			if d := ch.daemonID(ctx, c); d != daemon && daemon != "" && d != "" {
+				// The new daemon's stream is the old one up to its last
+				// record, then what came since: go on from where we were,
+				// or from the end of what was put back when we had shown
+				// more (text streamed and never recorded). Nothing is
+				// shown twice, and nothing the new daemon wrote is missed.
 				ch.say("[olliesrv restarted; following the agent again]")
-				off, daemon = -1, d
+				daemon = d
+				var s stats
+				if b, err := c.ReadAll(ctx, ch.t.dir+"/stats"); err == nil && json.Unmarshal(b, &s) == nil && off >= 0 {
+					off = min(off, s.ChatRestored)
+				} else {
+					off = -1
+				}
 			}
 			if off < 0 {
 				if off, err = c.Size(ctx, ch.t.dir+"/chat"); err != nil {
