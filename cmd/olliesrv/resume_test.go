@@ -151,6 +151,9 @@ func TestCrashGoesOn(t *testing.T) {
 		r.waitFor("the model request", func() bool { return len(r.llm.ChatRequests()) == 1 })
 		r.waitFor("the chat to show the first half", func() bool { return strings.Contains(out.String(), "the first half") })
 		r.kill()
+		// Down as long as a keeper may take to start it again: the
+		// chat's dials are refused meanwhile.
+		time.Sleep(2500 * time.Millisecond)
 		r.llm.Push(fakellm.Text("the whole answer, asked again"))
 		r.start()
 		select {
@@ -166,6 +169,9 @@ func TestCrashGoesOn(t *testing.T) {
 		answer, end := strings.Index(s, "the whole answer, asked again"), strings.LastIndex(s, "── idle")
 		if answer < 0 || end < answer || strings.Count(s, "the whole answer, asked again") != 1 {
 			t.Errorf("the chat does not show the answer once, then the turn's end:\n%s", s)
+		}
+		if strings.Contains(s, "approvals will not show here") {
+			t.Errorf("the chat stopped watching for approvals across the restart:\n%s", s)
 		}
 		if strings.Count(s, "[olliesrv restarted; following the agent again]") != 1 || strings.Count(s, "a question cut short") > 1 {
 			t.Errorf("the chat does not say once that it follows again, or repeats the prompt:\n%s", s)

@@ -770,6 +770,12 @@ func (ch *chat) approvals(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// A daemon restarting is not there for a moment: its socket is
+		// gone or refuses (a DialError), then it is back.
+		var down *client.DialError
+		if errors.As(err, &down) && !client.IsUntrusted(err) {
+			err = nil
+		}
 		if err != nil && !errors.Is(err, client.ErrConnLost) && !client.IsInterrupted(err) && !strings.Contains(err.Error(), "shutting down") {
 			ch.say("[approvals will not show here: " + serverWords(err) + "]")
 			return
