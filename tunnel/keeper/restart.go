@@ -187,14 +187,24 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 			cause += " (pid " + pid + ")"
 		}
 		cause += " died without shutting down"
-		if l := firstOf(panicked, last); l != "" {
-			cause += "; its log ends: " + l
+		switch {
+		case panicked != "":
+			cause += ": " + panicked
+		case last != "" && !strings.HasPrefix(last, "time=") || strings.Contains(last, "level=ERROR"):
+			// Words on standard error, or an error logged: what a
+			// daemon that exits says last. A log line of its work
+			// says nothing of a SIGKILL.
+			cause += "; its log ends: " + last
+		default:
+			cause += " (killed: SIGKILL, or the out-of-memory killer)"
 		}
 	}
 	cause = termsafe.Field(cause, maxCause)
 	h.mu.Lock()
 	if err == nil {
 		d.restarts++
+		// It answered olliesrv start: if it goes, look at once.
+		d.checked = time.Time{}
 		if f := strings.Fields(started); len(f) > 0 && f[0] != sock {
 			h.remoteSock = f[0]
 		}
@@ -257,13 +267,4 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
-}
-
-func firstOf(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
