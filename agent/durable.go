@@ -261,7 +261,7 @@ type RestoredAgent struct {
 	Tools       []string        // the agent's own tool list, when changed from its profile's
 	Skills      []string        // the skills it had loaded
 	Interrupted bool            // a turn was running when olliesrv stopped
-	Resumes     int             // how often that turn went on by itself after a stop already
+	Resumes     int             // how often that turn went on by itself after a stop without getting further (no message recorded since)
 	LastError   string          // how the last turn failed, if it did
 	Chat        string          // the chat stream up to the last record, for Agent.Resume
 }
@@ -434,6 +434,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 			case kindAgentMessage:
 				if v.Message != nil {
 					a.History = append(a.History, *v.Message)
+					a.Resumes = 0 // the turn got further: a crash loop makes no progress
 					// Files written before agent.end existed end a turn here.
 					if m := v.Message; m.Role == backend.RoleAssistant && len(m.ToolCalls) == 0 {
 						a.Interrupted = false

@@ -117,7 +117,7 @@ func TestCrashGoesOn(t *testing.T) {
 			}
 			r.start()
 		}
-		chat := r.chatSays(fmt.Sprintf("after it went on by itself %d times", host.MaxResumes))
+		chat := r.chatSays(fmt.Sprintf("after it went on by itself %d times in a row", host.MaxResumes))
 		r.waitFor("the agent to wait for a person", func() bool { return r.read("session/crash/agent/a/state") == "idle\n" })
 		if n := strings.Count(chat, goesOn); n != host.MaxResumes {
 			t.Errorf("the turn went on by itself %d times, want %d:\n%s", n, host.MaxResumes, chat)

@@ -213,9 +213,12 @@ func (n *namespace) restore(ctx context.Context) {
 	}
 }
 
-// MaxResumes is how often one turn goes on by itself after stops of
-// olliesrv: a turn whose every run ends in a crash (a tool that kills the
-// daemon) then waits for a person.
+// MaxResumes is how often in a row one turn goes on by itself after stops
+// of olliesrv without getting further (no message of the turn recorded in
+// between): a turn whose every run ends in a crash at the same point (a
+// tool that kills the daemon, a request that exhausts its memory) then
+// waits for a person. A turn that gets further between stops goes on
+// however often it is cut.
 const MaxResumes = 3
 
 // resumeWhy says whether the restored agent's turn goes on by itself
@@ -235,7 +238,7 @@ func resumeWhy(s *agent.Session, ra *agent.RestoredAgent, reran bool) (why strin
 	case s.ResumeManual:
 		return "interrupted: olliesrv stopped during this turn; " + calls + "; this session waits for a person (resume=manual): say go on to continue", false
 	case ra.Resumes >= MaxResumes:
-		return fmt.Sprintf("interrupted: olliesrv stopped during this turn again, after it went on by itself %d times; %s; say go on to continue", ra.Resumes, calls), false
+		return fmt.Sprintf("interrupted: olliesrv stopped during this turn again, after it went on by itself %d times in a row without getting further; %s; say go on to continue", ra.Resumes, calls), false
 	}
 	return "olliesrv stopped during this turn and started again; the turn goes on by itself: " + calls, true
 }

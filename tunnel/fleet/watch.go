@@ -110,6 +110,11 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 			h.Steps, h.ToolCalls, h.Tokens = max(h.Steps, st.Steps), max(h.ToolCalls, st.ToolCalls), max(h.Tokens, st.PromptTokens+st.CompletionTokens)
 		})
 		working := st.State == agent.StateThinking || st.State == agent.StateCalling || st.Queued > 0
+		if working && restarted {
+			// The restored agent went on with its cut turn by itself
+			// (a session's resume=auto): it needs no prompt from the run.
+			busy, restarted = true, false
+		}
 		if (working || st.Turns > 0) && !restarted {
 			busy = true
 		}
@@ -134,8 +139,8 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 				return
 			}
 			// Idle, never seen working: the goal is not given yet, or the
-			// daemon restarted and interrupted the turn. Give it again
-			// after a moment.
+			// daemon restarted and interrupted a turn that did not go on
+			// by itself (resume=manual). Give it again after a moment.
 			if once {
 				r.update(h, func(h *Host) { h.State = "idle" })
 				return
