@@ -151,6 +151,46 @@ func TestKeeperRestartsDeadDaemon(t *testing.T) {
 	s.sudo(ns, "after-loop", 0, 60*time.Second)
 }
 
+// A daemon that cannot start again (its configuration broke while it
+// ran) is tried again, and status says why it failed in the daemon's own
+// words; mended, it is back within the 2 s between tries.
+func TestKeeperRestartFailureSaysWhy(t *testing.T) {
+	s := newSudoLab(t, "orrst3", 1)
+	r := s.remotes[0]
+	s.up(0)
+	hostSock, pid := s.start()
+	defer func() {
+		if t.Failed() {
+			t.Logf("keeper.log:\n%s", keeperLog(r))
+		}
+	}()
+	conf := filepath.Join(s.h.Home, ".config", "ollie", "olliesrv.yaml")
+	if err := os.WriteFile(conf, []byte("no_such_setting: 1\n"), 0600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(conf, s.h.UID, s.h.GID)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(keeperLog(r), "did not start again"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper did not try to start olliesrv again")
+		}
+	}
+	out := r.must("status", "h11")
+	if !strings.Contains(out, "starting it again failed") || !strings.Contains(out, "exited at once") || !strings.Contains(out, "no_such_setting") {
+		t.Errorf("status does not say why olliesrv did not start:\n%s", out)
+	}
+	os.Remove(conf)
+	took := backWithBroker(t, hostSock, pid, 40*time.Second)
+	t.Logf("mended: a daemon with approvals %v later", took.Round(time.Millisecond))
+	// Tried every 2 s; after three failures in a minute, less often.
+	if took > 5*time.Second {
+		t.Errorf("the daemon came back %v after its configuration was mended, want within 2 s (5 s allowed)", took)
+	}
+	if out := r.must("status", "h11"); !strings.Contains(out, "started again 1 time") || !strings.Contains(out, "failed start") {
+		t.Errorf("status after the mend:\n%s", out)
+	}
+}
+
 // A daemon stopped on purpose stays stopped: ctl kill on the host while
 // the keeper holds it (status says why it is left alone), and down
 // -stop-daemon.

@@ -153,6 +153,7 @@ type heldHost struct {
 	sock       string
 	remoteSock string
 	since      time.Time
+	log        *slog.Logger // the keeper's, with the host's name
 	deadlines  deploy.Deadlines
 	deployMu   sync.Mutex
 	startMu    sync.Mutex // one olliesrv start at a time after up: dial's and revive's
@@ -440,7 +441,7 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 		return "", dr, err
 	}
 	progress("olliesrv serves " + remote)
-	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c}
+	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c, log: k.log.With("host", req.Host)}
 	if err := removeStaleSocket(h.sock); err != nil {
 		th.Close()
 		return "", dr, err
@@ -500,6 +501,20 @@ func (h *heldHost) dial(ctx context.Context) (net.Conn, error) {
 	if err == nil {
 		return conn, nil
 	}
+	// A daemon that died is started again as revive does (counted, with
+	// its backoff); one systemd runs is its to start.
+	h.revive(ctx, c, h.log)
+	h.mu.Lock()
+	sock, supervisor := h.remoteSock, h.daemon.supervisor
+	h.mu.Unlock()
+	if conn, err2 := c.DialUnix(sock); err2 == nil {
+		return conn, nil
+	}
+	if supervisor != "" {
+		return nil, fmt.Errorf("%v (systemd's %s starts olliesrv here)", err, supervisor)
+	}
+	// Stopped on purpose, or in a crash loop's wait: a client wants
+	// it, as ollie -H would.
 	h.startMu.Lock()
 	remote, serr := startRemote(ctx, c, h.deadlines)
 	h.startMu.Unlock()

@@ -35,6 +35,7 @@ type daemonState struct {
 	cause     string    // why it last started one (or failed to)
 	at        time.Time // when
 	tries     []time.Time
+	failed    int // starts that failed since the last that did not
 	backoff   time.Duration
 	notBefore time.Time // no start before, in a crash loop
 	loop      bool      // the crash loop was logged
@@ -180,7 +181,15 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	}
 	var cause string
 	if err != nil {
-		cause = "starting it again failed: " + deploy.RemoteError("olliesrv start", err).Error()
+		// olliesrv start's words (its own "olliesrv start:" first): the
+		// new daemon exited at once, and the tail of its log.
+		cause = deploy.RemoteError("starting it again failed", err).Error()
+	} else if d.failed > 0 {
+		// The log ends with the failed starts' words, and the daemon
+		// that died first is long gone.
+		h.mu.Lock()
+		cause = fmt.Sprintf("started after %d failed %s; the last: %s", d.failed, plural(d.failed, "start", "starts"), d.cause)
+		h.mu.Unlock()
 	} else {
 		cause = "olliesrv"
 		if pid != "" {
@@ -201,7 +210,10 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	}
 	cause = termsafe.Field(cause, maxCause)
 	h.mu.Lock()
-	if err == nil {
+	if err != nil {
+		d.failed++
+	} else {
+		d.failed = 0
 		d.restarts++
 		// It answered olliesrv start: if it goes, look at once.
 		d.checked = time.Time{}
