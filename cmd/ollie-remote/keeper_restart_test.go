@@ -221,9 +221,20 @@ func TestKeeperLeavesStoppedDaemon(t *testing.T) {
 		t.Errorf("status after ctl kill:\n%s", out)
 	}
 
-	// Started again by hand, then down -stop-daemon.
+	// Started again by hand, then down -stop-daemon while a client is
+	// attached through the keeper: its redial must not start it either.
 	_, pid = s.start()
 	backWithBroker(t, hostSock, 0, 10*time.Second)
+	attached, err := client.DialAs(filepath.Join(r.dir, "h11.ns"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attached.Close()
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := attached.ReadAll(rctx, "status"); err != nil {
+		t.Fatal(err)
+	}
+	rcancel()
 	out := r.must("down", "-stop-daemon", "h11")
 	if !strings.Contains(out, "olliesrv stopped") {
 		t.Errorf("down -stop-daemon: %s", out)

@@ -590,6 +590,11 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	// First the registration, while the daemon is there to remove it.
 	h.letApprovalsGo()
 	if stop {
+		// Then the proxy, so that no client's redial starts the
+		// daemon again once it stops.
+		if h.proxy != nil {
+			h.proxy.Close()
+		}
 		sctx, cancel := deploy.Within(ctx, 2*h.deadlines.ForStep())
 		defer cancel()
 		if c, cerr := h.th.Client(sctx); cerr == nil && c.Appliance() {

@@ -151,7 +151,8 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	sctx, cancel := deploy.Within(ctx, h.deadlines.ForStep())
 	out, err := c.RunLimit(sctx, deploy.Sh(reviveScript, sock), nil, deploy.MaxSmallReply)
 	cancel()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || err != nil && c.Err() != nil {
+		// Let go, or the connection dropped: nothing said of the daemon.
 		return
 	}
 	var pid, panicked, last, verb, started string
