@@ -3,6 +3,7 @@ package chat
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -437,5 +438,50 @@ func TestChatTurnEndsAfterItsReply(t *testing.T) {
 	reply, end := strings.Index(s, "the reply after the tool"), strings.Index(s, "── idle")
 	if reply < 0 || end < 0 || end < reply {
 		t.Errorf("the turn's end line is not after its reply:\n%s", s)
+	}
+}
+
+// TestChatRedrawOnScreen (issue 31): on a real pty, as a person sees the
+// screen, a finished reply with markdown is replaced by its rendered form
+// whole (the raw first line gone too, a one-line reply as well), and a
+// reply without markdown stays as written; for replies of 1, 2 and 30
+// lines.
+func TestChatRedrawOnScreen(t *testing.T) {
+	t.Setenv("NO_COLOR", "")
+	t.Setenv("TERM", "xterm-256color")
+	for _, n := range []int{1, 2, 30} {
+		for _, md := range []bool{true, false} {
+			l := newChatLab(t, true) // a chat of its own: no earlier turns shown
+			var lines []string
+			for k := 1; k <= n; k++ {
+				if md {
+					lines = append(lines, fmt.Sprintf("- row %d has **bold %d**", k, k))
+				} else {
+					lines = append(lines, fmt.Sprintf("row %d is plain", k))
+				}
+			}
+			l.llm.Push(fakellm.Text(strings.Join(lines, "\n")))
+			scr := &screen{}
+			keys, _ := l.onPty(t, l.options(""), scr)
+			scr.waitFor(t, "› ", 1)
+			io.WriteString(keys, "show me\r")
+			scr.waitFor(t, "── idle", 1)
+			scr.waitFor(t, "› ", 2)
+			shown := vtScreen(scr.String(), 40, 100)
+			text := strings.Join(shown, "\n")
+			for k := 1; k <= n; k++ {
+				want := fmt.Sprintf("row %d is plain", k)
+				if md {
+					want = fmt.Sprintf("row %d has bold %d", k, k)
+				}
+				if c := strings.Count(text, want); c != 1 {
+					t.Errorf("%d lines, markdown %v: %q is on the screen %d times, want once:\n%s", n, md, want, c, text)
+				}
+			}
+			if md && strings.Contains(text, "**") {
+				t.Errorf("%d lines: the raw reply is still on the screen:\n%s", n, text)
+			}
+			io.WriteString(keys, "/exit\r")
+		}
 	}
 }

@@ -175,6 +175,8 @@ func (v *view) line(out *bytes.Buffer, s string) {
 	}
 	if !v.atStart || v.lineCol > 0 {
 		out.WriteString("\n")
+		v.replyRows++
+		v.lineCol = 0
 	}
 	v.endReply(out)
 	cols, _ := v.width()
@@ -198,7 +200,10 @@ func (v *view) line(out *bytes.Buffer, s string) {
 // has markdown and fits on the screen; it starts the next reply.
 func (v *view) endReply(out *bytes.Buffer) {
 	text := v.reply.String()
-	rows := v.replyRows
+	// The cursor is replyRows rows below the reply's first row (each line
+	// end and each wrap moved it down one), at lineCol on its row.
+	up := v.replyRows
+	rows := up
 	if v.lineCol > 0 {
 		rows++
 	}
@@ -214,8 +219,8 @@ func (v *view) endReply(out *bytes.Buffer) {
 	// Up to the reply's first row, clear to the end of the screen, and
 	// draw it rendered.
 	out.WriteString("\r")
-	if rows > 1 {
-		out.WriteString("\x1b[" + strconv.Itoa(rows-1) + "A")
+	if up > 0 {
+		out.WriteString("\x1b[" + strconv.Itoa(up) + "A")
 	}
 	out.WriteString("\x1b[J")
 	out.WriteString(v.md.Render(termsafe.Text(text)))
