@@ -131,13 +131,16 @@ func (h *heldHost) keepRegistered(ctx context.Context, c *tunnel.Client, path, k
 				log.Info("ollie-remote: olliesrv does not answer on the host; approvals are registered again once it does", "err", err)
 			}
 			h.setApprovals(ApprovalsMissing+": olliesrv does not answer on the host", path)
-			// One that died is started again (restart.go).
-			h.revive(ctx, c, log)
 			// Soon after a restart the new daemon answers within a
 			// second; one stopped for good is asked less often.
 			wait = min(max(2*wait, 50*time.Millisecond), 250*time.Millisecond)
 			if time.Since(gone) > time.Minute {
 				wait = 5 * time.Second
+			}
+			// One that died is started again (restart.go), and
+			// answers now.
+			if h.revive(ctx, c, log) {
+				wait = 0
 			}
 			continue
 		}

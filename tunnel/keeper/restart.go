@@ -128,10 +128,11 @@ func (h *heldHost) probeSupervisor(c *tunnel.Client, log *slog.Logger) {
 // starts it again if it died: at once the first times, then with a
 // backoff. It leaves alone a daemon that is slow (it holds its lock), one
 // stopped on purpose, one systemd runs, and an appliance (the daemon is
-// the SSH server: with it gone, so is c).
-func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logger) {
+// the SSH server: with it gone, so is c). It reports whether it started
+// one.
+func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logger) bool {
 	if c.Appliance() {
-		return
+		return false
 	}
 	now := time.Now()
 	h.mu.Lock()
@@ -139,7 +140,7 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	if d.supervisor != "" || d.stopped || now.Before(d.notBefore) ||
 		!d.checked.IsZero() && now.Sub(d.checked) < checkEvery {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	d.checked = now
 	sock := h.remoteSock
@@ -153,7 +154,7 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	cancel()
 	if ctx.Err() != nil || err != nil && c.Err() != nil {
 		// Let go, or the connection dropped: nothing said of the daemon.
-		return
+		return false
 	}
 	var pid, panicked, last, verb, started string
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -174,11 +175,11 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		d.stopped = true
 		h.mu.Unlock()
 		log.Info("ollie-remote: olliesrv shut down on the host; the keeper does not start it (the next ollie -H or deploy does)")
-		return
+		return false
 	}
 	if err == nil && verb == "running" {
 		// Slow, or started by someone else: it holds its lock.
-		return
+		return false
 	}
 	var cause string
 	if err != nil {
@@ -250,6 +251,7 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		log.Warn(fmt.Sprintf("ollie-remote: olliesrv on the host is in a crash loop: it died %d times in %v; starting it again less often, up to every %v", n, now.Sub(first).Round(time.Second), maxBackoff),
 			"cause", cause, "next_in", backoff)
 	}
+	return err == nil
 }
 
 // Restarts says what the keeper did for the host's daemon, for status:
