@@ -181,6 +181,20 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		// Slow, or started by someone else: it holds its lock.
 		return false
 	}
+	if err != nil {
+		// Another olliesrv start (ollie on the host, say) may have
+		// won the race for the lock: then one runs, and nothing failed.
+		sctx, cancel := deploy.Within(ctx, h.deadlines.ForStep())
+		out, aerr := c.RunLimit(sctx, deploy.Sh(startScript), nil, deploy.MaxSmallReply)
+		cancel()
+		again, rest, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+		switch {
+		case aerr == nil && again == "running":
+			return false
+		case aerr == nil && again == "started":
+			err, started = nil, rest
+		}
+	}
 	var cause string
 	if err != nil {
 		// olliesrv start's words (its own "olliesrv start:" first): the
