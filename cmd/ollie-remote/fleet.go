@@ -21,6 +21,7 @@ import (
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/fleet"
 	"ollie/tunnel/inventory"
+	"ollie/tunnel/keeper"
 )
 
 const fleetUsage = `usage: ollie-remote fleet COMMAND ...
@@ -36,7 +37,9 @@ const fleetUsage = `usage: ollie-remote fleet COMMAND ...
 
 TARGETS are host names, ssh config Host patterns ('web*'), @FILE (a file of
 names) and, with -i, Ansible inventory groups (@GROUP); several are
-separated by commas or spaces. Ctrl-C once interrupts every agent of the
+separated by commas or spaces. Without -H, the words before GOAL that name
+hosts this desktop knows (ssh config, inventory, held) are all TARGETS:
+fleet run h1 h2 h3 'check disks'; the last word is always the goal's. Ctrl-C once interrupts every agent of the
 run; twice detaches, leaving them working (fleet attach RUN comes back).
 Exit status: 0 when every host finished, 1 when any failed or was
 unreachable, 2 on usage errors.
@@ -81,7 +84,15 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	switch sub {
 	case "run":
 		if len(targets) == 0 && len(rest) > 0 {
-			targets, rest = []string{rest[0]}, rest[1:]
+			// fleet run h1 h2 h3 'check disks': every leading word that
+			// names known hosts is a target, not the goal's start.
+			var held []string
+			if r, err := keeper.Call(context.Background(), c.request("list", ""), nil); err == nil {
+				for _, h := range r.Held {
+					held = append(held, h.Host)
+				}
+			}
+			targets, rest = inventory.SplitTargets(context.Background(), rest, inventory.Options{Inventory: *invFile, SSHConfig: c.config}, held)
 		}
 		goal := strings.TrimSpace(strings.Join(rest, " "))
 		if len(targets) == 0 || goal == "" {

@@ -256,7 +256,9 @@ func TestFleetDetachAttach(t *testing.T) {
 func TestFleetInterrupt(t *testing.T) {
 	t.Parallel() // its own lab users, keeper, state and model: it waits more than it works
 	r, _ := fleetLab(t, "orfli", 2, 3*time.Second)
-	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
+	// The hosts as separate words (issue 31): both are targets, and the
+	// goal is the last word alone.
+	lw, cmd, done := startFleet(t, r, "h11", "h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
 	cmd.Process.Signal(os.Interrupt)
 	err := <-done
@@ -270,6 +272,9 @@ func TestFleetInterrupt(t *testing.T) {
 		if row := tableRow(lw.String(), h); len(row) < 2 || row[1] != "interrupted" {
 			t.Errorf("%s's row is %q, want interrupted:\n%s", h, row, lw)
 		}
+	}
+	if ls := r.must("fleet", "ls"); !strings.HasSuffix(strings.TrimSpace(ls), "\tcheck who runs here") && !strings.HasSuffix(strings.TrimSpace(ls), " check who runs here") || strings.Contains(ls, "h12 check") {
+		t.Errorf("the run's goal is not the last word alone:\n%s", ls)
 	}
 }
 
