@@ -1,6 +1,9 @@
 package keeper
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Which daemons systemd runs (and restarts): the last line of
 // /proc/PID/cgroup of one started with INVOCATION_ID set.
@@ -18,6 +21,31 @@ func TestSystemdUnit(t *testing.T) {
 	} {
 		if got := SystemdUnit(tc.cgroup); got != tc.unit {
 			t.Errorf("SystemdUnit(%q) = %q, want %q", tc.cgroup, got, tc.unit)
+		}
+	}
+}
+
+// What status says of a host's daemon.
+func TestRestartsNote(t *testing.T) {
+	at := time.Date(2026, 12, 5, 12, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		d    daemonState
+		want string
+	}{
+		{daemonState{}, ""},
+		{daemonState{restarts: 1, cause: "olliesrv (pid 7) died without shutting down", at: at},
+			"olliesrv started again 1 time, last at 12:04:05: olliesrv (pid 7) died without shutting down"},
+		{daemonState{restarts: 4, cause: "c", at: at, loop: true, notBefore: time.Now().Add(16 * time.Second)},
+			"olliesrv started again 4 times, last at 12:04:05: c; in a crash loop, next start in 16s"},
+		{daemonState{restarts: 4, cause: "c", at: at, loop: true, notBefore: time.Now().Add(-time.Second)},
+			"olliesrv started again 4 times, last at 12:04:05: c"},
+		{daemonState{supervisor: "olliesrv-ssh.service"}, "systemd (olliesrv-ssh.service) restarts olliesrv here, not the keeper"},
+		{daemonState{stopped: true, restarts: 2, cause: "c", at: at},
+			"olliesrv shut down on the host; the keeper does not start it (the next ollie -H or deploy does); olliesrv started again 2 times, last at 12:04:05: c"},
+	} {
+		h := &heldHost{daemon: tc.d}
+		if got := h.restartsNote(); got != tc.want {
+			t.Errorf("restartsNote(%+v) =\n%q, want\n%q", tc.d, got, tc.want)
 		}
 	}
 }
