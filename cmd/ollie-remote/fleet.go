@@ -39,8 +39,10 @@ TARGETS are host names, ssh config Host patterns ('web*'), @FILE (a file of
 names) and, with -i, Ansible inventory groups (@GROUP); several are
 separated by commas or spaces. Without -H, the words before GOAL that name
 hosts this desktop knows (ssh config, inventory, held) are all TARGETS:
-fleet run h1 h2 h3 'check disks'; the last word is always the goal's. Ctrl-C once interrupts every agent of the
-run; twice detaches, leaving them working (fleet attach RUN comes back).
+fleet run h1 h2 h3 'check disks'; the last word is always the goal's.
+Ctrl-C once interrupts every agent of the run (a second later); twice
+within that second detaches, leaving them working (fleet attach RUN comes
+back).
 Exit status: 0 when every host finished, 1 when any failed or was
 unreachable, 2 on usage errors.
 `
@@ -247,6 +249,10 @@ func printRunHeader(w io.Writer, run *fleet.Run) {
 
 type watchOptions struct{ follow, json, askBecome bool }
 
+// detachWindow is how long after a first Ctrl-C a second one detaches
+// rather than finding the agents interrupted already.
+const detachWindow = time.Second
+
 // watchRun starts or attaches to a run and watches it to its end, with the
 // live view on a terminal. While it watches, and the person is at a
 // terminal, it is the desktop's terminal broker: the run's approvals are
@@ -296,20 +302,27 @@ func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh bool, o
 	defer signal.Stop(sigs)
 	detached := make(chan struct{})
 	go func() {
+		// A second Ctrl-C within detachWindow of the first detaches
+		// instead: the agents are interrupted only once it has passed,
+		// so a quick double Ctrl-C leaves them working, as it says.
 		interrupted := false
+		var interrupt <-chan time.Time
 		for {
 			select {
 			case s := <-sigs:
 				if s == os.Interrupt && !interrupted {
 					interrupted = true
 					say(fmt.Sprintf("interrupting every agent of run %s (Ctrl-C again to detach and leave them working)", run.ID))
-					go r.Interrupt(ctx)
+					interrupt = time.After(detachWindow)
 					continue
 				}
 				say(fmt.Sprintf("detached: the agents go on; ollie-remote fleet attach %s", run.ID))
 				close(detached)
 				detach()
 				return
+			case <-interrupt:
+				interrupt = nil
+				go r.Interrupt(ctx)
 			case <-ctx.Done():
 				return
 			}

@@ -215,7 +215,8 @@ func exitCode(err error) int {
 	return 0
 }
 
-// TestFleetDetachAttach: a run detached (SIGTERM) goes on on the hosts;
+// TestFleetDetachAttach: a run detached (two Ctrl-C 0.3 s apart, as a
+// person presses them: issue 31) goes on on the hosts, not interrupted;
 // with the keeper killed meanwhile, fleet attach picks the run up from
 // its record and sees every host finish.
 func TestFleetDetachAttach(t *testing.T) {
@@ -223,7 +224,9 @@ func TestFleetDetachAttach(t *testing.T) {
 	r, _ := fleetLab(t, "orfla", 2, 1500*time.Millisecond)
 	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
-	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Process.Signal(os.Interrupt)
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
 	if err := <-done; err != nil {
 		t.Fatalf("a detached run exited %v:\n%s", err, lw)
 	}
