@@ -796,7 +796,7 @@ func (ch *chat) approve(ctx context.Context, p Pending) {
 	ch.v.endTurn()
 	if ch.term == nil {
 		ch.say("── approval needed")
-		ch.say(strings.TrimRight(termsafe.Text(p.Text), "\n"))
+		ch.say(requestText(p.Text))
 		ch.say("[answer with: echo approve | ollie write bypass/pending/" + termsafe.Line(p.ID) + " (or always, or deny)]")
 		return
 	}
@@ -820,7 +820,7 @@ func (ch *chat) approve(ctx context.Context, p Pending) {
 		return
 	}
 	ch.say("── approval needed")
-	ch.say(strings.TrimRight(termsafe.Text(p.Text), "\n"))
+	ch.say(requestText(p.Text))
 	ch.term.SetPrompt("approve? [y]es, [a]lways, [n]o: ")
 	answer := ""
 	for answer == "" {
@@ -840,4 +840,18 @@ func (ch *chat) approve(ctx context.Context, p Pending) {
 	if err := Decide(ctx, ch.ctl, p.ID, answer); err != nil {
 		ch.say("[" + serverWords(err) + "]")
 	}
+}
+
+// requestText is a request's file as the chat shows it: the request, made
+// safe, without the file's own lines on how to answer by writing to it,
+// which the chat does for the person (y/a/n, or the line it prints).
+func requestText(text string) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		if strings.HasSuffix(l, " to this file to answer") || strings.HasPrefix(l, "password: write ") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return termsafe.Text(strings.Join(keep, "\n"))
 }

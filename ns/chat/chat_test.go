@@ -240,6 +240,11 @@ func TestChatTerminal(t *testing.T) {
 	if !strings.Contains(scr.String(), "tool:     climb") {
 		t.Errorf("the approval does not name the tool:\n%s", scr.String())
 	}
+	// Issue 31: the request names this host, and the chat asks y/a/n
+	// itself, not "write … to this file".
+	if s := scr.String(); !strings.Contains(s, "ollie: this host asks to run outside its sandbox") || strings.Contains(s, "(unknown host)") || strings.Contains(s, "to this file") {
+		t.Errorf("the in-place approval names no host or tells the person to write to a file:\n%s", s)
+	}
 	io.WriteString(keys, "y\r")
 	scr.waitFor(t, "← climb: climbed", 1)
 	scr.waitFor(t, "── idle", 2)
