@@ -91,6 +91,8 @@ func LogPath() string {
 
 // StartDetached starts exe serve in its own session, so that it outlives
 // the ssh connection or shell that started it, and waits until it answers.
+// When another start wins the race for the lock, the daemon it started is
+// the answer: its pid, and no error.
 func StartDetached(exe string, timeout time.Duration) (int, error) {
 	// Nothing is started, nor dialled, in a directory another user made:
 	// the daemon would refuse it, and its socket is not ours.
@@ -126,6 +128,14 @@ func StartDetached(exe string, timeout time.Duration) (int, error) {
 		}
 		select {
 		case err := <-exited:
+			// Another start won the race for the lock (the keeper's, a
+			// person's): a daemon serves, which is what was asked.
+			if pid := PID(); pid != 0 {
+				if c, derr := net.DialTimeout("unix", sock, time.Second); derr == nil {
+					c.Close()
+					return pid, nil
+				}
+			}
 			return 0, fmt.Errorf("olliesrv exited at once (%v): %s", err, logTail(logPath, start))
 		case <-deadline:
 			return 0, fmt.Errorf("olliesrv did not answer on %s within %v; see %s", sock, timeout, logPath)
