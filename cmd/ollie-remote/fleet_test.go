@@ -293,7 +293,7 @@ func TestFleetHostTrouble(t *testing.T) {
 	h14 := r.lab.Host(3)
 	os.WriteFile(r.lab.KnownHosts, []byte(strings.ReplaceAll(string(kh), h14.HostKeyPub, r.lab.Host(0).HostKeyPub)), 0644)
 
-	lw, _, done := startFleet(t, r, "-lost-after", "4s", "h11,h12,h13,h14", "check who runs here")
+	lw, _, done := startFleet(t, r, "-follow", "-lost-after", "4s", "h11,h12,h13,h14", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h12: [thinking]", "h13: [thinking]")
 	r.lab.Host(1).Stop()
 	exec.Command("pkill", "-KILL", "-u", r.lab.Host(2).User, "olliesrv").Run()
@@ -316,6 +316,11 @@ func TestFleetHostTrouble(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the run's output has no %q", want)
 		}
+	}
+	// -follow passes h13's chat on across its daemon's restart: its
+	// answer once (issue 30).
+	if n := strings.Count(out, "h13| checked as orflx13"); n != 1 {
+		t.Errorf("-follow passed h13's answer on %d times, want once", n)
 	}
 	if t.Failed() {
 		t.Logf("the run:\n%s", out)

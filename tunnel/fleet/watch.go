@@ -227,6 +227,29 @@ func readState(ctx context.Context, c *client.Conn, agentDir, dir string) (agent
 	return st, strings.TrimSpace(string(g)), started, nil
 }
 
+// restoredChat reads the daemon's start and how much of the agent's chat
+// stream its start put back.
+func restoredChat(ctx context.Context, c *client.Conn, agentDir string) (started string, restored int64, err error) {
+	b, err := readSmall(ctx, c, agentDir+"stats")
+	if err != nil {
+		return "", 0, err
+	}
+	var st agent.Stats
+	if err := json.Unmarshal(b, &st); err != nil {
+		return "", 0, err
+	}
+	s, err := readSmall(ctx, c, "status")
+	if err != nil {
+		return "", 0, err
+	}
+	for _, line := range strings.Split(string(s), "\n") {
+		if v, ok := strings.CutPrefix(line, "started "); ok {
+			started = v
+		}
+	}
+	return started, int64(st.ChatRestored), nil
+}
+
 // readSmall reads a small file within 10 s.
 func readSmall(ctx context.Context, c *client.Conn, name string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -280,11 +303,22 @@ func (r *Runner) follow(ctx context.Context, h *Host, sock, name string, fromSta
 	if fromStart {
 		off = 0
 	}
+	daemon := "" // the daemon's start, to notice a restart
 	for ctx.Err() == nil {
 		c, err := dialHost(sock)
 		if err != nil {
 			sleep(ctx, time.Second)
 			continue
+		}
+		// A restarted daemon's stream is the old one up to its last
+		// record, then what came since: go on from where we were, or
+		// from the end of what the restart put back (ns/chat does the
+		// same), so nothing is passed on twice or missed.
+		if started, restored, err := restoredChat(ctx, c, strings.TrimSuffix(name, "chat")); err == nil {
+			if daemon != "" && started != daemon && off >= 0 {
+				off = min(off, restored)
+			}
+			daemon = started
 		}
 		if off < 0 {
 			if off, err = c.Size(ctx, name); err != nil {
