@@ -1,0 +1,201 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/agent/fakellm"
+	"ollie/internal/nstest"
+)
+
+// TestHealDrillKeeper (issue 30): the drill on a real sshd lab host held
+// by the keeper. An agent works through 40 queued prompts, each a model
+// request for a tool call, the tool (a side effect that records its
+// prompt's number, not replay-safe) and a model request for the answer,
+// with ollie -H chat attached on the desktop. The host's daemon is killed
+// with SIGKILL 25 times at random moments, each after its run recorded
+// something; nobody restarts it but the keeper. Every prompt acknowledged
+// gets its answer without a person, no side effect happens twice, and the
+// attached chat shows every answer.
+func TestHealDrillKeeper(t *testing.T) {
+	const kills, prompts = 25, 40
+	r, h, llm := modelHost(t, "orheal")
+	tools := filepath.Join(h.Home, ".config", "ollie", "tools")
+	work := filepath.Join(h.Home, "drill")
+	effects := filepath.Join(work, "effects")
+	os.MkdirAll(tools, 0755)
+	os.MkdirAll(work, 0755)
+	os.WriteFile(filepath.Join(tools, "effect.meta"), []byte(`{"description": "Record effect N.", "timeout": 60}`), 0644)
+	os.WriteFile(filepath.Join(tools, "effect"), []byte(`#!/bin/sh
+n=$(cat | tr -dc 0-9)
+sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 3 ))
+echo "$n" >> `+effects+`
+echo "effect $n recorded"
+`), 0755)
+	for _, d := range []string{filepath.Join(h.Home, ".config"), work} {
+		exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), d).Run()
+	}
+	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
+		n, called := "", false
+		for _, m := range req.Messages {
+			switch m.Role {
+			case "user":
+				n, called = strings.TrimPrefix(m.Text(), "prompt "), false
+			case "tool":
+				called = true
+			}
+		}
+		if !called {
+			return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "effect", Args: `{"n":` + n + `}`}}, Delay: 20 * time.Millisecond}
+		}
+		return fakellm.Response{Text: []string{"answer ", n, " done"}, Delay: 40 * time.Millisecond}
+	})
+	r.must("up", "h11")
+
+	olliesrv := filepath.Join(binDir, "olliesrv")
+	env := append(os.Environ(), "OLLIE_REMOTE_DIR="+r.dir, "NO_COLOR=1")
+	ollie := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(olliesrv, append([]string{"ollie", "-H", "h11"}, args...)...)
+		cmd.Env, cmd.Stdin = env, strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	must := func(stdin string, args ...string) string {
+		t.Helper()
+		out, err := ollie(stdin, args...)
+		if err != nil {
+			t.Fatalf("ollie -H h11 %v: %v: %s", args, err, out)
+		}
+		return out
+	}
+	must("name=drill cwd="+work, "rdwr", "session/new")
+	must("name=a backend=fake", "rdwr", "session/drill/agent/new")
+
+	chat := exec.Command(olliesrv, "ollie", "-H", "h11", "chat", "session/drill/agent/a")
+	chat.Env = env
+	stdin, _ := chat.StdinPipe()
+	var shown nstest.SyncBuffer
+	chat.Stdout, chat.Stderr = &shown, &shown
+	if err := chat.Start(); err != nil {
+		t.Fatal(err)
+	}
+	chatEnded := make(chan error, 1)
+	go func() { chatEnded <- chat.Wait() }()
+	t.Cleanup(func() { stdin.Close(); chat.Process.Kill(); <-chatEnded })
+
+	for i := 1; i <= prompts; i++ {
+		must("prompt "+strconv.Itoa(i), "write", "session/drill/agent/a/prompt")
+	}
+	sessionFile := func() string {
+		files, _ := filepath.Glob(filepath.Join(h.Home, ".local", "state", "ollie", "sessions", "*.jsonl"))
+		if len(files) != 1 {
+			return ""
+		}
+		b, _ := os.ReadFile(files[0])
+		return string(b)
+	}
+	daemonPID := func() string {
+		out, err := ollie("", "read", "status")
+		if err != nil {
+			return ""
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(l, "pid "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	var restart []time.Duration
+	for k := 0; k < kills; k++ {
+		// Each run of the daemon gets somewhere before it is killed (a
+		// message recorded), then dies at a random moment of its work.
+		recorded := strings.Count(sessionFile(), `"kind":"agent.message"`)
+		for deadline := time.Now().Add(time.Minute); strings.Count(sessionFile(), `"kind":"agent.message"`) == recorded; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: nothing recorded within a minute", k)
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		before := daemonPID()
+		t0 := time.Now()
+		exec.Command("pkill", "-KILL", "-u", h.User, "-f", "olliesrv serve$").Run()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if p := daemonPID(); p != "" && p != before {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: the keeper did not start the daemon again within a minute", k)
+			}
+		}
+		restart = append(restart, time.Since(t0))
+	}
+
+	answered := func() (missing []int) {
+		hist, _ := ollie("", "read", "session/drill/agent/a/log")
+		for i := 1; i <= prompts; i++ {
+			if !strings.Contains(hist, fmt.Sprintf(`"answer %d done"`, i)) {
+				missing = append(missing, i)
+			}
+		}
+		return missing
+	}
+	for deadline := time.Now().Add(3 * time.Minute); len(answered()) > 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("prompts without an answer after the drill: %v", answered())
+		}
+	}
+	hist := must("", "read", "session/drill/agent/a/log")
+	for i := 1; i <= prompts; i++ {
+		if n := strings.Count(hist, fmt.Sprintf(`"answer %d done"`, i)); n != 1 {
+			t.Errorf("prompt %d has %d answers in the history, want 1", i, n)
+		}
+	}
+	b, _ := os.ReadFile(effects)
+	lines := strings.Fields(string(b))
+	dups, seen := 0, map[string]bool{}
+	for _, l := range lines {
+		if seen[l] {
+			dups++
+			t.Errorf("effect %s happened twice", l)
+		}
+		seen[l] = true
+	}
+	f := sessionFile()
+	resumed, waited := strings.Count(f, `"kind":"agent.resume"`), strings.Count(f, `"error":"interrupted: olliesrv stopped`)
+	if waited > 0 {
+		t.Errorf("%d turns waited for a person, want every cut turn to go on by itself", waited)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		s := shown.String()
+		var missing []int
+		for i := 1; i <= prompts; i++ {
+			if !strings.Contains(s, fmt.Sprintf("answer %d done", i)) {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the attached chat never showed the answers to %v:\n%s", missing, tailString(s, 4000))
+		}
+	}
+	select {
+	case err := <-chatEnded:
+		t.Errorf("ollie -H chat ended during the drill: %v\n%s", err, tailString(shown.String(), 2000))
+		chatEnded <- err
+	default:
+	}
+	slices.Sort(restart)
+	t.Logf("figure: heal drill through the keeper: %d SIGKILLs, %d prompts answered, %d effects (%d twice), %d turns resumed by themselves, %d waited; kill to the keeper's new daemon answering through the tunnel p50 %v p99 %v",
+		kills, prompts, len(lines), dups, resumed, waited, restart[len(restart)/2].Round(time.Millisecond), restart[len(restart)*99/100].Round(time.Millisecond))
+}
