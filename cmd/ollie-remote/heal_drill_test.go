@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"ollie/agent/fakellm"
+	"ollie/internal/healdrill"
 	"ollie/internal/nstest"
 )
 
@@ -33,31 +33,13 @@ func TestHealDrillKeeper(t *testing.T) {
 	effects := filepath.Join(work, "effects")
 	os.MkdirAll(tools, 0755)
 	os.MkdirAll(work, 0755)
-	os.WriteFile(filepath.Join(tools, "effect.meta"), []byte(`{"description": "Record effect N.", "timeout": 60}`), 0644)
-	os.WriteFile(filepath.Join(tools, "effect"), []byte(`#!/bin/sh
-n=$(cat | tr -dc 0-9)
-sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 3 ))
-echo "$n" >> `+effects+`
-echo "effect $n recorded"
-`), 0755)
+	if err := healdrill.WriteTool(tools, effects); err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []string{filepath.Join(h.Home, ".config"), work} {
 		exec.Command("chown", "-R", fmt.Sprintf("%d:%d", h.UID, h.GID), d).Run()
 	}
-	llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
-		n, called := "", false
-		for _, m := range req.Messages {
-			switch m.Role {
-			case "user":
-				n, called = strings.TrimPrefix(m.Text(), "prompt "), false
-			case "tool":
-				called = true
-			}
-		}
-		if !called {
-			return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "effect", Args: `{"n":` + n + `}`}}, Delay: 20 * time.Millisecond}
-		}
-		return fakellm.Response{Text: []string{"answer ", n, " done"}, Delay: 40 * time.Millisecond}
-	})
+	llm.Respond(healdrill.Respond)
 	r.must("up", "h11")
 
 	olliesrv := filepath.Join(binDir, "olliesrv")
@@ -159,15 +141,10 @@ echo "effect $n recorded"
 			t.Errorf("prompt %d has %d answers in the history, want 1", i, n)
 		}
 	}
-	b, _ := os.ReadFile(effects)
-	lines := strings.Fields(string(b))
-	dups, seen := 0, map[string]bool{}
-	for _, l := range lines {
-		if seen[l] {
-			dups++
-			t.Errorf("effect %s happened twice", l)
-		}
-		seen[l] = true
+	lines, twice := healdrill.Effects(effects)
+	dups := len(twice)
+	for _, n := range twice {
+		t.Errorf("effect %s happened twice", n)
 	}
 	f := sessionFile()
 	resumed, waited := strings.Count(f, `"kind":"agent.resume"`), strings.Count(f, `"error":"interrupted: olliesrv stopped`)

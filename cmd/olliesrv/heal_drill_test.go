@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/healdrill"
 	"ollie/internal/lab"
 	"ollie/internal/nstest"
 )
@@ -31,30 +32,12 @@ func TestHealDrill(t *testing.T) {
 	llm := fakellm.Start(t)
 	work, tools, state, dir := t.TempDir(), t.TempDir(), t.TempDir(), nstest.ShortTempDir(t)
 	effects := filepath.Join(work, "effects")
-	os.WriteFile(filepath.Join(tools, "effect.meta"), []byte(`{"description": "Record effect N.", "timeout": 60}`), 0644)
-	os.WriteFile(filepath.Join(tools, "effect"), []byte(`#!/bin/sh
-n=$(cat | tr -dc 0-9)
-sleep 0.$(( $(od -An -N1 -tu1 /dev/urandom) % 3 ))
-echo "$n" >> `+effects+`
-echo "effect $n recorded"
-`), 0755)
+	if err := healdrill.WriteTool(tools, effects); err != nil {
+		t.Fatal(err)
+	}
 	// The model: a prompt "prompt N" asks for the tool with N, and once
 	// the call has a result (run, or interrupted) answers "answer N done".
-	llm.Respond(func(r *fakellm.ChatRequest) fakellm.Response {
-		n, called := "", false
-		for _, m := range r.Messages {
-			switch m.Role {
-			case "user":
-				n, called = strings.TrimPrefix(m.Text(), "prompt "), false
-			case "tool":
-				called = true
-			}
-		}
-		if !called {
-			return fakellm.Response{ToolCalls: []fakellm.Call{{Name: "effect", Args: `{"n":` + n + `}`}}, Delay: 20 * time.Millisecond}
-		}
-		return fakellm.Response{Text: []string{"answer ", n, " done"}, Delay: 40 * time.Millisecond}
-	})
+	llm.Respond(healdrill.Respond)
 	data, _ := filepath.Abs("../../data")
 	env := []string{"OLLIE_TOOLS_PATH=" + tools, "OLLIE_DATA=" + data, "XDG_STATE_HOME=" + state,
 		"OPENAI_BASE_URL=" + llm.URL + "/v1", "OPENAI_API_KEY=test-key", "OPENAI_MODEL=fake-model"}
@@ -140,16 +123,10 @@ echo "effect $n recorded"
 			t.Errorf("prompt %d has %d answers in the history, want 1", i, n)
 		}
 	}
-	b, _ := os.ReadFile(effects)
-	lines := strings.Fields(string(b))
-	dups := 0
-	seen := map[string]bool{}
-	for _, l := range lines {
-		if seen[l] {
-			dups++
-			t.Errorf("effect %s happened twice", l)
-		}
-		seen[l] = true
+	lines, twice := healdrill.Effects(effects)
+	dups := len(twice)
+	for _, n := range twice {
+		t.Errorf("effect %s happened twice", n)
 	}
 	files, _ := filepath.Glob(filepath.Join(state, "ollie", "sessions", "*.jsonl"))
 	var resumed, ended int
