@@ -439,3 +439,11 @@ func (s *Session) Revision() uint64 {
 func (s *Session) Wait(ctx context.Context, rev uint64) (uint64, error) {
 	return s.rev.Wait(ctx, rev)
 }
+
+// ClientEnv names the ollie client for tools that reach the namespace
+// (client_9p): the olliesrv binary serving it, which is the client too
+// when its first argument is "ollie". olliesrv serve sets it in its own
+// environment, so that a variant may match on it, and the runner passes
+// it on. It lies in {OLLIE_BIN}, which the default profile lets tools
+// execute; ~/.local/bin/ollie, the person's command, is not there.
+const ClientEnv = "OLLIE_CLIENT"

@@ -205,6 +205,9 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 	if r.Namespace != "" {
 		env = append(env, "OLLIE_NAMESPACE="+r.Namespace)
 	}
+	if exe := os.Getenv(ClientEnv); exe != "" {
+		env = append(env, ClientEnv+"="+exe)
+	}
 	if c.Token != "" {
 		env = append(env, client.TokenEnv+"="+c.Token)
 	}

@@ -675,3 +675,34 @@ esac
 		t.Errorf("the fake ollie was run as:\n%s\nwant:\n%s", calls, want)
 	}
 }
+
+// TestStarterClient9pOwnClient (issue 31, item 4): where olliesrv names
+// itself as the client ($OLLIE_CLIENT, as olliesrv serve sets it),
+// client_9p is offered whether or not ollie is in PATH, and runs that
+// binary as "CLIENT ollie …": a file under {OLLIE_BIN}, where the sandbox
+// lets tools execute, not the person's ~/.local/bin/ollie.
+func TestStarterClient9pOwnClient(t *testing.T) {
+	cwdHolder := t.TempDir()
+	client := filepath.Join(cwdHolder, "olliesrv")
+	fake := `#!/bin/sh
+echo "args: $*" >> "$(dirname "$0")/calls"
+printf 'help\nsession/\n'
+`
+	if err := os.WriteFile(client, []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(ClientEnv, client)
+	r, reg, _ := starterRunner(t, starterHost{binaries: map[string]string{"ollie": ""}})
+	r.Cwd = cwdHolder
+	ex := explained(t, reg, "client_9p")
+	if ex.Status != Available || !strings.Contains(ex.String(), "env OLLIE_CLIENT is set") {
+		t.Fatalf("client_9p with OLLIE_CLIENT and no ollie in PATH:\n%s", ex)
+	}
+	if out := call(t, r, "client_9p", `{"op": "ls", "path": "/"}`); out != "help\nsession/\n" {
+		t.Errorf("ls: %q", out)
+	}
+	calls, _ := os.ReadFile(filepath.Join(cwdHolder, "calls"))
+	if !strings.HasPrefix(string(calls), "args: ollie -a ") || !strings.HasSuffix(string(calls), " ls /\n") {
+		t.Errorf("the client was run as %q, want ollie -a ADDR ls /", calls)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"ollie/ns/host"
 	"ollie/ns/nsdir"
 	"ollie/ns/sshd"
+	"ollie/toolsrv"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,6 +30,9 @@ func serveMain(args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "olliesrv serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if exe, err := os.Executable(); err == nil {
+		os.Setenv(toolsrv.ClientEnv, exe)
 	}
 	conf, confFile, err := loadConfig()
 	if err != nil {
