@@ -21,6 +21,7 @@ import (
 // and show what comes after it: the
 // time-out bounds what a person waits on, never a stream followed.
 func TestChatOutlastsSilence(t *testing.T) {
+	t.Parallel() // its own lab users, keeper and model: it waits more than it works
 	r, _, llm := modelHost(t, "orquiet")
 	r.must("up", "h11")
 	ollie := filepath.Join(binDir, "olliesrv")

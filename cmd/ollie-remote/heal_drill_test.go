@@ -26,11 +26,15 @@ import (
 // gets its answer without a person, no side effect happens twice, and the
 // attached chat shows every answer.
 func TestHealDrillKeeper(t *testing.T) {
+	t.Parallel() // its own lab users, keeper and model: it waits more than it works
 	const kills, prompts = 25, 40
 	r, h, llm := modelHost(t, "orheal")
 	tools := filepath.Join(h.Home, ".config", "ollie", "tools")
 	work := filepath.Join(h.Home, "drill")
 	effects := filepath.Join(work, "effects")
+	// The lab's users and homes outlive a run: nothing of an earlier one
+	// may count in this one.
+	os.RemoveAll(work)
 	os.MkdirAll(tools, 0755)
 	os.MkdirAll(work, 0755)
 	if err := healdrill.WriteTool(tools, effects); err != nil {
@@ -76,12 +80,9 @@ func TestHealDrillKeeper(t *testing.T) {
 	for i := 1; i <= prompts; i++ {
 		must("prompt "+strconv.Itoa(i), "write", "session/drill/agent/a/prompt")
 	}
+	sid := strings.TrimSpace(must("", "read", "session/drill/id"))
 	sessionFile := func() string {
-		files, _ := filepath.Glob(filepath.Join(h.Home, ".local", "state", "ollie", "sessions", "*.jsonl"))
-		if len(files) != 1 {
-			return ""
-		}
-		b, _ := os.ReadFile(files[0])
+		b, _ := os.ReadFile(filepath.Join(h.Home, ".local", "state", "ollie", "sessions", sid+".jsonl"))
 		return string(b)
 	}
 	daemonPID := func() string {
@@ -145,6 +146,18 @@ func TestHealDrillKeeper(t *testing.T) {
 	dups := len(twice)
 	for _, n := range twice {
 		t.Errorf("effect %s happened twice", n)
+	}
+	if dups > 0 {
+		var recs []string
+		for _, l := range strings.Split(sessionFile(), "\n") {
+			if strings.Contains(l, `\"n\":`+twice[0]+`}`) || strings.Contains(l, `"n":`+twice[0]+`}`) || strings.Contains(l, "prompt "+twice[0]+`"`) || strings.Contains(l, "agent.resume") {
+				recs = append(recs, tailString(l, 400))
+			}
+		}
+		t.Logf("the session file's records of effect %s and the resumes:\n%s", twice[0], strings.Join(recs, "\n"))
+		raw, _ := os.ReadFile(effects)
+		ps, _ := exec.Command("ps", "-o", "pid,ppid,args", "-u", h.User).CombinedOutput()
+		t.Logf("effects: %q\nthe host user's processes:\n%s", raw, ps)
 	}
 	f := sessionFile()
 	resumed, waited := strings.Count(f, `"kind":"agent.resume"`), strings.Count(f, `"error":"interrupted: olliesrv stopped`)

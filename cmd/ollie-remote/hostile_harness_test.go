@@ -689,14 +689,17 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 	}
 }
 
-// connectedTo counts the connections accepted on the Unix socket at path:
-// /proc/net/unix names each by its listener's path (state 03, connected).
-// The lab's hosts share this machine, so the forwarded socket is here.
+// connectedTo counts the connections accepted on the keeper's broker
+// sockets beside path (the one registered, and any the keeper registers
+// in its place meanwhile, as after a daemon's restart): /proc/net/unix
+// names each by its listener's path (state 03, connected). The lab's
+// hosts share this machine, so the forwarded sockets are here.
 func connectedTo(path string) int {
 	b, _ := os.ReadFile("/proc/net/unix")
+	prefix := filepath.Join(filepath.Dir(path), "broker-")
 	n := 0
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 8 && f[5] == "03" && f[7] == path {
+		if f := strings.Fields(l); len(f) >= 8 && f[5] == "03" && strings.HasPrefix(f[7], prefix) {
 			n++
 		}
 	}

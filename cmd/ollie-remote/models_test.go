@@ -76,7 +76,21 @@ func TestDesktopModel(t *testing.T) {
 	if !strings.Contains(st, "desktop:deskllm desk-model (1 requests, ") {
 		t.Errorf("status does not show the route and its usage:\n%s", st)
 	}
-	r.must("down", "-stop-daemon", "h11")
+	// down takes the desktop's model away from the host, and says so
+	// (issue 31): its agents go back to the host's own backends rather
+	// than failing on a model no longer connected.
+	if out := r.must("down", "h11"); !strings.Contains(out, "h11: its agents no longer use this desktop's model") {
+		t.Errorf("down does not say the desktop's model is gone:\n%s", out)
+	}
+	if b := ollie("", "read", "backends"); strings.Contains(b, "desktop\topenai") {
+		t.Errorf("after down the host still lists the desktop's backend:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(h.Home, ".config", "ollie", "backends.desktop.json")); err == nil {
+		t.Error("after down the host still has backends.desktop.json")
+	}
+	if out, err := lab.SSH("h11", ".local/share/ollie/current/olliesrv", "stop").CombinedOutput(); err != nil {
+		t.Fatalf("olliesrv stop: %v\n%s", err, out)
+	}
 
 	searchFor(t, key, h.Home, "/tmp", "/var/log")
 	procs, _ := filepath.Glob("/proc/[0-9]*")

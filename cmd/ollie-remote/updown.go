@@ -116,6 +116,9 @@ func downMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.
 		} else {
 			fmt.Fprintf(stdout, "%s: down (olliesrv keeps running on the host)\n", termsafe.Line(h))
 		}
+		if r.Msg != "" {
+			fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(h), termsafe.Field(r.Msg, maxHostMessage))
+		}
 	}
 	return status
 }

@@ -324,8 +324,8 @@ func (k *keeper) serve(c net.Conn) {
 		var unreachable *connectError
 		send(Reply{Host: req.Host, Done: true, Socket: sock, Err: errString(err), Result: dr, Unreachable: errors.As(err, &unreachable) && (!tunnel.Permanent(err) || errors.As(err, new(*net.DNSError)))})
 	case "down":
-		err := k.down(ctx, req.Host, req.Stop)
-		send(Reply{Host: req.Host, Done: true, Err: errString(err)})
+		note, err := k.down(ctx, req.Host, req.Stop)
+		send(Reply{Host: req.Host, Done: true, Err: errString(err), Msg: note})
 	case "list":
 		send(Reply{Done: true, Held: k.list(), Policy: desktop.PolicyState(k.broker), Runs: k.runUsage()})
 	case "deploy":
@@ -577,18 +577,22 @@ func (h *heldHost) deploy(ctx context.Context, b *deploy.Bundle, keep int, dl de
 	return r
 }
 
-func (k *keeper) down(ctx context.Context, host string, stop bool) error {
+func (k *keeper) down(ctx context.Context, host string, stop bool) (note string, err error) {
 	k.mu.Lock()
 	h := k.hosts[host]
 	delete(k.hosts, host)
 	left := len(k.hosts)
 	k.mu.Unlock()
 	if h == nil {
-		return fmt.Errorf("%s is not up", host)
+		return "", fmt.Errorf("%s is not up", host)
 	}
-	var err error
 	// First the registration, while the daemon is there to remove it.
 	h.letApprovalsGo()
+	// And the desktop's model, which the host's agents would go on
+	// asking for.
+	mctx, mcancel := deploy.Within(ctx, 2*h.deadlines.ForStep())
+	note = h.withdrawModels(mctx)
+	mcancel()
 	if stop {
 		// Then the proxy, so that no client's redial starts the
 		// daemon again once it stops.
@@ -611,7 +615,7 @@ func (k *keeper) down(ctx context.Context, host string, stop bool) error {
 	if left == 0 {
 		k.once.Do(func() { close(k.quit) })
 	}
-	return err
+	return note, err
 }
 
 func (k *keeper) list() []HeldInfo {

@@ -18,6 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -356,6 +357,48 @@ func (h *heldHost) waitModels(ctx context.Context, ready <-chan struct{}, progre
 }
 
 // endModels stops carrying the host's route.
+// withdrawModels, for down, stops carrying the desktop's model to the host
+// and takes its backend away there (the file the keeper wrote, and the
+// daemon reads its backends again), so that the host's agents go back to
+// its own backends instead of failing on a model that is no longer
+// connected. It says what it did, for the person; "" when the host had
+// no route.
+func (h *heldHost) withdrawModels(ctx context.Context) string {
+	h.mu.Lock()
+	had := h.stopModels != nil
+	h.mu.Unlock()
+	if !had {
+		return ""
+	}
+	h.endModels()
+	fail := func(err error) string {
+		return "the desktop's model stays configured on the host (" + err.Error() + "): its agents' turns fail with \"the desktop's model is not connected\" until ollie-remote up -model-via desktop " + h.name +
+			", or until ~/.config/ollie/" + DesktopBackendsFile + " is removed there and ollie rdwr ctl <<< invalidate is run"
+	}
+	c, err := h.th.Client(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if c.Appliance() {
+		return fail(fmt.Errorf("an appliance host keeps its backends file"))
+	}
+	sc, err := c.SFTP()
+	if err != nil {
+		return fail(err)
+	}
+	home, err := sc.Getwd()
+	if err != nil {
+		return fail(err)
+	}
+	if err := sc.Remove(path.Join(home, ".config", "ollie", DesktopBackendsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fail(err)
+	}
+	if err := h.invalidateBackends(ctx, c); err != nil {
+		return fail(err)
+	}
+	return "its agents no longer use this desktop's model: they use the host's own backends again (ollie-remote up -model-via desktop " + h.name + " gives it back)"
+}
+
 func (h *heldHost) endModels() {
 	h.mu.Lock()
 	stop, done := h.stopModels, h.modelsDone
