@@ -25,9 +25,9 @@ func TestSplitTargets(t *testing.T) {
 		{"h1|check|the|disks", []string{"h1"}, []string{"check", "the", "disks"}},
 		{"h1|h2|check disks|h3", []string{"h1", "h2"}, []string{"check disks", "h3"}},
 		{"web*|db9|db*|check", []string{"web*", "db9", "db*"}, []string{"check"}}, // db9 is held
-		{"h1|h2", []string{"h1"}, []string{"h2"}},                      // the last word is the goal
+		{"h1|h2", []string{"h1"}, []string{"h2"}},                                 // the last word is the goal
 		{"h1|@group|h2,h3|ops@h2|look", []string{"h1", "@group", "h2,h3", "ops@h2"}, []string{"look"}},
-		{"h1|x*|look", []string{"h1"}, []string{"x*", "look"}},     // a pattern matching nothing
+		{"h1|x*|look", []string{"h1"}, []string{"x*", "look"}},       // a pattern matching nothing
 		{"h1|h2 h3|look", []string{"h1"}, []string{"h2 h3", "look"}}, // a quoted sentence is not a list
 	} {
 		words := strings.Split(c.line, "|")
