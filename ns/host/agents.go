@@ -984,6 +984,7 @@ func (n *namespace) checkModel(ctx context.Context, e *agentEntry, model string)
 
 // backend returns the named backend, or the default one.
 func (n *namespace) backend(name string) (backend.Backend, error) {
+	n.reloadEdited()
 	n.bmu.Lock()
 	lookup := n.backends
 	n.bmu.Unlock()

@@ -163,7 +163,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	gate.Sweep()
 	d.gate = gate
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolsrv.Pool{Elevate: elevate, Namespace: cfg.Dir, Spill: d.spill.Dir}, gate: gate,
-		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry, loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
+		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry, seenFiles: backendFiles(cfg.Registry), loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
 		d.closeListeners()

@@ -505,3 +505,44 @@ func TestInvalidateBackends(t *testing.T) {
 		t.Errorf("a bad edit replaced the backends: %q", got)
 	}
 }
+
+// TestBackendsEditRead (issue 31, item 6): an edit of backends.json is
+// read at the next use of the backends, without ctl invalidate; a bad
+// edit keeps the backends already loaded.
+func TestBackendsEditRead(t *testing.T) {
+	conf := t.TempDir()
+	file := filepath.Join(conf, "ollie", "backends.json")
+	os.MkdirAll(filepath.Dir(file), 0700)
+	write := func(text string) {
+		if err := os.WriteFile(file, []byte(text), 0600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"XDG_CONFIG_HOME": conf}
+	load := func() (*backend.Registry, error) {
+		return backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	}
+	write(`{"backends": {"first": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m1"}}}`)
+	reg, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: reg, LoadBackends: load,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Shutdown(context.Background()) })
+	fs := nstest.Attach(t, d.Socket, "")
+	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "first\t") {
+		t.Fatalf("backends = %q", got)
+	}
+	write(`{"backends": {"second": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m2"}}}`)
+	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "second\t") || strings.Contains(got, "first") {
+		t.Errorf("backends after an edit, without invalidate = %q", got)
+	}
+	write(`{"backends": {"third": {"type": "openai", "modle": "m3"}}}`)
+	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "second\t") {
+		t.Errorf("a bad edit replaced the backends: %q", got)
+	}
+}

@@ -39,6 +39,10 @@ type namespace struct {
 	backends     func(name string) (backend.Backend, error) // nil: none configured
 	registry     *backend.Registry                          // may be nil
 	loadBackends func() (*backend.Registry, error)
+	// seenFiles is what the backends files were (size and time) when
+	// they were last read: an edit is read at the next use, without ctl
+	// invalidate; a bad one is logged once and the old backends kept.
+	seenFiles string
 	bus          *ns.Bus
 	sessions     *agent.Sessions
 	host         string
@@ -155,7 +159,7 @@ func (n *namespace) ctl(ctx context.Context, c *ns.Call, req []byte) ([]byte, er
 				return nil, fmt.Errorf("ctl: invalidate: %w (olliesrv keeps the backends it had)", err)
 			}
 			n.bmu.Lock()
-			n.registry, n.backends = reg, lookupIn(reg)
+			n.registry, n.backends, n.seenFiles = reg, lookupIn(reg), backendFiles(reg)
 			n.bmu.Unlock()
 		}
 		n.bus.Publish("server.invalidate", c.User)
@@ -494,9 +498,54 @@ func (n *namespace) agentProfiles(ctx context.Context, c *ns.Call) ([]byte, erro
 // currentRegistry is the configured backends, as ctl invalidate last read
 // them.
 func (n *namespace) currentRegistry() *backend.Registry {
+	n.reloadEdited()
 	n.bmu.Lock()
 	defer n.bmu.Unlock()
 	return n.registry
+}
+
+// backendFiles describes the backends files as they are now: the
+// person's backends.json and the desktop's beside it.
+func backendFiles(reg *backend.Registry) string {
+	if reg == nil || reg.Path() == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, f := range []string{reg.Path(), filepath.Join(filepath.Dir(reg.Path()), backend.DesktopFile)} {
+		if fi, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%s %d %d;", f, fi.Size(), fi.ModTime().UnixNano())
+		} else {
+			fmt.Fprintf(&b, "%s -;", f)
+		}
+	}
+	return b.String()
+}
+
+// reloadEdited reads the backends again when a backends file changed
+// since they were read, as ctl invalidate does.
+func (n *namespace) reloadEdited() {
+	if n.loadBackends == nil {
+		return
+	}
+	n.bmu.Lock()
+	reg, seen := n.registry, n.seenFiles
+	n.bmu.Unlock()
+	now := backendFiles(reg)
+	if now == "" || now == seen {
+		return
+	}
+	n.bmu.Lock()
+	n.seenFiles = now
+	n.bmu.Unlock()
+	fresh, err := n.loadBackends()
+	if err != nil {
+		n.log.Error("olliesrv: the backends file changed and cannot be read; the backends it had stay", "err", err)
+		return
+	}
+	n.bmu.Lock()
+	n.registry, n.backends = fresh, lookupIn(fresh)
+	n.bmu.Unlock()
+	n.log.Info("olliesrv: the backends file changed: read again", "file", fresh.Path())
 }
 
 func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error) {
