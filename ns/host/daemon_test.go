@@ -459,7 +459,11 @@ func TestTCPUntrusted(t *testing.T) {
 // TestInvalidateBackends checks that ctl invalidate reads backends.json
 // again: a good edit takes effect at once, and a bad one is reported
 // there, naming the file, while the backends already loaded stay.
-func TestInvalidateBackends(t *testing.T) {
+// backendsDaemon starts olliesrv on a backends.json of its own naming
+// the backend "first", and returns the admin's attach and how to write
+// the file.
+func backendsDaemon(t *testing.T) (*client.Fsys, func(string)) {
+	t.Helper()
 	conf := t.TempDir()
 	file := filepath.Join(conf, "ollie", "backends.json")
 	os.MkdirAll(filepath.Dir(file), 0700)
@@ -487,6 +491,11 @@ func TestInvalidateBackends(t *testing.T) {
 	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "first\t") {
 		t.Fatalf("backends = %q", got)
 	}
+	return fs, write
+}
+
+func TestInvalidateBackends(t *testing.T) {
+	fs, write := backendsDaemon(t)
 
 	write(`{"backends": {"second": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m2"}}}`)
 	if got, err := nstest.RdWr(fs, "ctl", "invalidate"); err != nil || got != "ok\n" {
@@ -497,7 +506,7 @@ func TestInvalidateBackends(t *testing.T) {
 	}
 
 	write(`{"backends": {"third": {"type": "openai", "modle": "m3"}}}`)
-	_, err = nstest.RdWr(fs, "ctl", "invalidate")
+	_, err := nstest.RdWr(fs, "ctl", "invalidate")
 	if err == nil || !strings.Contains(err.Error(), "backends.json") || !strings.Contains(err.Error(), "modle") {
 		t.Errorf("invalidate after a bad edit: %v, want an error naming the file and the field", err)
 	}
@@ -510,33 +519,7 @@ func TestInvalidateBackends(t *testing.T) {
 // read at the next use of the backends, without ctl invalidate; a bad
 // edit keeps the backends already loaded.
 func TestBackendsEditRead(t *testing.T) {
-	conf := t.TempDir()
-	file := filepath.Join(conf, "ollie", "backends.json")
-	os.MkdirAll(filepath.Dir(file), 0700)
-	write := func(text string) {
-		if err := os.WriteFile(file, []byte(text), 0600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := map[string]string{"XDG_CONFIG_HOME": conf}
-	load := func() (*backend.Registry, error) {
-		return backend.LoadEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	}
-	write(`{"backends": {"first": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m1"}}}`)
-	reg, err := load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Registry: reg, LoadBackends: load,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Shutdown(context.Background()) })
-	fs := nstest.Attach(t, d.Socket, "")
-	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "first\t") {
-		t.Fatalf("backends = %q", got)
-	}
+	fs, write := backendsDaemon(t)
 	write(`{"backends": {"second": {"type": "openai", "url": "http://127.0.0.1:1/v1", "model": "m2"}}}`)
 	if got := nstest.ReadFile(t, fs, "backends"); !strings.HasPrefix(got, "second\t") || strings.Contains(got, "first") {
 		t.Errorf("backends after an edit, without invalidate = %q", got)
