@@ -122,13 +122,9 @@ func TestHealDrillKeeper(t *testing.T) {
 		restart = append(restart, time.Since(t0))
 	}
 
-	answered := func() (missing []int) {
+	answered := func() []int {
 		hist, _ := ollie("", "read", "session/drill/agent/a/log")
-		for i := 1; i <= prompts; i++ {
-			if !strings.Contains(hist, fmt.Sprintf(`"answer %d done"`, i)) {
-				missing = append(missing, i)
-			}
-		}
+		missing, _ := healdrill.Answers(hist, prompts)
 		return missing
 	}
 	for deadline := time.Now().Add(3 * time.Minute); len(answered()) > 0; time.Sleep(200 * time.Millisecond) {
@@ -137,9 +133,10 @@ func TestHealDrillKeeper(t *testing.T) {
 		}
 	}
 	hist := must("", "read", "session/drill/agent/a/log")
+	_, times := healdrill.Answers(hist, prompts)
 	for i := 1; i <= prompts; i++ {
-		if n := strings.Count(hist, fmt.Sprintf(`"answer %d done"`, i)); n != 1 {
-			t.Errorf("prompt %d has %d answers in the history, want 1", i, n)
+		if times[i] != 1 {
+			t.Errorf("prompt %d has %d answers in the history, want 1", i, times[i])
 		}
 	}
 	lines, twice := healdrill.Effects(effects)
@@ -166,12 +163,7 @@ func TestHealDrillKeeper(t *testing.T) {
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		s := shown.String()
-		var missing []int
-		for i := 1; i <= prompts; i++ {
-			if !strings.Contains(s, fmt.Sprintf("answer %d done", i)) {
-				missing = append(missing, i)
-			}
-		}
+		missing, _ := healdrill.Answers(s, prompts)
 		if len(missing) == 0 {
 			break
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -98,13 +97,7 @@ func TestHealDrill(t *testing.T) {
 	}
 
 	answered := func() []int {
-		var missing []int
-		hist := ollie("", "read", "session/drill/agent/a/log")
-		for i := 1; i <= prompts; i++ {
-			if !strings.Contains(hist, fmt.Sprintf(`"answer %d done"`, i)) {
-				missing = append(missing, i)
-			}
-		}
+		missing, _ := healdrill.Answers(ollie("", "read", "session/drill/agent/a/log"), prompts)
 		return missing
 	}
 	for deadline := time.Now().Add(2 * time.Minute); len(answered()) > 0; time.Sleep(100 * time.Millisecond) {
@@ -118,9 +111,10 @@ func TestHealDrill(t *testing.T) {
 		}
 	}
 	hist := ollie("", "read", "session/drill/agent/a/log")
+	_, times := healdrill.Answers(hist, prompts)
 	for i := 1; i <= prompts; i++ {
-		if n := strings.Count(hist, fmt.Sprintf(`"answer %d done"`, i)); n != 1 {
-			t.Errorf("prompt %d has %d answers in the history, want 1", i, n)
+		if times[i] != 1 {
+			t.Errorf("prompt %d has %d answers in the history, want 1", i, times[i])
 		}
 	}
 	lines, twice := healdrill.Effects(effects)
@@ -141,12 +135,7 @@ func TestHealDrill(t *testing.T) {
 	// The chat rode every restart and shows every answer.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		s := shown.String()
-		var missing []int
-		for i := 1; i <= prompts; i++ {
-			if !strings.Contains(s, fmt.Sprintf("answer %d done", i)) {
-				missing = append(missing, i)
-			}
-		}
+		missing, _ := healdrill.Answers(s, prompts)
 		if len(missing) == 0 {
 			break
 		}

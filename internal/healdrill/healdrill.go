@@ -8,6 +8,7 @@ package healdrill
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,4 +61,17 @@ func Effects(effects string) (all, twice []string) {
 		all = append(all, n)
 	}
 	return all, twice
+}
+
+// Answers looks for the answers to prompts 1 to n in text (a history, a
+// chat): the prompts whose answer is missing, and how often each appears.
+func Answers(text string, n int) (missing []int, times map[int]int) {
+	times = map[int]int{}
+	for i := 1; i <= n; i++ {
+		times[i] = strings.Count(text, "answer "+strconv.Itoa(i)+" done")
+		if times[i] == 0 {
+			missing = append(missing, i)
+		}
+	}
+	return missing, times
 }
