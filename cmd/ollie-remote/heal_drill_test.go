@@ -27,7 +27,7 @@ import (
 // attached chat shows every answer.
 func TestHealDrillKeeper(t *testing.T) {
 	t.Parallel() // its own lab users, keeper and model: it waits more than it works
-	const kills, prompts = 25, 40
+	const kills, prompts = 25, 80
 	r, h, llm := modelHost(t, "orheal")
 	tools := filepath.Join(h.Home, ".config", "ollie", "tools")
 	work := filepath.Join(h.Home, "drill")
@@ -97,6 +97,11 @@ func TestHealDrillKeeper(t *testing.T) {
 		}
 		return ""
 	}
+	answered := func() []int {
+		hist, _ := ollie("", "read", "session/drill/agent/a/log")
+		missing, _ := healdrill.Answers(hist, prompts)
+		return missing
+	}
 	var restart []time.Duration
 	for k := 0; k < kills; k++ {
 		// Each run of the daemon gets somewhere before it is killed (a
@@ -104,7 +109,7 @@ func TestHealDrillKeeper(t *testing.T) {
 		recorded := strings.Count(sessionFile(), `"kind":"agent.message"`)
 		for deadline := time.Now().Add(time.Minute); strings.Count(sessionFile(), `"kind":"agent.message"`) == recorded; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: nothing recorded within a minute", k)
+				t.Fatalf("kill %d: nothing recorded within a minute (%d prompts unanswered)", k, len(answered()))
 			}
 		}
 		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
@@ -122,12 +127,7 @@ func TestHealDrillKeeper(t *testing.T) {
 		restart = append(restart, time.Since(t0))
 	}
 
-	answered := func() []int {
-		hist, _ := ollie("", "read", "session/drill/agent/a/log")
-		missing, _ := healdrill.Answers(hist, prompts)
-		return missing
-	}
-	for deadline := time.Now().Add(3 * time.Minute); len(answered()) > 0; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Minute); len(answered()) > 0; time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("prompts without an answer after the drill: %v", answered())
 		}
