@@ -43,15 +43,15 @@ type namespace struct {
 	// they were last read: an edit is read at the next use, without ctl
 	// invalidate; a bad one is logged once and the old backends kept.
 	seenFiles string
-	bus          *ns.Bus
-	sessions     *agent.Sessions
-	host         string
-	kill         func() // asks the daemon to shut down
-	tree         *ns.Tree
-	version      string // this binary's, for status and env
-	started      time.Time
-	gate         *broker.Gate
-	always       string // where "always" answers through bypass/pending are kept; "": not kept
+	bus       *ns.Bus
+	sessions  *agent.Sessions
+	host      string
+	kill      func() // asks the daemon to shut down
+	tree      *ns.Tree
+	version   string // this binary's, for status and env
+	started   time.Time
+	gate      *broker.Gate
+	always    string // where "always" answers through bypass/pending are kept; "": not kept
 }
 
 // spec declares the namespace. Every file is one line; help is generated
