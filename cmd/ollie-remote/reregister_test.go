@@ -53,6 +53,16 @@ func newSudoLab(t *testing.T, prefix string, remotes int) *sudoLab {
 		program, log := askpass(t, privateDir(t), s.password, true)
 		s.asks, s.logs = append(s.asks, program), append(s.logs, log)
 	}
+	t.Cleanup(func() { // before the remotes' own cleanups take their logs
+		if !t.Failed() {
+			return
+		}
+		for i, r := range s.remotes {
+			t.Logf("keeper %d's keeper.log:\n%s", i, keeperLog(r))
+		}
+		b, _ := os.ReadFile(filepath.Join(s.h.Home, ".local", "state", "ollie", "olliesrv.log"))
+		t.Logf("h11's olliesrv.log:\n%s", b)
+	})
 	s.data = copyData(t, map[string]string{
 		"root_id.meta": `{"description": "Print the user id the tool runs as.", "sudo": true, "readOnly": true}`,
 		"root_id":      "#!/bin/sh\nid -u\n",
@@ -348,10 +358,6 @@ func TestApprovalsSurviveDaemonRestart(t *testing.T) {
 	t.Logf("after a daemon restart, approvals reach the desktop again within: %s", strings.Join(figures, ", "))
 	if cell, row := approvalsColumn(t, r); cell != "ok" {
 		t.Errorf("status at the end: %q", row)
-	}
-	if t.Failed() {
-		log, _ := os.ReadFile(filepath.Join(r.dir, "keeper.log"))
-		t.Logf("keeper.log:\n%s", log)
 	}
 }
 

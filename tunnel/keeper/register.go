@@ -193,7 +193,10 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path,
 	defer cancel()
 	events := &eventLines{c: make(chan string, 64)}
 	subscribed := make(chan error, 1)
-	go func() { subscribed <- nc.Subscribe(ctx, "event", []byte("bypass.broker"), events) }()
+	on := make(chan struct{})
+	go func() {
+		subscribed <- nc.SubscribeFrom(ctx, "event", []byte("bypass.broker"), func() { close(on) }, events)
+	}()
 	register := func() error {
 		if err := nc.Write(ctx, "bypass/broker", []byte(path+" key="+key)); err != nil {
 			return err
@@ -206,13 +209,22 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path,
 		}
 		return nil
 	}
-	if err := register(); err != nil {
-		return err
+	// Register once the watch is on, so that the event of our own
+	// registration confirms it. Registering again would make this desktop
+	// the newest one asked, ahead of a desktop that registered after it:
+	// without the event (a loaded host), the list is read instead. A
+	// daemon without events is read every 2 s (below).
+	select {
+	case <-on:
+		if err := register(); err != nil {
+			return err
+		}
+	case err := <-subscribed:
+		subscribed <- err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	h.giveModelsKey(ctx, nc, log)
-	// The event of our own registration confirms that the watch is on;
-	// without it (the subscription came after the write) register again.
-	// A daemon without events is read every 2 s instead.
 	confirm := time.NewTimer(time.Second)
 	defer confirm.Stop()
 	var poll <-chan time.Time
@@ -240,7 +252,7 @@ func (h *heldHost) watchRegistration(ctx context.Context, nc *client.Conn, path,
 				return err
 			}
 		case <-confirm.C:
-			if err := register(); err != nil {
+			if err := h.checkListed(ctx, nc, path, register); err != nil {
 				return err
 			}
 			confirm.Reset(time.Second)
