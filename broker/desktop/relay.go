@@ -326,6 +326,11 @@ func ServeTerminal(ctx context.Context, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.Remove(sock)
+	// Caught before the banner: a terminal closed as soon as it shows must
+	// end the broker as a hang-up does, not kill it by the signal.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// A prompt cut short by the exit may have turned echo off.
 	defer restoreTerminal(os.Stdin)()
@@ -347,9 +352,6 @@ func ServeTerminal(ctx context.Context, stdout, stderr io.Writer) int {
 	// then on: its socket stops answering, and what was being asked here
 	// goes back unanswered. A broker whose terminal is gone (hung up,
 	// end of input) must not stay: the keeper would hand it every request.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	why := make(chan string, 1)
 	go func() {
 		select {
