@@ -7,8 +7,10 @@ package ansible
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,51 +117,50 @@ func (a *Approver) serveConn(c net.Conn) {
 		// is answered, or recorded as the play's.
 		return
 	}
-	req := in.Req
-	if req.Session != a.Session {
+	broker.Converse(context.Background(), in, &asking{a: a}, 10*time.Minute)
+}
+
+// asking is the play's Answerer for one request: its policy decides, and
+// its become password is given once.
+type asking struct {
+	a *Approver
+	i int // the request's entry in the Approvals
+}
+
+func (q *asking) Decide(_ context.Context, req *broker.Request) (broker.Answer, bool) {
+	if req.Session != q.a.Session {
 		// Not this play's: closing unanswered lets the gate ask the
 		// host's next broker.
-		return
+		return broker.Answer{}, false
 	}
-	ans := a.decide(req)
-	i := a.record(Approval{Tool: req.Tool, Sudo: req.Sudo, Decision: string(ans.Decision), Reason: ans.Reason})
-	if err := in.Answer(ans); err != nil || ans.Decision == broker.Deny {
-		return
+	ans := q.a.decide(req)
+	q.i = q.a.record(Approval{Tool: req.Tool, Sudo: req.Sudo, Decision: string(ans.Decision), Reason: ans.Reason})
+	return ans, true
+}
+
+func (q *asking) Password(_ context.Context, req *broker.Request, attempt int, _ string, give func([]byte) error) error {
+	switch pw := q.a.Password; {
+	case len(pw) == 0:
+		return errors.New("ollie_goal: sudo asked for a password and the play gave none (become_password)")
+	case attempt > 1:
+		return errors.New("ollie_goal: sudo refused the play's become password")
+	default:
+		// give zeroes what it sends: a copy, the play's password may
+		// serve another request.
+		return give(append([]byte(nil), pw...))
 	}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		attempt, _, result, err := in.Next(ctx)
-		cancel()
-		if err != nil {
-			a.setResult(i, "broken: "+err.Error(), nil)
-			return
-		}
-		if attempt == 0 {
-			a.setResult(i, result, nil)
-			return
-		}
-		deny := func(reason string) {
-			d := broker.Answer{Decision: broker.Deny, Reason: reason}
-			in.Answer(d)
-			a.setResult(i, "no password", &d)
-		}
-		if !req.Sudo {
-			deny("ollie_goal: a password was asked for a request that is not sudo")
-			return
-		}
-		pw := a.Password
-		switch {
-		case len(pw) == 0:
-			deny("ollie_goal: sudo asked for a password and the play gave none (become_password)")
-			return
-		case attempt > 1:
-			deny("ollie_goal: sudo refused the play's become password")
-			return
-		}
-		// Secret zeroes what it sends: send a copy, the play's password
-		// may serve another request.
-		if err := in.Secret(append([]byte(nil), pw...)); err != nil {
-			return
-		}
+}
+
+func (q *asking) End(req *broker.Request, how string) {
+	if req.Session != q.a.Session {
+		return // not this play's
+	}
+	switch reason, denied := strings.CutPrefix(how, "denied: "); {
+	case how == "denied":
+		// The policy's decision, recorded as made.
+	case denied:
+		q.a.setResult(q.i, "no password", &broker.Answer{Decision: broker.Deny, Reason: reason})
+	default:
+		q.a.setResult(q.i, how, nil)
 	}
 }

@@ -383,150 +383,189 @@ func (g *Gate) ServeConn(c net.Conn) {
 		return
 	}
 	g.used[req.ID] = true
-	policy := g.policy
-	always := g.always[req.Tool] && !req.Bypass
+	q := &asking{g: g, policy: g.policy, always: g.always[req.Tool] && !req.Bypass}
 	g.mu.Unlock()
 	defer g.dropPassword(req.ID)
-	if req.Yolo && !policy.YoloAllowed() {
-		in.Answer(Answer{Decision: Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"})
-		return
-	}
-
-	ctx, cancel = context.WithTimeoutCause(g.base, policy.Timeout, fmt.Errorf("nobody answered within %v", policy.Timeout))
+	ctx, cancel = context.WithTimeoutCause(g.base, q.policy.Timeout, fmt.Errorf("nobody answered within %v", q.policy.Timeout))
 	defer cancel()
-	var ans Answer
-	var own *pendingReq // the entry that stays for the password, if approved in it
-	var asks passwordCount
+	var bad *AttemptError
+	if err := Converse(ctx, in, q, 0); errors.As(err, &bad) {
+		g.Log.Warn("broker gate: a password ask refused; the request is denied", "id", req.ID, "attempt", bad.Attempt, "reason", bad.Reason())
+	}
+}
+
+// asking is the gate's Answerer for one request of a toolsrv child: the
+// newest desktop broker that answers, or, with none, the host's policy
+// (parked in bypass/pending, denied at once, or allowed for yolo and
+// "always"). A password comes from where the approval came from.
+type asking struct {
+	g      *Gate
+	policy HostPolicy
+	always bool
+	cv     *Conversation // the desktop's, once one answered
+	// own is the request's entry in bypass/pending that stays for its
+	// password: from its approval there (park), or from sudo's first
+	// ask when it was approved without waiting there.
+	own *pendingReq
+}
+
+func (q *asking) Decide(ctx context.Context, req *Request) (Answer, bool) {
+	if req.Yolo && !q.policy.YoloAllowed() {
+		return Answer{Decision: Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"}, true
+	}
 	for {
-		asked, gen := g.ask(ctx, in, policy, &asks)
-		if asked {
-			return
+		ans, answered, gen := q.ask(ctx, req)
+		if answered {
+			return ans, true
 		}
 		// No desktop broker answers: the host's policy says what now.
-		handed := false
 		switch {
 		case req.Yolo:
 			// Only the admin asks (olliesrv checks), and no desktop
 			// forbids it: the host's policy allowed it above.
-			ans = Answer{Decision: Once, Reason: "no desktop broker is connected; this host's bypass/policy allows yolo sessions"}
-		case always:
-			ans = Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}
-		case policy.NoBroker == DenyNow:
-			ans = Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}
-		default:
-			ans, own, handed = g.park(ctx, req, policy.Timeout, gen)
+			return Answer{Decision: Once, Reason: "no desktop broker is connected; this host's bypass/policy allows yolo sessions"}, true
+		case q.always:
+			return Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}, true
+		case q.policy.NoBroker == DenyNow:
+			return Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}, true
 		}
+		ans, own, handed := q.g.park(ctx, req, q.policy.Timeout, gen)
 		if !handed {
-			break
+			q.own = own
+			return ans, true
 		}
 	}
-	if err := in.Answer(ans); err != nil || ans.Decision == Deny || !req.Sudo {
-		return
-	}
-	// Approved here, with no desktop to give the password: it is given
-	// here too, if sudo asks for one.
-	g.askPassword(ctx, in, own, &asks)
 }
 
-// passwordCount is the gate's own count of one request's password asks,
-// on whichever path the request takes. The asker numbers its asks, but
-// that is only its word: it is a process of this user, and so is
-// anything that can drive one. So the gate's count decides (next).
-type passwordCount int
-
-// next waits for the asker's next message, as Incoming.Next, and takes a
-// password ask only if it is numbered the next one of the request and no
-// more than MaxPasswordAttempts have been taken; asks counts those taken.
-// Any other ends the request before anyone is asked: next answers it
-// denied, saying why, and returns the *AttemptError.
-func (g *Gate) next(ctx context.Context, in *Incoming, asks *passwordCount) (attempt int, problem, result string, err error) {
-	attempt, problem, result, err = in.Next(ctx)
-	if err == nil && attempt > 0 && (attempt != int(*asks)+1 || int(*asks) >= MaxPasswordAttempts) {
-		err = &AttemptError{Attempt: attempt}
-	}
-	var bad *AttemptError
-	if !errors.As(err, &bad) {
-		if err == nil && attempt > 0 {
-			*asks++
-		}
-		return attempt, problem, result, err
-	}
-	bad.Want = int(*asks) + 1
-	g.Log.Warn("broker gate: a password ask out of turn; the request is denied", "id", in.Req.ID, "attempt", bad.Attempt, "asked", int(*asks))
-	in.Answer(Answer{Decision: Deny, Reason: bad.Reason()})
-	return 0, "", "", bad
-}
-
-// askPassword serves the credential gate of a sudo request approved
-// through bypass/pending: each time sudo asks, the request waits in
-// bypass/pending/{id} for a writer's password (Password) or a deny. The
-// entry of the request that was parked, p, stays listed from its approval
-// (Decide); one approved without waiting there (p nil: identical to it,
-// or approved always) is listed when sudo first asks, so that a user whom
-// sudo asks nothing (NOPASSWD) is never shown one.
-func (g *Gate) askPassword(ctx context.Context, in *Incoming, p *pendingReq, asks *passwordCount) {
-	req := in.Req
-	defer func() {
-		if p != nil {
-			g.endPassword(p)
-		}
-	}()
-	for {
-		attempt, problem, _, err := g.next(ctx, in, asks)
-		if err != nil || attempt == 0 {
-			return // a refused ask is answered (next)
+// ask puts the request to the newest registered broker that answers,
+// dropping those that are gone. It reports whether one answered (or the
+// request is denied because the last one reached broke), and the
+// registrations it saw, for park.
+func (q *asking) ask(ctx context.Context, req *Request) (ans Answer, answered bool, gen uint64) {
+	g := q.g
+	g.mu.Lock()
+	brokers, gen := slices.Clone(g.brokers), g.joined.Load()
+	g.mu.Unlock()
+	var failed error
+	for _, path := range brokers {
+		bc, err := net.Dial("unix", path)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
+				// Its SSH connection is gone (sshd leaves the file).
+				g.Log.Info("broker gate: a desktop broker is gone; dropping it", "socket", path, "err", err)
+				g.Unregister(path)
+			} else {
+				g.Log.Warn("broker gate: the desktop broker is not reachable", "socket", path, "err", err)
+			}
+			continue
 		}
 		g.mu.Lock()
-		if p == nil {
-			p = &pendingReq{req: req, created: time.Now(), pw: newPasswordAsk()}
-			g.pending[req.ID] = p
-			g.publish("bypass.pending", req.ID+" "+req.Tool)
-		}
-		pw := p.pw
-		select {
-		case <-pw.denied: // written before sudo asked
-			g.mu.Unlock()
-			in.Answer(Answer{Decision: Deny, Reason: pw.reason})
-			return
-		default:
-		}
-		g.pending[req.ID] = p // again, if a password was given: sudo asks again
-		pw.attempt, pw.problem = attempt, problem
+		key := slices.Clone(g.keys[path])
 		g.mu.Unlock()
-		g.publish("bypass.password", req.ID+" "+strconv.Itoa(attempt))
-		select {
-		case h := <-pw.give:
-			// Nothing waits for a person while sudo checks it: the entry
-			// leaves the directory, and is back if sudo asks again.
-			g.mu.Lock()
-			if g.pending[req.ID] == p {
-				delete(g.pending, req.ID)
-			}
-			pw.attempt, pw.problem = 0, ""
-			g.mu.Unlock()
-			err := in.Secret(h.pw) // zeroes it
-			h.done <- err
-			if err != nil {
-				return
-			}
-		case <-pw.denied:
-			in.Answer(Answer{Decision: Deny, Reason: pw.reason})
-			return
-		case <-g.closing:
-			in.Answer(Answer{Decision: Deny, Reason: ErrShutdown.Error()})
-			return
-		case <-ctx.Done():
-			// Shutdown closes g.closing and then cancels ctx: when both
-			// are ready the select may take either, and a shutdown is
-			// not a timeout.
-			if errors.Is(context.Cause(ctx), ErrShutdown) {
-				in.Answer(Answer{Decision: Deny, Reason: ErrShutdown.Error()})
-				return
-			}
-			g.publish("bypass.decided", req.ID+" timeout")
-			in.Answer(Answer{Decision: Deny, Reason: "no password: " + context.Cause(ctx).Error()})
-			return
+		g.waitingOnDesktop(1)
+		cv, ans, err := AskKeyed(ctx, bc, req, key)
+		g.waitingOnDesktop(-1)
+		Zero(key)
+		if err == nil {
+			g.publish("bypass.decided", req.ID+" "+string(ans.Decision))
+			q.cv = cv
+			return ans, true, gen
 		}
+		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)
+		if ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
+			return Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", err)}, true, gen
+		}
+		// It broke before answering, and nothing was said to the
+		// asker: the next one is asked.
+		failed = err
+	}
+	if failed != nil {
+		// A broker was reached and broke before answering, and no other
+		// did: deny, saying so, rather than park what a desktop refused.
+		return Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", failed)}, true, gen
+	}
+	return Answer{}, false, gen
+}
+
+func (q *asking) Password(ctx context.Context, req *Request, attempt int, problem string, give func([]byte) error) error {
+	if q.cv == nil {
+		return q.pendingPassword(ctx, req, attempt, problem, give)
+	}
+	q.g.waitingOnDesktop(1)
+	pw, err := q.cv.Password(ctx, attempt, problem)
+	q.g.waitingOnDesktop(-1)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("no password: %v", context.Cause(ctx))
+		}
+		return err
+	}
+	return give(pw)
+}
+
+// pendingPassword serves the credential gate of a sudo request approved
+// without a desktop: the request waits in bypass/pending/{id} for a
+// writer's password (Password) or a deny. The entry of a request that was
+// parked stays listed from its approval (Decide); one approved without
+// waiting there (identical to it, or approved always) is listed when
+// sudo first asks, so that a user whom sudo asks nothing (NOPASSWD) is
+// never shown one.
+func (q *asking) pendingPassword(ctx context.Context, req *Request, attempt int, problem string, give func([]byte) error) error {
+	g := q.g
+	g.mu.Lock()
+	p := q.own
+	if p == nil {
+		p = &pendingReq{req: req, created: time.Now(), pw: newPasswordAsk()}
+		q.own = p
+		g.pending[req.ID] = p
+		g.publish("bypass.pending", req.ID+" "+req.Tool)
+	}
+	pw := p.pw
+	select {
+	case <-pw.denied: // written before sudo asked
+		g.mu.Unlock()
+		return errors.New(pw.reason)
+	default:
+	}
+	g.pending[req.ID] = p // again, if a password was given: sudo asks again
+	pw.attempt, pw.problem = attempt, problem
+	g.mu.Unlock()
+	g.publish("bypass.password", req.ID+" "+strconv.Itoa(attempt))
+	select {
+	case h := <-pw.give:
+		// Nothing waits for a person while sudo checks it: the entry
+		// leaves the directory, and is back if sudo asks again.
+		g.mu.Lock()
+		if g.pending[req.ID] == p {
+			delete(g.pending, req.ID)
+		}
+		pw.attempt, pw.problem = 0, ""
+		g.mu.Unlock()
+		err := give(h.pw) // zeroes it
+		h.done <- err
+		return err
+	case <-pw.denied:
+		return errors.New(pw.reason)
+	case <-g.closing:
+		return ErrShutdown
+	case <-ctx.Done():
+		// Shutdown closes g.closing and then cancels ctx: when both
+		// are ready the select may take either, and a shutdown is
+		// not a timeout.
+		if errors.Is(context.Cause(ctx), ErrShutdown) {
+			return ErrShutdown
+		}
+		g.publish("bypass.decided", req.ID+" timeout")
+		return fmt.Errorf("no password: %v", context.Cause(ctx))
+	}
+}
+
+func (q *asking) End(req *Request, how string) {
+	if q.cv != nil {
+		q.cv.Close(how)
+	}
+	if q.own != nil && q.own.pw != nil {
+		q.g.endPassword(q.own)
 	}
 }
 
@@ -561,46 +600,6 @@ func (g *Gate) dropPassword(id string) {
 	}
 }
 
-// ask relays the request to the newest registered broker that answers,
-// dropping those that are gone. It reports whether the request was
-// answered (by a broker, or denied because the last one reached broke),
-// and the registrations it saw, for park.
-func (g *Gate) ask(ctx context.Context, in *Incoming, policy HostPolicy, asks *passwordCount) (answered bool, gen uint64) {
-	g.mu.Lock()
-	brokers, gen := slices.Clone(g.brokers), g.joined.Load()
-	g.mu.Unlock()
-	var failed error
-	for _, path := range brokers {
-		bc, err := net.Dial("unix", path)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, fs.ErrNotExist) {
-				// Its SSH connection is gone (sshd leaves the file).
-				g.Log.Info("broker gate: a desktop broker is gone; dropping it", "socket", path, "err", err)
-				g.Unregister(path)
-			} else {
-				g.Log.Warn("broker gate: the desktop broker is not reachable", "socket", path, "err", err)
-			}
-			continue
-		}
-		g.mu.Lock()
-		key := slices.Clone(g.keys[path])
-		g.mu.Unlock()
-		err = g.relay(ctx, in, bc, policy, key, asks)
-		Zero(key)
-		if err == nil {
-			return true, gen
-		}
-		failed = err
-	}
-	if failed != nil {
-		// A broker was reached and broke before answering, and no other
-		// did: deny, saying so, rather than park what a desktop refused.
-		in.Answer(Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", failed)})
-		return true, gen
-	}
-	return false, gen
-}
-
 // reason says why a conversation ended: the request's context's cause
 // when it ended (the timeout, or the daemon stopping), else what failed.
 func (g *Gate) reason(ctx context.Context, what string, err error) string {
@@ -608,62 +607,6 @@ func (g *Gate) reason(ctx context.Context, what string, err error) string {
 		return context.Cause(ctx).Error()
 	}
 	return fmt.Sprintf("%s: %v", what, err)
-}
-
-// relay carries the conversation between the toolsrv child and the desktop
-// broker, checking every message belongs to this request. An error means
-// the broker broke before answering, and nothing was said to the asker:
-// another broker may be asked.
-func (g *Gate) relay(ctx context.Context, in *Incoming, bc net.Conn, policy HostPolicy, key []byte, asks *passwordCount) error {
-	req := in.Req
-	g.waitingOnDesktop(1)
-	cv, ans, err := AskKeyed(ctx, bc, req, key)
-	g.waitingOnDesktop(-1)
-	if err != nil {
-		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)
-		if ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
-			in.Answer(Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", err)})
-			return nil
-		}
-		return err
-	}
-	g.publish("bypass.decided", req.ID+" "+string(ans.Decision))
-	if err := in.Answer(ans); err != nil || ans.Decision == Deny {
-		cv.Close("denied")
-		return nil
-	}
-	for {
-		attempt, problem, result, err := g.next(ctx, in, asks)
-		var bad *AttemptError
-		if errors.As(err, &bad) { // answered, denied (next): the desktop is told
-			cv.Close("denied: " + bad.Reason())
-			return nil
-		}
-		if err != nil {
-			cv.Close("broken")
-			return nil
-		}
-		if attempt == 0 {
-			cv.Close(result)
-			return nil
-		}
-		g.waitingOnDesktop(1)
-		pw, err := cv.Password(ctx, attempt, problem)
-		g.waitingOnDesktop(-1)
-		if err != nil {
-			reason := err.Error()
-			if ctx.Err() != nil {
-				reason = "no password: " + context.Cause(ctx).Error()
-			}
-			in.Answer(Answer{Decision: Deny, Reason: strings.TrimPrefix(reason, "denied: ")})
-			cv.Close("no password")
-			return nil
-		}
-		if err := in.Secret(pw); err != nil {
-			cv.Close("broken")
-			return nil
-		}
-	}
 }
 
 // park waits for a decision written to bypass/pending/{id}. A request
@@ -727,7 +670,7 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 	case <-g.closing:
 		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 	case <-ctx.Done():
-		if errors.Is(context.Cause(ctx), ErrShutdown) { // as <-g.closing: see askPassword
+		if errors.Is(context.Cause(ctx), ErrShutdown) { // as <-g.closing: see pendingPassword
 			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
 		}
 		if p.req == req {
@@ -738,7 +681,7 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 }
 
 // passwordOf returns p if it is req's own entry and now waits for req's
-// password (Decide approved a sudo request), for askPassword.
+// password (Decide approved a sudo request), for pendingPassword.
 func (g *Gate) passwordOf(p *pendingReq, req *Request) *pendingReq {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -833,7 +776,7 @@ func (g *Gate) Decide(id, text string) error {
 	g.publish("bypass.decided", id+" "+string(d))
 	if d != Deny && p.req.Sudo && p.asking {
 		// The person who approved it is there to give the password: the
-		// entry stays, now for that (askPassword).
+		// entry stays, now for that (pendingPassword).
 		p.pw = newPasswordAsk()
 		return nil
 	}

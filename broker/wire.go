@@ -263,14 +263,17 @@ func (in *Incoming) Answer(a Answer) error {
 	return in.w.write(&message{Type: "answer", ID: in.Req.ID, Answer: &a})
 }
 
-// AttemptError is a password ask refused for its number. Next refuses one
-// numbered outside 1 to MaxPasswordAttempts; the gate, which counts a
-// request's asks itself, refuses one that is not the next of its request.
+// AttemptError is a password ask refused. Next refuses one numbered
+// outside 1 to MaxPasswordAttempts; Converse, which counts a request's
+// asks itself, refuses one that is not the next of its request, and any
+// for a request that is not sudo.
 type AttemptError struct {
 	Attempt int // as the asker numbered it
 	// Want is the number the answerer's own count expected next
 	// (MaxPasswordAttempts+1: none is left); 0 where nothing counts.
 	Want int
+	// NotSudo: the request is not sudo, so it has no password to ask.
+	NotSudo bool
 }
 
 func (e *AttemptError) Error() string { return "broker: " + e.Reason() }
@@ -278,6 +281,8 @@ func (e *AttemptError) Error() string { return "broker: " + e.Reason() }
 // Reason says why the ask was refused, for the asker.
 func (e *AttemptError) Reason() string {
 	switch {
+	case e.NotSudo:
+		return "a password was asked for a request that is not sudo"
 	case e.Want > MaxPasswordAttempts:
 		return fmt.Sprintf("password ask %d refused: the sudo password was already asked %d times for this request, the most it is asked", e.Attempt, MaxPasswordAttempts)
 	case e.Want > 0:

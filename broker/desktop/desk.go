@@ -272,67 +272,60 @@ func (b *Broker) answer(host string, c net.Conn, key []byte) {
 			"a request without the key the host's olliesrv was given: not from olliesrv; closing unanswered", "id", in.Req.ID)
 		return
 	}
-	req := in.Req
-	if req.Host != "" && req.Host != host {
-		b.log().Warn("broker: a request named another host; using the connection's", "claimed", req.Host, "host", host)
+	in.Req.Host = host // Receive dropped the request's own: a host cannot speak for another
+	err = broker.Converse(context.Background(), in, asking{b, host}, b.replyTimeout())
+	var bad *broker.AttemptError
+	switch {
+	case err == nil, errors.Is(err, broker.ErrUnanswered):
+	case errors.As(err, &bad) && bad.Want > broker.MaxPasswordAttempts:
+		b.refuse(host, func(r *Refusals) { r.Passwords++ }, slog.LevelWarn, "a password asked for too often; the grant ends",
+			"id", in.Req.ID, "cap", broker.MaxPasswordAttempts)
+	case errors.As(err, &bad):
+		b.refuse(host, nil, slog.LevelWarn, "a password ask refused; the grant ends", "id", in.Req.ID, "reason", bad.Reason())
+	default:
+		b.broken(host, in.Req.ID, err, b.replyTimeout())
 	}
-	req.Host = host
-	if f, ok := b.Approver.(Finisher); ok {
-		defer f.Finish(req)
-	}
-	ans, put := b.decide(req)
+}
+
+// asking is the desktop's Answerer for one request of host's: the rules,
+// the budget and the Approver (decide), which also gives the passwords.
+type asking struct {
+	b    *Broker
+	host string
+}
+
+func (q asking) Decide(_ context.Context, req *broker.Request) (broker.Answer, bool) {
+	ans, put := q.b.decide(req)
 	if !put {
-		b.log().Info("broker: nobody here could be asked; closing unanswered, for whoever relayed it to ask another", "host", host, "id", req.ID)
-		return
+		q.b.log().Info("broker: nobody here could be asked; closing unanswered, for whoever relayed it to ask another", "host", q.host, "id", req.ID)
+		return ans, false
 	}
-	b.log().Info("broker: elevation", "host", host, "session", req.Session, "tool", req.Tool, "sudo", req.Sudo, "id", req.ID, "decision", ans.Decision, "reason", ans.Reason)
-	if err := in.Answer(ans); err != nil || ans.Decision == broker.Deny {
-		return
+	q.b.log().Info("broker: elevation", "host", q.host, "session", req.Session, "tool", req.Tool, "sudo", req.Sudo, "id", req.ID, "decision", ans.Decision, "reason", ans.Reason)
+	return ans, true
+}
+
+func (q asking) Password(_ context.Context, req *broker.Request, attempt int, problem string, give func([]byte) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), q.b.timeout())
+	defer cancel()
+	pw, err := q.b.Approver.Password(ctx, req, attempt, problem)
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		q.b.log().Info("broker: nobody here could be asked for the password; closing unanswered, for whoever relayed it to ask another", "host", q.host, "id", req.ID)
+		return err
+	case errors.Is(err, broker.ErrDenied):
+		return errors.New("the sudo password was not given")
+	case err != nil:
+		return fmt.Errorf("the sudo password could not be asked: %v", err)
 	}
-	// The host's own count of attempts is its word; this is ours.
-	asked := 0
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), b.replyTimeout())
-		attempt, problem, result, err := in.Next(ctx)
-		cancel()
-		if err != nil {
-			b.broken(host, req.ID, err, b.replyTimeout())
-			return
-		}
-		if attempt == 0 {
-			b.log().Info("broker: done", "host", host, "id", req.ID, "result", result)
-			return
-		}
-		if !req.Sudo {
-			in.Answer(broker.Answer{Decision: broker.Deny, Reason: "a password was asked for a request that is not sudo"})
-			return
-		}
-		if asked == broker.MaxPasswordAttempts {
-			in.Answer(broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf(
-				"the sudo password was asked for more than %d times for one request; the desktop gives no more", broker.MaxPasswordAttempts)})
-			b.refuse(host, func(r *Refusals) { r.Passwords++ }, slog.LevelWarn, "a password asked for too often; the grant ends",
-				"id", req.ID, "cap", broker.MaxPasswordAttempts)
-			return
-		}
-		asked++
-		ctx, cancel = context.WithTimeout(context.Background(), b.timeout())
-		pw, err := b.Approver.Password(ctx, req, asked, problem)
-		cancel()
-		if errors.Is(err, ErrUnavailable) {
-			b.log().Info("broker: nobody here could be asked for the password; closing unanswered, for whoever relayed it to ask another", "host", host, "id", req.ID)
-			return
-		}
-		if err != nil {
-			reason := "the sudo password was not given"
-			if !errors.Is(err, broker.ErrDenied) {
-				reason = fmt.Sprintf("the sudo password could not be asked: %v", err)
-			}
-			in.Answer(broker.Answer{Decision: broker.Deny, Reason: reason})
-			return
-		}
-		if err := in.Secret(pw); err != nil {
-			return
-		}
+	return give(pw)
+}
+
+func (q asking) End(req *broker.Request, how string) {
+	if f, ok := q.b.Approver.(Finisher); ok {
+		f.Finish(req)
+	}
+	if how != "unanswered" {
+		q.b.log().Info("broker: done", "host", q.host, "id", req.ID, "result", how)
 	}
 }
 

@@ -173,8 +173,9 @@ func TestBrokerMessageLimit(t *testing.T) {
 }
 
 // TestBrokerPasswordAttempts has a host ask ten times for the password of
-// one approved sudo request, each time calling it the first attempt: the
-// person is asked three times, and the fourth ask ends the grant.
+// one approved sudo request, in turn: the person is asked three times, and
+// the fourth ask ends the grant. A host that numbers an ask out of turn
+// (the first again) is denied at once, the person not asked.
 func TestBrokerPasswordAttempts(t *testing.T) {
 	person := &holder{}
 	b := &Broker{Approver: person}
@@ -188,8 +189,8 @@ func TestBrokerPasswordAttempts(t *testing.T) {
 	}
 	got := 0
 	var last error
-	for range 10 {
-		pw, err := cv.Password(ctx, 1, "wrong password")
+	for i := range 10 {
+		pw, err := cv.Password(ctx, i+1, "wrong password")
 		if err != nil {
 			last = err
 			break
@@ -200,13 +201,35 @@ func TestBrokerPasswordAttempts(t *testing.T) {
 	if got != broker.MaxPasswordAttempts || person.passwords.Load() != broker.MaxPasswordAttempts {
 		t.Errorf("the host got %d passwords, the person was asked %d times; want %d", got, person.passwords.Load(), broker.MaxPasswordAttempts)
 	}
-	if !errors.Is(last, broker.ErrDenied) || !strings.Contains(last.Error(), "more than 3 times") {
+	if !errors.Is(last, broker.ErrDenied) || !strings.Contains(last.Error(), "already asked 3 times") {
 		t.Errorf("the fourth ask: %v, want a denial saying why", last)
 	}
 	waitServed(t, served, 10*time.Second, "the grant ended")
 	if r := b.Refused("h4"); r.Passwords != 1 {
 		t.Errorf("refusals %+v, want one for passwords", r)
 	}
+
+	person = &holder{}
+	b = &Broker{Approver: person}
+	hostEnd, served = serveOne(b, "h4", nil)
+	defer hostEnd.Close()
+	cv, ans, err = broker.Ask(ctx, hostEnd, &broker.Request{Session: "s", Tool: "t", Sudo: true})
+	if err != nil || ans.Decision != broker.Once {
+		t.Fatalf("%+v %v", ans, err)
+	}
+	pw, err := cv.Password(ctx, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker.Zero(pw)
+	_, err = cv.Password(ctx, 1, "wrong password")
+	if !errors.Is(err, broker.ErrDenied) || !strings.Contains(err.Error(), "the next ask of this request is 2") {
+		t.Errorf("the first ask again: %v, want a denial saying why", err)
+	}
+	if n := person.passwords.Load(); n != 1 {
+		t.Errorf("the person was asked %d times for the password, want once", n)
+	}
+	waitServed(t, served, 10*time.Second, "the grant ended")
 }
 
 // TestBrokerConnCap opens 400 connections from one host, each sending 32

@@ -30,7 +30,6 @@ package desktop
 
 import (
 	"context"
-	"errors"
 
 	"ollie/broker"
 )
@@ -51,7 +50,7 @@ type Approver interface {
 // then closes the conversation unanswered, so that whoever relayed it
 // there (ollie-remote's keeper) asks its next approver instead of
 // denying.
-var ErrUnavailable = errors.New("broker: nobody is there to ask")
+var ErrUnavailable = broker.ErrUnanswered
 
 // Finisher is an Approver that holds something for a request while it
 // runs (a relay to another broker). A Broker calls Finish once the
