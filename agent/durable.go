@@ -323,6 +323,10 @@ func restoreSession(path string) (*RestoredSession, error) {
 	}
 	byID := map[string]*RestoredAgent{}
 	chats := map[*RestoredAgent]*strings.Builder{}
+	// A prompt dequeued and not yet begun (its user message not
+	// recorded): a stop between the two leaves it queued, not lost, and
+	// no turn cut.
+	dequeued := map[*RestoredAgent]string{}
 	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}, latest: map[string]string{}}
 	for _, r := range recs {
 		calls.add(r)
@@ -416,13 +420,16 @@ func restoreSession(path string) (*RestoredSession, error) {
 			case kindAgentPrompt:
 				a.Queue = append(a.Queue, v.Text)
 			case kindAgentDequeue:
+				delete(dequeued, a)
 				if len(a.Queue) > 0 {
+					dequeued[a] = a.Queue[0]
 					a.Queue = a.Queue[1:]
 				}
 				a.Interrupted = true // until the turn's end shows otherwise
 				a.LastError = ""
 				a.Resumes = 0
 			case kindAgentResume:
+				delete(dequeued, a)
 				a.Interrupted = true // the resumed turn runs until its end
 				a.Resumes++
 			case kindAgentEnd:
@@ -433,6 +440,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 				a.Skills = append([]string(nil), v.Skills...)
 			case kindAgentMessage:
 				if v.Message != nil {
+					delete(dequeued, a) // its turn began
 					a.History = append(a.History, *v.Message)
 					a.Resumes = 0 // the turn got further: a crash loop makes no progress
 					// Files written before agent.end existed end a turn here.
@@ -452,6 +460,10 @@ func restoreSession(path string) (*RestoredSession, error) {
 	}
 	rs.Rerun = rerun
 	for _, a := range rs.Agents {
+		if p, ok := dequeued[a]; ok {
+			a.Queue = append([]string{p}, a.Queue...)
+			a.Interrupted = false
+		}
 		if b := chats[a]; b != nil {
 			a.Chat = b.String()
 		}

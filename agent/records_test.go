@@ -3,6 +3,8 @@ package agent
 import (
 	"reflect"
 	"testing"
+
+	"ollie/agent/backend"
 )
 
 // Every change the namespace records comes back from the file as it went
@@ -75,5 +77,51 @@ func TestChangesRestore(t *testing.T) {
 	}
 	if p := rs.Agents[1].Peers; !reflect.DeepEqual(p, map[string]bool{"a1": true}) {
 		t.Errorf("agent a2's peers: %v, want a1 only", p)
+	}
+}
+
+// A stop between a prompt's dequeue and its first message (seen in the
+// heal drill: prompt 31 of 80 was never answered, and the turn before it
+// answered twice) leaves the prompt queued, first, and no turn cut.
+func TestDequeuedNotBegunStaysQueued(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := CreateSessionLog(dir, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
+		t.Fatal(err)
+	}
+	j := l.Journal("a1")
+	for _, e := range []struct {
+		kind string
+		v    any
+	}{
+		{"prompt", "prompt 30"},
+		{"prompt", "prompt 31"},
+		{"prompt", "prompt 32"},
+		{"dequeue", nil},
+		{"message", backend.Message{Role: backend.RoleUser, Content: "prompt 30"}},
+		{"message", backend.Message{Role: backend.RoleAssistant, Content: "answer 30 done"}},
+		{"end", ""},
+		{"dequeue", nil}, // prompt 31, then the stop
+	} {
+		if err := j.Entry(e.kind, e.v); err != nil {
+			t.Fatalf("%s: %v", e.kind, err)
+		}
+	}
+	l.Close()
+	got, damaged := RestoreSessions(dir)
+	if len(damaged) > 0 || len(got) != 1 || len(got[0].Agents) != 1 {
+		t.Fatalf("restored %v, damaged %v", got, damaged)
+	}
+	defer got[0].Log.Close()
+	a := got[0].Agents[0]
+	if !reflect.DeepEqual(a.Queue, []string{"prompt 31", "prompt 32"}) || a.Interrupted {
+		t.Errorf("queue %q, interrupted %v; want prompt 31 first again and no turn cut", a.Queue, a.Interrupted)
 	}
 }

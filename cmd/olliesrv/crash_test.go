@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +50,7 @@ type crashRig struct {
 	state   string // XDG_STATE_HOME, shared by every run
 	env     []string
 	srv     *exec.Cmd
-	logs    []*bytes.Buffer // stderr of every run; read only once that run was waited for
+	logs    []*logBuffer // stderr of every run; read only once that run was waited for
 	pidFile string          // the running olliesrv's pid, for the preTool hook
 	sid     string          // session ID
 	aid     string          // agent ID
@@ -101,7 +100,7 @@ func newCrashRig(t *testing.T, replaySafe bool) *crashRig {
 // start runs olliesrv on the rig's state and records its pid for the hook.
 func (r *crashRig) start() {
 	r.t.Helper()
-	var log *bytes.Buffer
+	var log *logBuffer
 	r.srv, log = startBinary(r.t, r.dir, r.env...)
 	r.logs = append(r.logs, log)
 	os.WriteFile(r.pidFile, []byte(strconv.Itoa(r.srv.Process.Pid)), 0644)

@@ -51,12 +51,12 @@ func binaries(t testing.TB) (olliesrv, ollie string) {
 
 // startBinary starts the real olliesrv in namespace dir and waits for its
 // socket.
-func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *logBuffer) {
 	t.Helper()
 	srv, _ := binaries(t)
 	cmd := exec.Command(srv)
 	cmd.Env = append(append(os.Environ(), "NAMESPACE="+dir, "XDG_STATE_HOME="+t.TempDir()), env...)
-	var log bytes.Buffer
+	var log logBuffer
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -364,4 +364,23 @@ func TestBinaryToolsRunAsksTheGate(t *testing.T) {
 	if !strings.Contains(string(out), "no desktop broker is connected to this host") || strings.Contains(string(out), "lifted") {
 		t.Errorf("tools run of an elevated tool with the gate denying: %s", out)
 	}
+}
+
+// logBuffer is a daemon's stderr, which a test may read while the daemon
+// still writes it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
