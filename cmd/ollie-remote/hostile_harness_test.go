@@ -666,7 +666,12 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 				stopLooking()
 				<-lookDone
 				if arrival.Load() == 0 {
-					return res, fmt.Errorf("the honest request was shown, but its connection to the keeper's socket %s was never seen", path)
+					// Its connection came and went between two looks (a
+					// loaded machine): every prompt shown since the ask
+					// counts, an upper bound of those after its arrival.
+					d.t.Logf("the honest request's connection to %s was not seen; counting every prompt since it was asked", path)
+					res.before = i - nStart
+					return res, nil
 				}
 				arrived := time.Unix(0, arrival.Load())
 				for _, p := range seen[nStart:i] {
