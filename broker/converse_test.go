@@ -35,7 +35,9 @@ func newAnswering(ans broker.Answer) *answering {
 		password: func(int) ([]byte, error) { return []byte("Hunter2"), nil }}
 }
 
-func (s *answering) Decide(context.Context, *broker.Request) (broker.Answer, bool) { return s.ans, s.put }
+func (s *answering) Decide(context.Context, *broker.Request) (broker.Answer, bool) {
+	return s.ans, s.put
+}
 
 func (s *answering) Password(_ context.Context, _ *broker.Request, attempt int, _ string, give func([]byte) error) error {
 	s.mu.Lock()

@@ -51,9 +51,9 @@ type crashRig struct {
 	env     []string
 	srv     *exec.Cmd
 	logs    []*logBuffer // stderr of every run; read only once that run was waited for
-	pidFile string          // the running olliesrv's pid, for the preTool hook
-	sid     string          // session ID
-	aid     string          // agent ID
+	pidFile string       // the running olliesrv's pid, for the preTool hook
+	sid     string       // session ID
+	aid     string       // agent ID
 }
 
 // markerTool appends a line to work/runs, then, on its nth run, hangs if
