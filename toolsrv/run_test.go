@@ -3,6 +3,8 @@ package toolsrv
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"ollie/broker"
 	"ollie/toolsrv/sandbox"
+	"ollie/toolsrv/tool"
 )
 
 // The test binary plays the sandbox helper and the toolsrv child, as
@@ -129,11 +132,29 @@ func TestRunContract(t *testing.T) {
 // TestRunTimeoutKillsGroup checks that a timeout kills the tool's
 // grandchildren too.
 func TestRunTimeoutKillsGroup(t *testing.T) {
-	r, cwd := runner(t, map[string][2]string{
-		"hang": {`{"description": "Hang."}`, "#!/bin/sh\nsleep 300 &\necho $! > \"$PWD/child.pid\"\nsleep 300\n"},
+	// The grandchild is found by its arguments, not by the pid the tool
+	// sees: in the call's own pid namespace that is not the host's.
+	mark := fmt.Sprintf("300.%06d", rand.IntN(1000000))
+	r, _ := runner(t, map[string][2]string{
+		"hang": {`{"description": "Hang."}`, "#!/bin/sh\nsleep " + mark + " &\nsleep 300\n"},
 	})
 	start := time.Now()
-	res := r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 1}`))
+	done := make(chan *tool.Result, 1)
+	go func() { done <- r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 1}`)) }()
+	pid := 0
+	for pid == 0 && time.Since(start) < 30*time.Second {
+		cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range cmdlines {
+			if b, _ := os.ReadFile(f); string(b) == "sleep\x00"+mark+"\x00" {
+				pid, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/cmdline"))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Fatalf("the grandchild (sleep %s) was never seen", mark)
+	}
+	res := <-done
 	if !res.Failed || !strings.Contains(res.Output, "timed out after 1s") {
 		t.Fatalf("hang: %+v", res)
 	}
@@ -142,11 +163,6 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	if el := time.Since(start); el > 60*time.Second {
 		t.Errorf("timeout took %s: the grandchild held the call open", el)
 	}
-	b, err := os.ReadFile(filepath.Join(cwd, "child.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	deadline := time.Now().Add(5 * time.Second)
 	for syscall.Kill(pid, 0) == nil {
 		// A killed child of a killed shell is reparented and reaped by

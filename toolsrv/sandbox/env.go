@@ -33,11 +33,23 @@ func filterEnv(environ, allow []string) []string {
 	return out
 }
 
+// helperEnv is a helper's whole environment.
+func helperEnv() []string { return withNoNS(runtimeEnv()) }
+
 // withNoNS passes noNSEnv on to a helper when it is set: the helper
-// starts its confining stages without a mount namespace.
+// starts its confining stages without a mount namespace. Otherwise it
+// passes ownProcEnv when the host gives each call its own /proc.
 func withNoNS(env []string) []string {
 	if v := os.Getenv(noNSEnv); v != "" {
-		env = append(env, noNSEnv+"="+v)
+		return append(env, noNSEnv+"="+v)
+	}
+	// A helper passes on what its parent probed; the parent probes once.
+	if IsHelper() {
+		if v := os.Getenv(ownProcEnv); v != "" {
+			env = append(env, ownProcEnv+"="+v)
+		}
+	} else if os.Getenv(noOwnProcEnv) == "" && HostProtection().OwnProc {
+		env = append(env, ownProcEnv+"=1")
 	}
 	return env
 }

@@ -275,6 +275,12 @@ func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
 	}
 	// Before Landlock, which may hide /proc from this process.
 	closeAllOnExec()
+	ownProc := ns == nsPidArg
+	if ownProc {
+		if err := mountProc(); err != nil {
+			return err
+		}
+	}
 	if err := protectCall(p, ns); err != nil {
 		return err
 	}
@@ -285,18 +291,17 @@ func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
 			return err
 		}
 	}
-	if err := apply(p, tool); err != nil {
+	if err := apply(p, tool, ownProc); err != nil {
 		return err
 	}
 	// On the thread apply locked, the one that execs.
 	if err := dropCaps(); err != nil {
 		return err
 	}
-	err := syscall.Exec(tool, argv, filterEnv(env, p.Env))
-	if errors.Is(err, syscall.EACCES) {
-		return fmt.Errorf("sandbox: exec %s: %w (the profile's exec paths must hold the tool's interpreter and loader, and its directory if it runs other programs from there)", tool, err)
+	if ownProc {
+		return initCall(tool, argv, filterEnv(env, p.Env))
 	}
-	return fmt.Errorf("sandbox: exec %s: %w", tool, err)
+	return execError(tool, syscall.Exec(tool, argv, filterEnv(env, p.Env)))
 }
 
 // readPolicy reads and closes the policy pipe, and returns the policy and

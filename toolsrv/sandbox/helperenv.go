@@ -2,6 +2,6 @@
 
 package sandbox
 
-// helperEnv is a helper's whole environment: GOMAXPROCS=1 for its own
-// runtime (fewer threads to start), nothing of its parent's.
-func helperEnv() []string { return withNoNS([]string{"GOMAXPROCS=1"}) }
+// runtimeEnv is what a helper's own runtime is given: GOMAXPROCS=1 (fewer
+// threads to start), nothing of its parent's.
+func runtimeEnv() []string { return []string{"GOMAXPROCS=1"} }

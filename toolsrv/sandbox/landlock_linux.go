@@ -104,10 +104,12 @@ func rights(a Access, mode os.FileMode) landlock.AccessFSSet {
 // execve runs the new program with the calling thread's credentials (its
 // Landlock domain and no_new_privs) and ends every other thread, and it
 // spares the signalling of every runtime thread that restricting the whole
-// process takes. Forking the tool from the thread instead would not be: the
-// tool could ptrace that thread, which shares memory with free ones (see
-// supervise).
-func apply(p *Policy, tool string) error {
+// process takes. Forking the tool from the thread instead is sound only
+// with ptrace of this process refused to the tool: the tool could ptrace
+// that thread, which shares memory with free ones (see supervise, and
+// initCall, which forks so in a call's own pid namespace). ownProc says
+// the call has a /proc of its own (ruleFor).
+func apply(p *Policy, tool string, ownProc bool) error {
 	abi := Status().ABI
 	if err := check(abi, p); err != nil {
 		return err
@@ -176,7 +178,12 @@ func apply(p *Policy, tool string) error {
 		return nil
 	}
 	for _, r := range p.Paths {
-		if err := add(r.Path, r.Access, r.ID, false); err != nil {
+		path, keepID := ruleFor(r.Path, ownProc)
+		id := r.ID
+		if !keepID {
+			id = nil
+		}
+		if err := add(path, r.Access, id, false); err != nil {
 			return err
 		}
 	}

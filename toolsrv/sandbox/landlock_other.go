@@ -28,7 +28,7 @@ func Status() Kernel {
 }
 
 // apply enforces nothing: without Landlock only a best-effort policy runs.
-func apply(p *Policy, tool string) error { return check(0, p) }
+func apply(p *Policy, tool string, ownProc bool) error { return check(0, p) }
 
 func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 

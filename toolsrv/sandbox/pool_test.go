@@ -89,29 +89,26 @@ func TestPoolProcess(t *testing.T) {
 	requireLandlock(t, 3)
 	e := newEnv(t)
 	c, err := newTestPool(t).Command(context.Background(), e.policy(t), "/bin/sh", []string{"-c",
-		`read -r stat < /proc/self/stat; set -- $stat; echo "pid=$$ ppid=$4 pgrp=$5"; cd /proc/self/fd && echo "fds=" *`})
+		`read -r stat < /proc/self/stat; set -- $stat; echo "pid=$$ ppid=$4 pgrp=$5"; cd /proc/self/fd && echo "fds=" *; read -r _ || :`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr, c.Dir = &stdout, &stderr, e.cwd
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Wait(); err != nil {
-		t.Fatalf("%v: %s", err, stderr.String())
-	}
+	c.Dir = e.cwd
+	out, tree := runHeld(t, held{
+		setIO:  func(in io.Reader, out, errw io.Writer) { c.Stdin, c.Stdout, c.Stderr = in, out, errw },
+		start:  c.Start,
+		wait:   c.Wait,
+		helper: func() int { return c.Process.Pid },
+	}, 2)
 	var pid, ppid, pgrp int
-	if _, err := fmt.Sscanf(stdout.String(), "pid=%d ppid=%d pgrp=%d\n", &pid, &ppid, &pgrp); err != nil {
-		t.Fatalf("parsing %q: %v", stdout.String(), err)
+	if _, err := fmt.Sscanf(out, "pid=%d ppid=%d pgrp=%d\n", &pid, &ppid, &pgrp); err != nil {
+		t.Fatalf("parsing %q: %v", out, err)
 	}
-	if helper := c.Process.Pid; ppid != helper || pgrp != helper || pid == helper {
-		t.Errorf("tool pid %d, ppid %d, pgrp %d; helper %d: want the helper as parent and group", pid, ppid, pgrp, helper)
-	}
+	checkParent(t, tree, c.Process.Pid, pid, ppid, pgrp)
 	// The shell reads the directory itself: /proc/self is the tool's
 	// alone. The glob's own descriptor is 3.
-	if !strings.Contains(stdout.String(), "fds= 0 1 2 3\n") {
-		t.Errorf("the tool holds %q, want only 0 1 2 (and the glob's 3)", stdout.String())
+	if !strings.Contains(out, "fds= 0 1 2 3\n") {
+		t.Errorf("the tool holds %q, want only 0 1 2 (and the glob's 3)", out)
 	}
 }
 

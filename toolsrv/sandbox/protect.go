@@ -18,6 +18,20 @@ import (
 // protected path are refused), which is how the lab tests that mode.
 const noNSEnv = "OLLIE_SANDBOX_NO_NAMESPACE"
 
+// nsPidArg is the confining stage's nsArg for a stage started in a pid
+// namespace as well, which mounts the call's own /proc (init_linux.go).
+const nsPidArg = "nspid"
+
+// ownProcEnv, in a helper's environment, says the host lets a confining
+// stage have a pid namespace and a /proc of its own (HostProtection probed
+// it), so the helper asks for them.
+const ownProcEnv = "OLLIE_SANDBOX_OWN_PROC"
+
+// noOwnProcEnv, set in olliesrv's environment, keeps calls in the host's
+// pid namespace (their /proc then holds only the tool's own entry, as
+// Landlock pinned it, and not its children's).
+const noOwnProcEnv = "OLLIE_SANDBOX_NO_OWN_PROC"
+
 // startupFiles are the files and directories in a home directory that a
 // shell, a login or the user's session manager reads and runs: whoever
 // writes one runs code as the user, outside every sandbox, the next time

@@ -34,29 +34,51 @@ const maxNoEntries = 2000
 
 // stageProc starts the confining stage with argv(ns) and attr, in a mount
 // namespace of its own if the host allows one, and says which it got.
+//
+// With ownProcEnv set (the host was probed for it), it asks for a pid
+// namespace as well, in which the stage mounts the call's own /proc
+// (init_linux.go).
 func stageProc(argv func(ns string) []string, attr *os.ProcAttr) (*os.Process, error) {
 	if os.Getenv(noNSEnv) != "" {
 		return os.StartProcess("/proc/self/exe", argv("-:$"+noNSEnv+" is set"), attr)
 	}
-	sys := *attr.Sys
-	withNS := *attr
-	withNS.Sys = &sys
-	nsAttr(&sys)
-	p, err := os.StartProcess("/proc/self/exe", argv(nsArg), &withNS)
-	if err == nil {
-		return p, nil
-	}
-	if !nsRefused(err) {
-		return nil, err
+	var err error
+	for _, pid := range []bool{os.Getenv(ownProcEnv) != "", false} {
+		sys := *attr.Sys
+		withNS := *attr
+		withNS.Sys = &sys
+		nsAttr(&sys, pid)
+		ns := nsArg
+		if pid {
+			ns = nsPidArg
+		}
+		var p *os.Process
+		if p, err = os.StartProcess("/proc/self/exe", argv(ns), &withNS); err == nil {
+			return p, nil
+		}
+		if !nsRefused(err) {
+			return nil, err
+		}
+		if !pid {
+			break
+		}
 	}
 	return os.StartProcess("/proc/self/exe", argv("-:"+nsReason(err)), attr)
 }
 
-// nsAttr asks for a mount namespace; a user who is not root gets a user
-// namespace too, mapping the user to itself, and keeps CAP_SYS_ADMIN in it
-// across the exec (ambient) only until the stage has made its mounts.
-func nsAttr(sys *syscall.SysProcAttr) {
+// hasNS reports whether the stage's ns argument says it has a mount
+// namespace of its own.
+func hasNS(ns string) bool { return ns == nsArg || ns == nsPidArg }
+
+// nsAttr asks for a mount namespace, and a pid namespace too if pid; a
+// user who is not root gets a user namespace as well, mapping the user to
+// itself, and keeps CAP_SYS_ADMIN in it across the exec (ambient) only
+// until the stage has made its mounts.
+func nsAttr(sys *syscall.SysProcAttr, pid bool) {
 	sys.Cloneflags = syscall.CLONE_NEWNS
+	if pid {
+		sys.Cloneflags |= syscall.CLONE_NEWPID
+	}
 	if os.Geteuid() == 0 {
 		return
 	}
@@ -93,9 +115,15 @@ func nsReason(err error) string {
 type Protection struct {
 	Mounts bool
 	Reason string // why not, when !Mounts
+	// OwnProc: each call has a pid namespace and a /proc of its own too,
+	// showing its own processes only (init_linux.go).
+	OwnProc bool
 }
 
 func (p Protection) String() string {
+	if p.Mounts && p.OwnProc {
+		return "protected paths read-only in a mount namespace per call; its own processes alone in its /proc"
+	}
 	if p.Mounts {
 		return "protected paths read-only in a mount namespace per call"
 	}
@@ -114,11 +142,21 @@ var hostProtection = sync.OnceValue(func() Protection {
 	if !helperAware.Load() {
 		return Protection{Reason: "not probed: this program cannot run the sandbox helper"}
 	}
-	cmd := exec.Command("/proc/self/exe", helperArg, nsProbeArg)
-	cmd.Env = helperEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	nsAttr(cmd.SysProcAttr)
-	out, err := cmd.CombinedOutput()
+	probe := func(pid bool) ([]byte, error) {
+		args := []string{helperArg, nsProbeArg}
+		if pid {
+			args = append(args, nsPidArg)
+		}
+		cmd := exec.Command("/proc/self/exe", args...)
+		cmd.Env = runtimeEnv()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		nsAttr(cmd.SysProcAttr, pid)
+		return cmd.CombinedOutput()
+	}
+	if _, err := probe(true); err == nil {
+		return Protection{Mounts: true, OwnProc: true}
+	}
+	out, err := probe(false)
 	if err != nil {
 		if nsRefused(err) {
 			return Protection{Reason: nsReason(err)}
@@ -139,6 +177,12 @@ func nsProbeMain() {
 	if err := privateMounts(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if os.Args[len(os.Args)-1] == nsPidArg {
+		if err := mountProc(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	if err := bindSelf("/"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -167,7 +211,7 @@ func protectCall(p *Policy, ns string) error {
 	if err != nil || len(ops) == 0 {
 		return err
 	}
-	if ns != nsArg {
+	if !hasNS(ns) {
 		reason := strings.TrimPrefix(ns, "-:")
 		if reason == "-" || reason == "" {
 			reason = "no mount namespace"

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 )
 
@@ -14,8 +15,9 @@ func nsProbeMain() { os.Exit(1) }
 // Protection: elsewhere there is no mount namespace, so a call whose
 // writable directory holds a protected path is refused.
 type Protection struct {
-	Mounts bool
-	Reason string
+	Mounts  bool
+	Reason  string
+	OwnProc bool
 }
 
 func (p Protection) String() string {
@@ -38,6 +40,15 @@ func protectCall(p *Policy, ns string) error {
 func enterDir(p *Policy, dir string) error { return os.Chdir(dir) }
 
 func dropCaps() error { return nil }
+
+// A call's own pid namespace and /proc are Linux's.
+func mountProc() error { return errors.New("sandbox: a call's own /proc is Linux's") }
+
+func initCall(tool string, argv, env []string) error {
+	return errors.New("sandbox: a call's own pid namespace is Linux's")
+}
+
+func execError(tool string, err error) error { return fmt.Errorf("sandbox: exec %s: %w", tool, err) }
 
 func Identify(path string) (FileID, error) {
 	return FileID{}, errors.New("sandbox: file identity is Linux's")

@@ -3,10 +3,12 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -304,32 +306,29 @@ func TestFilesystem(t *testing.T) {
 	}
 }
 
-// The tool is the confining stage's process (exec, not fork), so /proc/self
-// in the profile is the tool's own; its parent is the helper, whose process
-// group it shares; the policy pipe is closed before the tool runs.
+// The tool's /proc/self is its own; its parent is the helper (in the
+// host's pid namespace) or the call's init, the helper's child (in its
+// own); it shares the helper's process group; the policy pipe is closed
+// before the tool runs.
 func TestProcess(t *testing.T) {
 	requireLandlock(t, 3)
 	e := newEnv(t)
 	cmd, err := Command(context.Background(), e.policy(t), "/bin/sh", []string{"-c", `read -r stat < /proc/self/stat; set -- $stat; echo "pid=$$ stat=$1 ppid=$4 pgrp=$5"
-if { true >&3; } 2>/dev/null; then echo fd3=open; else echo fd3=closed; fi`})
+if { true >&3; } 2>/dev/null; then echo fd3=open; else echo fd3=closed; fi; read -r _ || :`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := wait(t, cmd, e.cwd)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
-	}
+	cmd.Dir = e.cwd
+	out, tree := runHeld(t, heldCmd(cmd), 2)
 	var pid, stat, ppid, pgrp int
 	var fd3 string
-	if _, err := fmt.Sscanf(r.stdout, "pid=%d stat=%d ppid=%d pgrp=%d\nfd3=%s", &pid, &stat, &ppid, &pgrp, &fd3); err != nil {
-		t.Fatalf("parsing %q: %v", r.stdout, err)
+	if _, err := fmt.Sscanf(out, "pid=%d stat=%d ppid=%d pgrp=%d\nfd3=%s", &pid, &stat, &ppid, &pgrp, &fd3); err != nil {
+		t.Fatalf("parsing %q: %v", out, err)
 	}
 	if pid != stat {
 		t.Errorf("pid %d, /proc/self/stat pid %d: want equal", pid, stat)
 	}
-	if helper := cmd.Process.Pid; ppid != helper || pgrp != helper || pid == helper {
-		t.Errorf("tool pid %d, ppid %d, pgrp %d; helper %d: want the helper as parent and group", pid, ppid, pgrp, helper)
-	}
+	checkParent(t, tree, cmd.Process.Pid, pid, ppid, pgrp)
 	if fd3 != "closed" {
 		t.Errorf("policy fd 3 is %s in the tool", fd3)
 	}
@@ -550,4 +549,129 @@ func TestMPTCPFilter(t *testing.T) {
 			t.Errorf("%s: %d instructions, want %d", arch, len(prog), want)
 		}
 	}
+}
+
+// checkParent checks what a tool said of itself (pid, ppid, pgrp, as
+// /proc/self/stat shows them) against tree, the helper's descendants seen
+// from the host (pid to parent) while it ran: in the host's pid namespace
+// the helper is its parent and group leader; in the call's own it is pid
+// 1's child, its group leader outside (0), and pid 1 is the helper's one
+// child.
+func checkParent(t *testing.T, tree map[int]int, helper, pid, ppid, pgrp int) {
+	t.Helper()
+	if !HostProtection().OwnProc {
+		if ppid != helper || pgrp != helper || pid == helper {
+			t.Errorf("tool pid %d, ppid %d, pgrp %d; helper %d: want the helper as parent and group", pid, ppid, pgrp, helper)
+		}
+		return
+	}
+	if ppid != 1 || pgrp != 0 || pid <= 1 {
+		t.Errorf("tool pid %d, ppid %d, pgrp %d: want pid 1 as its parent, its group outside its namespace", pid, ppid, pgrp)
+	}
+	var inits []int
+	for p, parent := range tree {
+		if parent == helper {
+			inits = append(inits, p)
+		}
+	}
+	if len(inits) != 1 {
+		t.Fatalf("the helper %d had children %v (of %v), want one: the call's init", helper, inits, tree)
+	}
+}
+
+// held is what runHeld needs of an *exec.Cmd or a *Call.
+type held struct {
+	setIO       func(stdin io.Reader, stdout, stderr io.Writer)
+	start, wait func() error
+	helper      func() int
+}
+
+func heldCmd(cmd *exec.Cmd) held {
+	return held{
+		setIO: func(in io.Reader, out, errw io.Writer) { cmd.Stdin, cmd.Stdout, cmd.Stderr = in, out, errw },
+		start: func() error {
+			err := cmd.Start()
+			for _, f := range cmd.ExtraFiles {
+				f.Close()
+			}
+			return err
+		},
+		wait:   cmd.Wait,
+		helper: func() int { return cmd.Process.Pid },
+	}
+}
+
+// runHeld starts h, whose tool prints lines lines and then waits to read
+// a line, and returns what it printed and the helper's descendants as the
+// host sees them then (pid to parent); then it lets the tool end and
+// waits for it.
+func runHeld(t *testing.T, h held, lines int) (string, map[int]int) {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	var stderr bytes.Buffer
+	h.setIO(inR, outW, &stderr)
+	err = h.start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(outR)
+	var out strings.Builder
+	for range lines {
+		l, err := br.ReadString('\n')
+		out.WriteString(l)
+		if err != nil {
+			inW.Close()
+			h.wait()
+			t.Fatalf("the tool said %q, then %v: %s", out.String(), err, stderr.String())
+		}
+	}
+	tree := descendants(h.helper())
+	inW.Close()
+	if err := h.wait(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	return out.String(), tree
+}
+
+// descendants maps each descendant of root, as the host's /proc shows
+// them, to its parent.
+func descendants(root int) map[int]int {
+	parents := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		var pid, ppid int
+		var state string
+		fmt.Sscanf(string(b[:bytes.IndexByte(b, ' ')]), "%d", &pid)
+		if i < 0 || pid == 0 {
+			continue
+		}
+		fmt.Sscanf(string(b[i+1:]), " %s %d", &state, &ppid)
+		parents[pid] = ppid
+	}
+	tree := map[int]int{}
+	for pid, ppid := range parents {
+		for p := ppid; p > 1; p = parents[p] {
+			if p == root {
+				tree[pid] = ppid
+				break
+			}
+		}
+	}
+	return tree
 }

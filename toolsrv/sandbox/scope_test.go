@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/lab"
 )
 
 // Landlock's promises the profile relies on, each checked from inside a
@@ -43,6 +45,9 @@ mkfifo fifo && echo made fifo`)
 
 // A tool cannot signal a process outside its sandbox (not the test, not a
 // sibling of the helper), but can signal itself and its own children.
+// In the host's pid namespace Landlock refuses it (EPERM); in the call's
+// own, the processes outside are not even there (ESRCH), and the parent
+// it sees is the call's init, its own.
 func TestSignalScope(t *testing.T) {
 	requireLandlock(t, 6)
 	sibling := exec.Command("/bin/sleep", "30")
@@ -50,16 +55,35 @@ func TestSignalScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { sibling.Process.Kill(); sibling.Wait() }()
-	e := newEnv(t)
-	r := sh(t, e.policy(t), e.cwd, fmt.Sprintf(`kill -0 %d; echo test=$?
+	script := fmt.Sprintf(`kill -0 %d; echo test=$?
 kill -0 %d; echo sibling=$?
-kill -0 $PPID; echo helper=$?
+kill -0 $PPID; echo parent=$?
 kill -0 $$; echo self=$?
-sleep 5 & kill -0 $!; echo child=$?; kill $!`, os.Getpid(), sibling.Process.Pid))
-	want := "test=1\nsibling=1\nhelper=1\nself=0\nchild=0\n"
-	if r.stdout != want || strings.Count(r.stderr, "Operation not permitted") != 3 {
-		t.Errorf("stdout %q, stderr %q; want %q and three EPERMs", r.stdout, r.stderr, want)
-	}
+sleep 5 & kill -0 $!; echo child=$?; kill $!`, os.Getpid(), sibling.Process.Pid)
+	t.Run("host pid namespace", func(t *testing.T) {
+		t.Setenv(noOwnProcEnv, "1")
+		if testPool != nil {
+			// Its helpers were started before: a pool of its own.
+			defer func(p *Pool) { testPool = p }(testPool)
+			testPool = newTestPool(t)
+		}
+		e := newEnv(t)
+		r := sh(t, e.policy(t), e.cwd, script)
+		want := "test=1\nsibling=1\nparent=1\nself=0\nchild=0\n"
+		if r.stdout != want || strings.Count(r.stderr, "Operation not permitted") != 3 {
+			t.Errorf("stdout %q, stderr %q; want %q and three EPERMs", r.stdout, r.stderr, want)
+		}
+	})
+	t.Run("own pid namespace", func(t *testing.T) {
+		p := HostProtection()
+		lab.Need(t, p.OwnProc, "a pid namespace and /proc of its own per call (root, or unprivileged user namespaces): "+p.String())
+		e := newEnv(t)
+		r := sh(t, e.policy(t), e.cwd, script)
+		want := "test=1\nsibling=1\nparent=0\nself=0\nchild=0\n"
+		if r.stdout != want || strings.Count(r.stderr, "No such process") != 2 {
+			t.Errorf("stdout %q, stderr %q; want %q and two ESRCHs", r.stdout, r.stderr, want)
+		}
+	})
 }
 
 // A tool cannot connect to an abstract Unix socket made outside its
@@ -119,5 +143,33 @@ func TestHelperOutOfReach(t *testing.T) {
 		if !strings.HasSuffix(l, " "+syscall.EPERM.Error()) {
 			t.Errorf("thread %s: want %v", l, syscall.EPERM)
 		}
+	}
+}
+
+// Issue 31 item 2: under the default profile's /proc/self, programs a tool
+// starts read their own /proc entry (df read no mount table: "cannot read
+// table of mounted file systems"), and the call's /proc shows the call's
+// processes only: not the test's, and not root's kernel memory.
+func TestOwnProc(t *testing.T) {
+	requireLandlock(t, 3)
+	p := HostProtection()
+	lab.Need(t, p.OwnProc, "a pid namespace and /proc of its own per call (root, or unprivileged user namespaces): "+p.String())
+	e := newEnv(t)
+	pol := e.policy(t)
+	pol.Paths = append(pol.Paths, PathRule{Path: "/proc/self", Access: Read})
+	r := sh(t, pol, e.cwd, fmt.Sprintf(`df . >/dev/null && echo df=ok
+sh -c 'read -r s < /proc/self/mountinfo && echo child=ok'
+test -e /proc/%d && echo test=seen || echo test=hidden
+echo procs=$(ls /proc | grep -c '^[0-9]')
+cat /proc/kcore >/dev/null 2>&1 && echo kcore=read || echo kcore=denied`, os.Getpid()))
+	var procs int
+	fmt.Sscanf(r.stdout[strings.Index(r.stdout, "procs=")+len("procs="):], "%d", &procs)
+	want := "df=ok\nchild=ok\ntest=hidden\n"
+	if !strings.HasPrefix(r.stdout, want) || !strings.HasSuffix(r.stdout, "kcore=denied\n") || r.stderr != "" {
+		t.Errorf("stdout %q, stderr %q; want %q first and kcore denied", r.stdout, r.stderr, want)
+	}
+	// The init, sh, ls and grep: a handful, not the host's hundreds.
+	if procs < 2 || procs > 8 {
+		t.Errorf("the call's /proc lists %d processes, want only its own", procs)
 	}
 }

@@ -1,0 +1,161 @@
+package sandbox
+
+// A call's own pid namespace and /proc. Landlock pins a path to the inode
+// it names when the rule is made, so /proc/self in a profile could only
+// ever be the confining stage's own entry: a program the tool started
+// found none of its own (df: "cannot read table of mounted file systems",
+// ps, and runtimes that size themselves from /proc/self). All of /proc
+// would show every process of the host. In a pid namespace of its own,
+// with a /proc mounted for it, a call's /proc holds the call's processes
+// and nothing else, so the profile's /proc/self gives it the whole of its
+// own /proc (ruleFor).
+//
+// The confining stage is then the namespace's init, pid 1: the kernel
+// drops a signal to it that it has no handler for, so it does not exec
+// the tool but starts it as its one child and stays, forwarding signals
+// and reaping, until the tool exits; the kernel then kills whatever of
+// the call is left.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// maskedProc are the files of a fresh /proc that root's capabilities
+// would let a tool read although no profile means it to: kernel memory,
+// the kernel's log and symbols, other users' keys and the scheduler's
+// view of every process. A stage that is not root drops every
+// capability, which closes them anyway; root's tool keeps its own.
+var maskedProc = []string{
+	"/proc/kcore", "/proc/kmsg", "/proc/kallsyms", "/proc/keys", "/proc/key-users",
+	"/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
+	"/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+}
+
+// mountProc mounts a /proc of the stage's pid namespace on /proc, in its
+// own mount namespace (made private first, so nothing reaches the host).
+func mountProc() error {
+	if err := privateMounts(); err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("sandbox: mounting the call's /proc: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	for _, f := range maskedProc {
+		err := unix.Mount("/dev/null", f, "", unix.MS_BIND, "")
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("sandbox: masking %s in the call's /proc: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// ruleFor is the path a profile's rule names in a call with its own /proc,
+// and whether the inode recorded when the policy was resolved still
+// stands: that was the host's /proc, not the call's, and nothing in a
+// fresh /proc can be swapped for a link. /proc/self (and beneath it)
+// becomes the call's whole /proc, so that every process of the call reads
+// its own entry.
+func ruleFor(path string, ownProc bool) (string, bool) {
+	if !ownProc || path != "/proc" && !strings.HasPrefix(path, "/proc/") {
+		return path, true
+	}
+	for _, self := range []string{"/proc/self", "/proc/thread-self"} {
+		if path == self || strings.HasPrefix(path, self+"/") {
+			return "/proc", false
+		}
+	}
+	return path, false
+}
+
+// initCall starts tool as the only child of this process, the init of the
+// call's pid namespace, from the thread apply confined (so the child has
+// its Landlock domain, limits and capabilities), and exits with the
+// tool's status once it has exited (128+N for signal N, as the outer
+// stage reports it). SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2
+// are forwarded to the tool; orphans are reaped meanwhile.
+//
+// Forking from the confined thread needs care that exec does not: the
+// tool could ptrace that thread, which shares its memory with threads
+// Landlock does not confine and that keep the stage's capabilities. So
+// this process is made not dumpable, which refuses ptrace (and
+// /proc/PID/mem, process_vm_writev) to a caller without CAP_SYS_PTRACE,
+// and a root stage drops that capability for good on this thread, which
+// the tool inherits; a stage that is not root has dropped them all.
+func initCall(tool string, argv, env []string) error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := dropPtrace(); err != nil {
+			return err
+		}
+	}
+	sigs := make(chan os.Signal, 8)
+	forwarded := []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+	signal.Notify(sigs, forwarded...)
+	pid, err := syscall.ForkExec(tool, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		return execError(tool, err)
+	}
+	go func() {
+		for s := range sigs {
+			unix.Kill(pid, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, unix.WALL, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return fmt.Errorf("sandbox: waiting for the tool: %w", err)
+		case got != pid:
+			continue // an orphan of the call, reparented here
+		case ws.Signaled():
+			os.Exit(128 + int(ws.Signal()))
+		default:
+			os.Exit(ws.ExitStatus())
+		}
+	}
+}
+
+// execError says why tool could not be run.
+func execError(tool string, err error) error {
+	if errors.Is(err, syscall.EACCES) {
+		return fmt.Errorf("sandbox: exec %s: %w (the profile's exec paths must hold the tool's interpreter and loader, and its directory if it runs other programs from there)", tool, err)
+	}
+	return fmt.Errorf("sandbox: exec %s: %w", tool, err)
+}
+
+// dropPtrace takes CAP_SYS_PTRACE from the calling thread: from its
+// bounding set, so nothing it execs regains it, and from the sets it holds.
+func dropPtrace() error {
+	if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SYS_PTRACE, 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: dropping CAP_SYS_PTRACE from the bounding set: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("sandbox: reading capabilities: %w", err)
+	}
+	bit := uint32(1) << (unix.CAP_SYS_PTRACE % 32)
+	i := unix.CAP_SYS_PTRACE / 32
+	data[i].Effective &^= bit
+	data[i].Permitted &^= bit
+	data[i].Inheritable &^= bit
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("sandbox: dropping CAP_SYS_PTRACE: %w", err)
+	}
+	return nil
+}
