@@ -276,7 +276,7 @@ func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
 	// Before Landlock, which may hide /proc from this process.
 	closeAllOnExec()
 	ownProc := ns == nsPidArg
-	if ownProc {
+	if ownProc && !procMounted {
 		if err := mountProc(); err != nil {
 			return err
 		}

@@ -38,6 +38,9 @@ var maskedProc = []string{
 	"/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
 }
 
+// procMounted says a pre-started stage mounted its /proc while it waited.
+var procMounted bool
+
 // mountProc mounts a /proc of the stage's pid namespace on /proc, in its
 // own mount namespace (made private first, so nothing reaches the host).
 func mountProc() error {

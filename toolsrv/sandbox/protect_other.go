@@ -42,6 +42,8 @@ func enterDir(p *Policy, dir string) error { return os.Chdir(dir) }
 func dropCaps() error { return nil }
 
 // A call's own pid namespace and /proc are Linux's.
+var procMounted bool
+
 func mountProc() error { return errors.New("sandbox: a call's own /proc is Linux's") }
 
 func initCall(tool string, argv, env []string) error {

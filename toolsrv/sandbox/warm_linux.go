@@ -95,6 +95,11 @@ func warm(sigs chan os.Signal) int {
 		removeCg()
 		return fail(fmt.Errorf("sandbox: starting the confining stage: %w", err))
 	}
+	// Held until this process exits, after the call's status is sent: the
+	// last reference to the stage's mount namespace tears it down, and
+	// with a mount in it (its /proc, protected paths) that waits for an
+	// RCU grace period, milliseconds the call need not wait for.
+	holdMountNS(stage.Pid)
 	// The stage waits for its call, so it is in the cgroup before it can
 	// start anything.
 	if cg != nil {
@@ -134,6 +139,11 @@ func warm(sigs chan os.Signal) int {
 func warmConfineMain() {
 	closeInherited(callFD)
 	warmUp()
+	if os.Args[len(os.Args)-2] == nsPidArg {
+		// Off the call's path; confine tries again if this failed, and
+		// then says why on the call's stderr.
+		procMounted = mountProc() == nil
+	}
 	data, fds, err := recvFramed(callFD, maxCall)
 	unix.Close(callFD)
 	if errors.Is(err, io.EOF) {
@@ -302,4 +312,10 @@ func closeAllOnExec() {
 			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
 		}
 	}
+}
+
+// holdMountNS keeps process pid's mount namespace alive as long as this
+// process (the descriptor is never closed; it is not inherited).
+func holdMountNS(pid int) {
+	unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 }
