@@ -27,7 +27,9 @@ type Options struct {
 	// read, as with ssh -F.
 	ConfigFile string
 	// KnownHosts are the known_hosts files. nil uses UserKnownHostsFile
-	// from the config, else ~/.ssh/known_hosts.
+	// from the config; for a host it names none for, ~/.ssh/known_hosts
+	// and known_hosts2, every UserKnownHostsFile the config names for
+	// other hosts, and /etc/ssh/ssh_known_hosts (defaultKnownHosts).
 	KnownHosts []string
 	// AcceptNew adds an unknown host's key to the first known_hosts file
 	// (as StrictHostKeyChecking=accept-new does). A changed key is still
@@ -431,10 +433,49 @@ func Resolve(alias string, o Options) (*Target, error) {
 			}
 		}
 		if len(t.KnownHosts) == 0 {
-			t.KnownHosts = []string{filepath.Join(homeDir(), ".ssh", "known_hosts")}
+			t.KnownHosts = defaultKnownHosts(files, ex)
 		}
 	}
 	return t, nil
+}
+
+// defaultKnownHosts are the known_hosts files of a host for which the
+// config names none: OpenSSH's own (~/.ssh/known_hosts first, where
+// AcceptNew adds a key, then known_hosts2 and the system's), and every
+// UserKnownHostsFile the config names for its other hosts. A host that
+// only an inventory knows (ansible_host, ansible_port) is often one the
+// person reached before under a config alias, whose key was accepted
+// into that alias's file: the key known for its address and port there
+// is the key the person accepted for it, so it is checked, not trusted
+// more.
+func defaultKnownHosts(files []configFile, ex expander) []string {
+	home := filepath.Join(homeDir(), ".ssh")
+	out := []string{filepath.Join(home, "known_hosts"), filepath.Join(home, "known_hosts2")}
+	seen := map[string]bool{out[0]: true, out[1]: true}
+	add := func(f string) {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	for _, f := range files {
+		for _, h := range f.cfg.Hosts {
+			for _, n := range h.Nodes {
+				kv, ok := n.(*ssh_config.KV)
+				if !ok || !strings.EqualFold(kv.Key, "UserKnownHostsFile") {
+					continue
+				}
+				for _, v := range strings.Fields(kv.Value) {
+					if !strings.EqualFold(v, "none") {
+						add(ex.expand(v))
+					}
+				}
+			}
+		}
+	}
+	add("/etc/ssh/ssh_known_hosts")
+	add("/etc/ssh/ssh_known_hosts2")
+	return out
 }
 
 // expander does ssh_config's ~ and % tokens for file names.

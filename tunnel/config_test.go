@@ -41,6 +41,10 @@ Host *.example
   HostName %h.internal
 `), 0o644)
 	o := Options{ConfigFile: cfg}
+	// A host the config names no known_hosts for: the user's, every file
+	// the config names for its other hosts, the system's.
+	unnamed := []string{filepath.Join(home, ".ssh/known_hosts"), filepath.Join(home, ".ssh/known_hosts2"),
+		filepath.Join(home, "kh1"), "/etc/kh2", "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"}
 	tests := []struct {
 		alias string
 		want  Target
@@ -62,17 +66,17 @@ Host *.example
 		{"nojump", Target{
 			Alias: "nojump", HostName: "nojump", User: localUser(), Port: 22,
 			ConnectTimeout: DefaultConnectTimeout, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
-			KnownHosts: []string{filepath.Join(home, ".ssh/known_hosts")},
+			KnownHosts: unnamed,
 		}},
 		{"db.example", Target{
 			Alias: "db.example", HostName: "db.example.internal", User: localUser(), Port: 22,
 			ConnectTimeout: DefaultConnectTimeout, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
-			KnownHosts: []string{filepath.Join(home, ".ssh/known_hosts")},
+			KnownHosts: unnamed,
 		}},
 		{"[::1]:2022", Target{
 			Alias: "::1", HostName: "::1", User: localUser(), Port: 2022,
 			ConnectTimeout: DefaultConnectTimeout, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
-			KnownHosts: []string{filepath.Join(home, ".ssh/known_hosts")},
+			KnownHosts: unnamed,
 		}},
 	}
 	for _, tt := range tests {
@@ -123,6 +127,8 @@ Host web1
   ConnectTimeout 5
   UserKnownHostsFile /etc/kh
 `), 0o644)
+	unnamed := []string{filepath.Join(home, ".ssh/known_hosts"), filepath.Join(home, ".ssh/known_hosts2"),
+		"/etc/kh", "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"}
 	full := &Override{HostName: "10.1.1.1", User: "ops", Port: 2200, IdentityFile: "~/keys/%r", ProxyJump: []string{"j@hop:2022", "hop2"}}
 	tests := []struct {
 		alias string
@@ -163,7 +169,7 @@ Host web1
 			Alias: "app7", HostName: "127.0.0.17", User: "u", Port: 2017,
 			IdentityFiles:  []string{"/k"},
 			ConnectTimeout: DefaultConnectTimeout, AliveInterval: DefaultAliveInterval, AliveCountMax: DefaultAliveCountMax,
-			KnownHosts: []string{filepath.Join(home, ".ssh/known_hosts")},
+			KnownHosts: unnamed,
 		}},
 	}
 	for _, tt := range tests {

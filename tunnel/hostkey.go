@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
@@ -22,11 +23,35 @@ type UnknownHostError struct {
 	KeyType        string
 	Fingerprint    string // SHA256:…
 	KnownHostsFile string // where --accept-new would add it
+	// Searched are the known_hosts files that were read: none held a
+	// key for Host.
+	Searched []string
+	// Addr and User are what ssh would be given to reach the host
+	// (HostName, Port), for the command that accepts its key as ssh does.
+	Addr string
+	Port int
+	User string
 }
 
 func (e *UnknownHostError) Error() string {
-	return fmt.Sprintf("tunnel: %s: host key of %s is not known (%s %s); if that is the host's key, run again with --accept-new to add it to %s",
-		e.Alias, e.Host, e.KeyType, e.Fingerprint, e.KnownHostsFile)
+	where := "no known_hosts file exists yet"
+	if len(e.Searched) > 0 {
+		where = "it is in none of " + strings.Join(e.Searched, ", ")
+	}
+	ssh := ""
+	if e.Addr != "" {
+		ssh = "ssh "
+		if e.Port != 0 && e.Port != 22 {
+			ssh += fmt.Sprintf("-p %d ", e.Port)
+		}
+		if e.User != "" {
+			ssh += e.User + "@"
+		}
+		ssh += e.Addr
+		ssh = fmt.Sprintf(", or accept it once with %s, which adds it to ~/.ssh/known_hosts", ssh)
+	}
+	return fmt.Sprintf("tunnel: %s: host key of %s is not known (%s %s; %s); if that is the host's key (compare the fingerprint with the host's admin), run again with --accept-new to add it to %s%s",
+		e.Alias, e.Host, e.KeyType, e.Fingerprint, where, e.KnownHostsFile, ssh)
 }
 
 // ChangedHostKeyError is a host that offers a key other than the one known
@@ -62,6 +87,7 @@ type hostKeys struct {
 	acceptNew bool
 	log       *slog.Logger
 	db        ssh.HostKeyCallback // nil when no file exists yet
+	files     []string            // the files db reads
 }
 
 func newHostKeys(t *Target, acceptNew bool, log *slog.Logger) (*hostKeys, error) {
@@ -76,7 +102,7 @@ func newHostKeys(t *Target, acceptNew bool, log *slog.Logger) (*hostKeys, error)
 		}
 		files = append(files, f)
 	}
-	hk := &hostKeys{t: t, acceptNew: acceptNew, log: log}
+	hk := &hostKeys{t: t, acceptNew: acceptNew, log: log, files: files}
 	if len(files) > 0 {
 		db, err := knownhosts.New(files...)
 		if err != nil {
@@ -157,7 +183,8 @@ func (hk *hostKeys) check(hostname string, remote net.Addr, key ssh.PublicKey) e
 	case errors.As(err, &ke) && len(ke.Want) == 0:
 		file := hk.t.KnownHosts[0]
 		if !hk.acceptNew {
-			return &UnknownHostError{Alias: hk.t.Alias, Host: host, KeyType: key.Type(), Fingerprint: fp, KnownHostsFile: file}
+			return &UnknownHostError{Alias: hk.t.Alias, Host: host, KeyType: key.Type(), Fingerprint: fp, KnownHostsFile: file,
+				Searched: hk.files, Addr: hk.t.HostName, Port: hk.t.Port, User: hk.t.User}
 		}
 		if err := appendKnownHost(file, hostname, key); err != nil {
 			return fmt.Errorf("tunnel: %s: adding host key to %s: %w", hk.t.Alias, file, err)
