@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 )
 
 // Roles of a Message.
@@ -126,6 +128,19 @@ func (e *APIError) Error() string {
 		return fmt.Sprintf("backend %s: %s", e.Backend, e.Message)
 	}
 	return fmt.Sprintf("backend %s: HTTP %d: %s", e.Backend, e.Status, e.Message)
+}
+
+// Unanswered reports whether err is a backend's failure to get any
+// answer from its server (nothing listening there, a timeout), rather
+// than an answer that was an error.
+func Unanswered(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 0 {
+		return false
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne)
 }
 
 // A ModelInfo is a model a server offers and the context window an agent

@@ -29,9 +29,9 @@ import (
 //	                                  model OLLAMA_MODEL
 //
 // Without OLLAMA_HOST, backend "ollama" is still listed, at
-// DefaultOllamaURL, where Ollama listens by default. Nothing is probed when
-// loading: a backend that is not there fails its first request, with an
-// error naming its address.
+// DefaultOllamaURL, where Ollama listens by default (its Source is
+// SourceDefault). Nothing is probed when loading: a backend that is not
+// there fails its first request, with an error naming its address.
 const (
 	DefaultOpenAIURL = "https://api.openai.com/v1"
 	DefaultOllamaURL = "http://127.0.0.1:11434"
@@ -60,9 +60,18 @@ type Config struct {
 	// its SSH connection (ollie-remote up -model-via desktop).
 	Socket string `json:"socket,omitempty"`
 	// Source says where the backend was configured: the file's path, an
-	// environment variable, or "default".
+	// environment variable, or SourceDefault.
 	Source string `json:"-"`
 }
+
+// SourceDefault is the Source of the backend "ollama" that no one
+// configured: neither OLLAMA_HOST nor a backends file names it.
+const SourceDefault = "default"
+
+// Implicit reports whether the backend is the "ollama" assumed at
+// Ollama's default address without anyone configuring it. A person who
+// never set it up should not see it as a broken backend of theirs.
+func (c Config) Implicit() bool { return c.Source == SourceDefault }
 
 // DesktopFile is the backend configuration ollie-remote writes on a host
 // beside backends.json: the desktop's model through the tunnel. The
@@ -89,7 +98,7 @@ func LoadEnv(lookup func(string) (string, bool)) (*Registry, error) {
 	env := func(k string) string { v, _ := lookup(k); return strings.TrimSpace(v) }
 	r := &Registry{path: configPath(env), configs: map[string]Config{}, backends: map[string]*OpenAI{}}
 
-	ollamaURL, ollamaSource := DefaultOllamaURL, "default"
+	ollamaURL, ollamaSource := DefaultOllamaURL, SourceDefault
 	if h := env("OLLAMA_HOST"); h != "" {
 		u, err := ollamaHost(h)
 		if err != nil {

@@ -149,8 +149,9 @@ func (t *target) choose(ctx context.Context, c *client.Conn, opt Options) error 
 	return nil
 }
 
-// checkModels refuses a host where no model answers, and a model the
-// host's backends do not list, before anything is made there. A backend
+// checkModels refuses a host where no model answers (a backend
+// unavailable, or the ollama no one configured with no Ollama there), and
+// a model the host's backends do not list, before anything is made there. A backend
 // that lists no models (some servers do not) is taken at its word.
 func checkModels(ctx context.Context, c *client.Conn, model string) error {
 	b, err := c.ReadAll(ctx, "models")
@@ -164,7 +165,7 @@ func checkModels(ctx context.Context, c *client.Conn, model string) error {
 		m, _, _ = strings.Cut(m, "\t") // backend, model, window
 		switch {
 		case !ok:
-		case strings.HasPrefix(m, "(unavailable"):
+		case strings.HasPrefix(m, "(unavailable"), strings.HasPrefix(m, "(not configured"):
 			if down == "" {
 				down = name + " " + strings.TrimSuffix(strings.TrimPrefix(m, "("), ")")
 			}

@@ -61,8 +61,8 @@ func (n *namespace) spec() *ns.Node {
 	return ns.Dir("", 0555, "",
 		ns.ReadFile("help", 0444, "Generated filesystem reference.", n.help),
 		ns.ReadFile("status", 0444, "The daemon: version, pid, started (RFC 3339), uptime (seconds), sessions, agents, yolo (sessions whose tools run unsandboxed and without approval), damaged (session files not restored), damaged_files (their names, when any) and protection (how tools are kept from the paths that decide their power: read-only mounts per call, or refusing); one 'key value' a line.", n.status),
-		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first.", n.backendList),
-		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model<TAB>the context window an agent gets, e.g. ctx=32768 (num_ctx set by ollie), or ctx=? (for Ollama, from Ollama itself).", n.modelList),
+		ns.ReadFile("backends", 0444, "Model backends: name<TAB>type<TAB>url<TAB>default model; the default first. The ollama no one configured (no OLLAMA_HOST, not in backends.json) has a fifth field, (not configured: …), while no Ollama answers at its default address.", n.backendList),
+		ns.ReadFile("models", 0444, "Models of every backend: backend<TAB>model<TAB>the context window an agent gets, e.g. ctx=32768 (num_ctx set by ollie), or ctx=? (for Ollama, from Ollama itself); a backend that does not answer is backend<TAB>(unavailable: why), and the ollama no one configured, while no Ollama answers at its default address, ollama<TAB>(not configured: …).", n.modelList),
 		ns.ReadFile("agents", 0444, "Agent profiles: name<TAB>description.", n.agentProfiles),
 		ns.ReadFile("tools", 0444, "Tools this host offers: name<TAB>description (variants resolved here).", n.hostTools),
 		ns.ReadFile("skills", 0444, "Skills found on this host: name<TAB>offered, skipped, broken or shadowed<TAB>why (the conditions checked, the error, or the file that wins)<TAB>description.", n.hostSkillList),
@@ -558,14 +558,45 @@ func (n *namespace) backendList(ctx context.Context, c *ns.Call) ([]byte, error)
 	var b strings.Builder
 	for _, name := range names {
 		cfg, _ := reg.Config(name)
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\n", name, cfg.Type, cfg.URL, cfg.Model)
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s", name, cfg.Type, cfg.URL, cfg.Model)
+		if be, err := reg.Get(name); err == nil && notConfigured(ctx, be, cfg) {
+			b.WriteString("\t" + notConfiguredNote(cfg))
+		}
+		b.WriteString("\n")
 	}
 	return []byte(b.String()), nil
 }
 
+// probeWait bounds how long backends waits for the Ollama no one
+// configured to answer at its default address: a refused connection is
+// at once, and nothing else there should hold the read up.
+const probeWait = 2 * time.Second
+
+// notConfigured reports whether the backend is the implicit ollama
+// (backend.Config.Implicit) and nothing answers at its address: a backend
+// the person never set up, shown as notConfiguredNote rather than as a
+// broken one. An Ollama that is there and answers with an error is
+// broken, and its error is news.
+func notConfigured(ctx context.Context, be backend.Backend, cfg backend.Config) bool {
+	if !cfg.Implicit() {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	_, err := be.Models(pctx)
+	return err != nil && backend.Unanswered(err)
+}
+
+// notConfiguredNote is what backends and models show for the implicit
+// ollama when no Ollama answers at its address.
+func notConfiguredNote(cfg backend.Config) string {
+	return "(not configured: no Ollama at " + cfg.URL + "; OLLAMA_HOST or backends.json names a model server)"
+}
+
 // modelList asks every backend for its models and the context window
 // each gets; one that does not answer is listed with the reason rather
-// than failing the whole read.
+// than failing the whole read, and the implicit ollama, when nothing
+// answers at its address, as not configured rather than unavailable.
 func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
 	reg := n.currentRegistry()
 	if reg == nil {
@@ -576,6 +607,10 @@ func (n *namespace) modelList(ctx context.Context, c *ns.Call) ([]byte, error) {
 		be, err := reg.Get(name)
 		if err != nil {
 			fmt.Fprintf(&b, "%s\t(unavailable: %v)\n", name, err)
+			continue
+		}
+		if cfg, _ := reg.Config(name); notConfigured(ctx, be, cfg) {
+			fmt.Fprintf(&b, "%s\t%s\n", name, notConfiguredNote(cfg))
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
