@@ -653,7 +653,7 @@ func (n *namespace) setGoal(ctx context.Context, c *ns.Call, data []byte) error 
 	if len(agents) == 0 {
 		return fmt.Errorf("%s: the goal is recorded but blocked: the session has no agent to work on it (create one with agent/new)", c.Path())
 	}
-	return agents[0].Submit(ctx, "The session's goal:\n"+goal+"\n\nWork towards it. When it is met, write complete to session/"+s.Name()+"/goalstatus (or blocked, with the reason in your answer).")
+	return agents[0].Submit(ctx, agent.GoalPrompt(goal, s.Name()))
 }
 
 func (n *namespace) setGoalStatus(ctx context.Context, c *ns.Call, data []byte) error {

@@ -60,6 +60,9 @@ type Runner struct {
 	interrupted bool
 	polling     bool // Poll: a host out of reach now has no result
 	dirty       bool
+
+	promptOnce  sync.Once
+	promptLines map[string]bool // lines of the prompts the run gives (injected)
 }
 
 const agentName = "a"

@@ -72,7 +72,7 @@ type Host struct {
 	// (the agent answered without setting the goal's status) when it
 	// finished; error, failed, unreachable, lost or interrupted when not.
 	Result    string    `json:"result,omitempty"`
-	Detail    string    `json:"detail,omitempty"` // the last line of output, or why it failed
+	Detail    string    `json:"detail,omitempty"` // the agent's last line of output (never the run's own prompts, which its chat echoes), or why it failed
 	Answer    string    `json:"answer,omitempty"` // the agent's last answer
 	Agent     string    `json:"agent,omitempty"`
 	Version   string    `json:"version,omitempty"`

@@ -150,7 +150,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 			} else if time.Since(idleSince) > 3*time.Second {
 				idleSince = time.Time{}
 				g, _ := readSmall(ctx, c, dir+"goal")
-				prompt := "olliesrv on this host restarted and interrupted your work. Continue towards the session's goal:\n" + strings.TrimSpace(string(g))
+				prompt := restartPrompt(strings.TrimSpace(string(g)))
 				if err := c.Write(ctx, agentDir+"prompt", []byte(prompt)); err == nil {
 					busy, restarted = true, false
 				}
@@ -296,8 +296,34 @@ func clip(s string, n int) string {
 	return s[:n]
 }
 
+// restartPrompt is the prompt that gives the goal again to an agent
+// whose daemon restarted and interrupted it.
+func restartPrompt(goal string) string {
+	return "olliesrv on this host restarted and interrupted your work. Continue towards the session's goal:\n" + goal
+}
+
+// injected reports whether a line of chat is a line of a prompt the run
+// gave (the goal, as the host words it, or the goal given again after a
+// restart): the chat echoes each prompt, and the host's detail is its
+// own latest words, never the run's instructions read back.
+func (r *Runner) injected(line string) bool {
+	r.promptOnce.Do(func() {
+		r.promptLines = map[string]bool{}
+		goal := strings.TrimSpace(r.Run.Goal)
+		for _, p := range []string{agent.GoalPrompt(goal, r.Run.Session), restartPrompt(goal)} {
+			for _, l := range strings.Split(p, "\n") {
+				if l = strings.TrimSpace(l); l != "" {
+					r.promptLines[clip(l, maxLine)] = true
+				}
+			}
+		}
+	})
+	return r.promptLines[line]
+}
+
 // follow passes each line of the host's chat to the observer and keeps
-// the last one as the host's detail, across reconnects, until ctx ends.
+// the last one not of the run's prompts as the host's detail, across
+// reconnects, until ctx ends.
 func (r *Runner) follow(ctx context.Context, h *Host, sock, name string, fromStart bool) {
 	var off int64 = -1
 	if fromStart {
@@ -331,7 +357,7 @@ func (r *Runner) follow(ctx context.Context, h *Host, sock, name string, fromSta
 			if r.Obs != nil {
 				r.Obs.Output(h.Name, line)
 			}
-			if t := strings.TrimSpace(line); t != "" {
+			if t := strings.TrimSpace(line); t != "" && !r.injected(t) {
 				r.mu.Lock()
 				working := h.Result == ""
 				r.mu.Unlock()
