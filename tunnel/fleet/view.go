@@ -16,8 +16,9 @@ import (
 
 // Live is the live view on a terminal: a line per host (state, time, the
 // agent's own last line of output, Host.Detail) and a line of counts,
-// redrawn in place a few times a second. It is a few ANSI sequences of our own rather than a progress
-// library: it draws rows of text that change, not progress bars.
+// redrawn in place a few times a second. It is a few ANSI sequences of
+// our own rather than a progress library: it draws rows of text that
+// change, not progress bars.
 type Live struct {
 	Out   io.Writer
 	Run   *Run
