@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,4 +217,69 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestSSHFSNewSession (issue 31, item 6): mounted as README says, a
+// session made after a listing shows in the next listing at once, not
+// when sshfs's directory cache (20 s) expires.
+func TestSSHFSNewSession(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("sshfs -p 2222 HOST:/ mnt -o ([^` \n]+)").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README gives no sshfs command with -o")
+	}
+	opts := string(m[1])
+	if opts != sftpns.SSHFSOptions {
+		t.Errorf("README mounts with -o %s; sftpns.SSHFSOptions is %s", opts, sftpns.SSHFSOptions)
+	}
+	bin, err := exec.LookPath("sshfs")
+	lab.Need(t, err == nil, "sshfs (apt-get install sshfs)")
+	lab.Root(t, "mounting with sshfs (FUSE)")
+	_, err = os.Stat("/dev/fuse")
+	lab.Need(t, err == nil, "/dev/fuse")
+	fx := newFixture(t)
+	s := startSSH(t, fx, &sftpns.Server{Dial: fx.dial, StreamWait: 200 * time.Millisecond})
+	mnt := filepath.Join(s.dir, "mnt")
+	if err := os.Mkdir(mnt, 0700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "-F", s.config, "-o", opts, "ns:/", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("sshfs -o %s: %v\n%s", opts, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("fusermount", "-u", mnt).CombinedOutput(); err != nil {
+			t.Errorf("fusermount -u: %v\n%s", err, out)
+		}
+	})
+
+	ls := func() []string {
+		es, err := os.ReadDir(filepath.Join(mnt, "session"))
+		if err != nil {
+			t.Fatalf("ls mnt/session: %v", err)
+		}
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	if got := ls(); len(got) != 0 {
+		t.Fatalf("ls mnt/session = %q before any session", got)
+	}
+	fx.addSession("proj")
+	deadline := time.Now().Add(2 * time.Second)
+	got := ls()
+	for !slices.Contains(got, "proj") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		got = ls()
+	}
+	if !slices.Contains(got, "proj") {
+		t.Fatalf("ls mnt/session = %q 2 s after session proj was made, mounted with -o %s", got, opts)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "session", "proj", "id")); err != nil || string(b) != "proj\n" {
+		t.Errorf("cat mnt/session/proj/id: %q %v", b, err)
+	}
 }

@@ -20,7 +20,9 @@
 //     stream has been written so far, so that `tail -f` over sshfs sees a
 //     chat grow. That open runs a snapshot's handler; one that takes more
 //     than 250 ms leaves the length 0. Mount with sshfs's `-o direct_io`
-//     so that the kernel reads a file whatever length it was told.
+//     so that the kernel reads a file whatever length it was told, and
+//     `dir_cache=no` so that a new session shows in `ls` at once
+//     (SSHFSOptions says why).
 //   - A snapshot file (Read) reads by offset from the snapshot its handle
 //     took at open.
 //   - A stream (chat, event, proc/*/out) reads by offset as it grows. A
@@ -70,6 +72,18 @@ import (
 
 	"ollie/ns/client"
 )
+
+// SSHFSOptions are the sshfs options the namespace wants, as README
+// gives them: `sshfs -p 2222 HOST:/ mnt -o ` + SSHFSOptions.
+//
+// direct_io makes the kernel read a file whatever length its stat said.
+// dir_cache=no turns off sshfs's directory cache, which keeps a listing
+// for dcache_timeout (20 s) on its own clock: nothing an SFTP server
+// sends ends it early (sshfs looks at no directory's mtime, and drops an
+// entry only when it changes the directory itself), so a session made
+// meanwhile, by anyone, would stay out of `ls` until then. A listing of
+// the namespace is cheap to ask for again.
+const SSHFSOptions = "direct_io,dir_cache=no"
 
 // DefaultStreamWait is how long a read at the end of a stream waits for
 // more before it answers EOF, when Server.StreamWait is 0.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,14 @@ type fixture struct {
 
 	mu       sync.Mutex
 	requests []string // what prompt was sent, one entry a request
+	sessions []string // the entries of session/, as a host's sessions come
+}
+
+// addSession makes a new entry in session/, as a new session does.
+func (fx *fixture) addSession(name string) {
+	fx.mu.Lock()
+	defer fx.mu.Unlock()
+	fx.sessions = append(fx.sessions, name)
 }
 
 const stateText = "idle\n"
@@ -69,7 +78,27 @@ func newFixture(t *testing.T) *fixture {
 		ns.Dir("dir", 0555, "A directory.",
 			ns.ReadFile("inner", 0444, "", func(ctx context.Context, c *ns.Call) ([]byte, error) {
 				return []byte("inner\n"), nil
-			})))
+			})),
+		ns.Dir("session", 0555, "Entries that come and go.",
+			ns.Dynamic("sname", 0555, "A session.", &ns.Each{
+				List: func(ctx context.Context, c *ns.Call) ([]ns.Entry, error) {
+					fx.mu.Lock()
+					defer fx.mu.Unlock()
+					var es []ns.Entry
+					for _, n := range fx.sessions {
+						es = append(es, ns.Entry{Name: n, Key: n})
+					}
+					return es, nil
+				},
+				Lookup: func(ctx context.Context, c *ns.Call, name string) (ns.Entry, bool) {
+					fx.mu.Lock()
+					defer fx.mu.Unlock()
+					return ns.Entry{Name: name, Key: name}, slices.Contains(fx.sessions, name)
+				},
+			},
+				ns.ReadFile("id", 0444, "Its name.", func(ctx context.Context, c *ns.Call) ([]byte, error) {
+					return []byte(c.Key("sname") + "\n"), nil
+				}))))
 	tree, err := ns.NewTree(root, "glenda", "glenda")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +178,7 @@ func TestListAndStat(t *testing.T) {
 		names = append(names, fi.Name())
 		modes[fi.Name()] = fi.Mode()
 	}
-	if got, want := strings.Join(names, " "), "state prompt fussy upper chat slow dir"; got != want {
+	if got, want := strings.Join(names, " "), "state prompt fussy upper chat slow dir session"; got != want {
 		t.Errorf("ls /: %q, want %q", got, want)
 	}
 	if modes["state"] != 0444 || modes["prompt"] != 0222 || modes["dir"] != os.ModeDir|0555 {
