@@ -211,12 +211,20 @@ func PolicyState(b *Broker) string {
 // terminal broker, when one runs, only once a request is whole. Each
 // request must carry key, the registration's (ServeConnKeyed).
 func ServeApprovals(b *Broker, host string, l net.Listener, key []byte) {
+	ServeApprovalsAs(b, func() string { return host }, l, key)
+}
+
+// ServeApprovalsAs is ServeApprovals for a host whose name may change
+// while it is held: each connection's requests are from the host as name
+// names it when the connection arrives (the keeper's name for its
+// connection, told apart from another keeper's host of that name).
+func ServeApprovalsAs(b *Broker, name func() string, l net.Listener, key []byte) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go b.ServeConnKeyed(host, c, key)
+		go b.ServeConnKeyed(name(), c, key)
 	}
 }
 

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"ollie/internal/paths"
 	"ollie/internal/sshlab"
+	"ollie/ns/client"
 	"ollie/tunnel/keeper"
 )
 
@@ -20,9 +24,10 @@ import (
 type sshKeepers struct {
 	t          *testing.T
 	lab        *sshlab.Lab
-	a, b       string // the two ssh config files
-	runtimeDir string // XDG_RUNTIME_DIR
-	remoteDir  string // OLLIE_REMOTE_DIR, "" for none
+	a, b       string   // the two ssh config files
+	runtimeDir string   // XDG_RUNTIME_DIR
+	remoteDir  string   // OLLIE_REMOTE_DIR, "" for none
+	extraEnv   []string // for every command, and the keepers they start
 }
 
 func newSSHKeepers(t *testing.T) *sshKeepers {
@@ -68,7 +73,15 @@ func (k *sshKeepers) env() []string {
 	if k.remoteDir != "" {
 		env = append(env, "OLLIE_REMOTE_DIR="+k.remoteDir)
 	}
-	return env
+	return append(env, k.extraEnv...)
+}
+
+// ollieAs runs ollie args with extra environment.
+func (k *sshKeepers) ollieAs(env []string, args ...string) (string, error) {
+	c := exec.Command(filepath.Join(binDir, "olliesrv"), append([]string{"ollie"}, args...)...)
+	c.Env = append(k.env(), env...)
+	out, err := c.CombinedOutput()
+	return string(out), err
 }
 
 func (k *sshKeepers) cmd(args ...string) *exec.Cmd {
@@ -191,4 +204,95 @@ func TestKeeperPerSSHConfig(t *testing.T) {
 		}
 		k.must(k.b, "down", "h11")
 	})
+}
+
+// TestFleetAcrossKeepers (issue 31, item 3): with two keepers, of the
+// lab's ssh config (A: h11, h12) and of another (B: its h11 is the lab's
+// h12), ollie -H fleet is the hosts of both, served alike by either
+// keeper, the name both hold told apart as h11~TAG (the config file's
+// name), which ollie -H takes too; an approval is labelled with the name
+// the request's own keeper holds the host by, told apart the same way
+// while the name is held twice, and plain again once it is not.
+func TestFleetAcrossKeepers(t *testing.T) {
+	k := newSSHKeepers(t)
+	program, asked := askpass(t, privateDir(t), "unused", true)
+	k.extraEnv = []string{"OLLIE_ASKPASS=" + program, "XDG_CONFIG_HOME=" + t.TempDir()}
+	k.must(k.a, "deploy", "h11", "h12")
+	k.must(k.a, "up", "h11", "h12")
+	k.must(k.b, "up", "h11")
+	t.Setenv("XDG_RUNTIME_DIR", k.runtimeDir)
+	os.Unsetenv("OLLIE_REMOTE_DIR")
+	da, db := paths.KeeperDir(paths.NewSSHConfig(k.a, nil)), paths.KeeperDir(paths.NewSSHConfig(k.b, nil))
+	ta, tb := "h11~"+filepath.Base(k.a), "h11~"+filepath.Base(k.b)
+
+	out, err := k.ollieAs(nil, "-H", "fleet", "read", "host/idx")
+	t.Logf("ollie -H fleet read host/idx:\n%s", out)
+	if err != nil {
+		t.Fatalf("ollie -H fleet with two keepers: %v\n%s", err, out)
+	}
+	for _, dir := range []string{da, db} {
+		out, err := k.ollieAs([]string{"OLLIE_REMOTE_DIR=" + dir}, "-H", "fleet", "read", "host/idx")
+		var names []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			names = append(names, strings.Fields(line + " -")[0])
+		}
+		if err != nil || strings.Join(names, " ") != strings.Join([]string{tb, ta, "h12"}, " ") {
+			t.Errorf("the fleet as the keeper in %s serves it: %v, hosts %q, want %s %s h12\n%s", dir, err, names, tb, ta, out)
+		}
+	}
+	// B's h11 is the lab's h12: its namespace, through the fleet and
+	// by its name.
+	for _, args := range [][]string{{"-H", "fleet", "ls", "host/" + tb + "/session"}, {"-H", tb, "ls", "session"}, {"-H", ta, "ls", "session"}} {
+		if out, err := k.ollieAs(nil, args...); err != nil {
+			t.Errorf("ollie %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if out, err := k.ollieAs(nil, "-H", "h11", "ls", "session"); err == nil || !strings.Contains(out, "ollie -H "+tb+" ...") {
+		t.Errorf("ollie -H h11, held by both: %v\n%s", err, out)
+	}
+
+	// The keepers register with the hosts: A with both, B with the lab's h12.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for sock, n := range map[string]int{paths.RemoteSocketIn(da, "h11"): 1, paths.RemoteSocketIn(da, "h12"): 2} {
+		for {
+			var b []byte
+			if c, err := client.DialAs(sock, ""); err == nil {
+				b, _ = c.ReadAll(ctx, "bypass/broker")
+				c.Close()
+			}
+			if strings.Count(string(b), "broker-") >= n {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s lists %q, want %d desktop registrations", sock, b, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	askpassed := func() string { b, _ := os.ReadFile(asked); return string(b) }
+	bare := regexp.MustCompile(`(?m)^ollie: h11 asks`)
+	if out, ran := askThroughGate(t, k.lab, "h11", "reasoning_think", `{"thought":"a"}`); !ran ||
+		!strings.Contains(askpassed(), "ollie: "+ta+" asks") || bare.MatchString(askpassed()) {
+		t.Errorf("the lab's h11 (A's h11) asks: %s; askpass was asked:\n%s", out, askpassed())
+	}
+	// The lab's h12 asks the desktop that registered last: B, which
+	// holds it as h11, or A, as h12; never a bare h11.
+	before := len(askpassed())
+	if out, ran := askThroughGate(t, k.lab, "h12", "reasoning_think", `{"thought":"b"}`); !ran ||
+		(!strings.Contains(askpassed()[before:], "ollie: "+tb+" asks") && !strings.Contains(askpassed()[before:], "ollie: h12 asks")) ||
+		bare.MatchString(askpassed()) {
+		t.Errorf("the lab's h12 (B's h11, A's h12) asks: %s; askpass was asked:\n%s", out, askpassed()[before:])
+	}
+
+	// With B's h11 down, h11 is one host again.
+	k.must(k.b, "down", "h11")
+	time.Sleep(1500 * time.Millisecond) // past the keeper's look at the others
+	before = len(askpassed())
+	if out, ran := askThroughGate(t, k.lab, "h11", "reasoning_think", `{"thought":"c"}`); !ran || !bare.MatchString(askpassed()[before:]) {
+		t.Errorf("the lab's h11, held once again: %s; askpass was asked:\n%s", out, askpassed()[before:])
+	}
+	if out, err := k.ollieAs(nil, "-H", "fleet", "ls", "host/h11/session"); err != nil {
+		t.Errorf("ollie -H fleet ls host/h11/session with one h11: %v\n%s", err, out)
+	}
 }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -127,7 +128,7 @@ func serveDesk(ctx context.Context, dir string, held func() []keeper.HeldInfo, l
 	return deskns.Serve(ctx, dir, deskns.Config{Runs: fleet.DefaultStore(), Log: log, Held: func() []deskns.Host {
 		var hs []deskns.Host
 		for _, h := range held() {
-			hs = append(hs, deskns.Host{Name: h.Host, Socket: h.Socket, Tunnel: h.Tunnel})
+			hs = append(hs, deskns.Host{Name: cmp.Or(h.Name, h.Host), Socket: h.Socket, Tunnel: h.Tunnel})
 		}
 		return hs
 	}})

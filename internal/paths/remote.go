@@ -162,13 +162,25 @@ func RemoteSocketIn(dir, host string) string {
 
 // FindRemoteSocket is the socket of host among the keepers' directories
 // (KeeperDirs): the one that exists, or RemoteSocket(host) when none
-// does. When keepers of different ssh configurations hold a host of that
-// name, it lists their directories, and ok is false.
+// does. A host named NAME~TAG (QualifiedHost) is NAME in the keeper whose
+// tag is TAG. When keepers of different ssh configurations hold a host of
+// that name, it lists their sockets, and ok is false.
 func FindRemoteSocket(host string) (sock string, all []string, ok bool) {
-	for _, dir := range KeeperDirs() {
-		p := RemoteSocketIn(dir, host)
-		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+	dirs := KeeperDirs()
+	isSocket := func(p string) bool {
+		fi, err := os.Lstat(p)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	}
+	for _, dir := range dirs {
+		if p := RemoteSocketIn(dir, host); isSocket(p) {
 			all = append(all, p)
+		}
+	}
+	if name, tag, qualified := SplitQualified(host); qualified && len(all) == 0 {
+		for dir, t := range KeeperTags(dirs) {
+			if p := RemoteSocketIn(dir, name); t == tag && isSocket(p) {
+				return p, []string{p}, true
+			}
 		}
 	}
 	switch len(all) {
@@ -178,4 +190,68 @@ func FindRemoteSocket(host string) (sock string, all []string, ok bool) {
 		return all[0], all, true
 	}
 	return "", all, false
+}
+
+// FleetHost is the name ollie -H takes for the desktop's own namespace
+// (tunnel/desk), whose socket each keeper serves beside its hosts' ones.
+// Every keeper's shows the hosts of all of this user's keepers, so any
+// one that answers will do.
+const FleetHost = "fleet"
+
+// A host held under one name by keepers of two ssh configurations may be
+// two machines: wherever both are shown at once (the fleet namespace, an
+// approval), each is named NAME~TAG, TAG naming its keeper (KeeperTags).
+// No ssh alias, address or user@host:port holds a '~'.
+const qualifier = "~"
+
+// QualifiedHost is host as the keeper tagged tag holds it, in a place that
+// shows the hosts of every keeper: host~tag.
+func QualifiedHost(host, tag string) string { return host + qualifier + tag }
+
+// SplitQualified takes NAME~TAG apart; ok is false for a name without a
+// tag.
+func SplitQualified(name string) (host, tag string, ok bool) {
+	i := strings.LastIndex(name, qualifier)
+	if i <= 0 || i == len(name)-1 {
+		return name, "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+var unplainTag = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// KeeperTags names each keeper directory of dirs for people, as
+// QualifiedHost shows it: "default" for the default ssh configuration;
+// else the base name of its -F file (of its first -known-hosts file when
+// it has none), made plain; two keepers that would share a tag are told
+// apart by their directory's hash, as is one whose configuration is not
+// recorded.
+func KeeperTags(dirs []string) map[string]string {
+	tags := map[string]string{}
+	count := map[string]int{}
+	for _, dir := range dirs {
+		tag := strings.TrimPrefix(filepath.Base(dir), filepath.Base(RemoteDir())+"-")
+		if s, err := KeeperSSH(dir); err == nil {
+			switch {
+			case s.IsDefault():
+				tag = "default"
+			case s.Config != "":
+				tag = filepath.Base(s.Config)
+			default:
+				tag = filepath.Base(s.Known[0])
+			}
+			tag = strings.Trim(unplainTag.ReplaceAllString(tag, "_"), "_")
+			if tag == "" {
+				tag = "config"
+			}
+		}
+		tags[dir] = tag
+		count[tag]++
+	}
+	for dir, tag := range tags {
+		if count[tag] > 1 && dir != RemoteDir() {
+			tags[dir] = tag + "-" + strings.TrimPrefix(filepath.Base(dir), filepath.Base(RemoteDir())+"-")
+		}
+	}
+	return tags
 }

@@ -1,6 +1,7 @@
 package paths
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -67,5 +68,56 @@ func TestKeeperDir(t *testing.T) {
 	}
 	if got := KeeperDirs(); len(got) != 1 || got[0] != "/tmp/orx" {
 		t.Errorf("KeeperDirs with OLLIE_REMOTE_DIR: %q", got)
+	}
+}
+
+// TestQualifiedHost (issue 31, item 3): where the hosts of every keeper
+// are shown at once, a name two keepers hold is NAME~TAG, TAG naming the
+// keeper by its ssh configuration ("default", the -F file's base name, the
+// directory's hash when two would share one), and ollie -H NAME~TAG
+// reaches that keeper's host.
+func TestQualifiedHost(t *testing.T) {
+	rt := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", rt)
+	os.Unsetenv("OLLIE_REMOTE_DIR")
+	cfgs := []SSHConfig{NewSSHConfig("", nil), NewSSHConfig("/etc/lab config", nil), NewSSHConfig("/a/other", nil),
+		NewSSHConfig("/b/other", nil), NewSSHConfig("", []string{"/k/known"})}
+	var dirs []string
+	for _, s := range cfgs {
+		d := KeeperDir(s)
+		os.MkdirAll(d, 0o700)
+		b, _ := json.Marshal(s)
+		os.WriteFile(filepath.Join(d, KeeperSSHFile), b, 0o600)
+		dirs = append(dirs, d)
+	}
+	tags := KeeperTags(KeeperDirs())
+	hash := func(d string) string { return strings.TrimPrefix(filepath.Base(d), "ollie-remote-") }
+	want := []string{"default", "lab_config", "other-" + hash(dirs[2]), "other-" + hash(dirs[3]), "known"}
+	for i, d := range dirs {
+		if tags[d] != want[i] {
+			t.Errorf("tag of %s: %q, want %q", cfgs[i], tags[d], want[i])
+		}
+	}
+	for _, d := range dirs[:2] {
+		l, err := net.Listen("unix", RemoteSocketIn(d, "h11"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	if sock, _, ok := FindRemoteSocket("h11~lab_config"); !ok || sock != RemoteSocketIn(dirs[1], "h11") {
+		t.Errorf("h11~lab_config: %s, %v", sock, ok)
+	}
+	if sock, _, ok := FindRemoteSocket("h11~default"); !ok || sock != RemoteSocketIn(dirs[0], "h11") {
+		t.Errorf("h11~default: %s, %v", sock, ok)
+	}
+	if _, all, _ := FindRemoteSocket("h11~known"); len(all) != 0 {
+		t.Errorf("h11~known, a keeper that holds no h11: %q", all)
+	}
+	if h, tag, ok := SplitQualified("user@h11~lab_config"); !ok || h != "user@h11" || tag != "lab_config" {
+		t.Errorf("SplitQualified: %q %q %v", h, tag, ok)
+	}
+	if _, _, ok := SplitQualified("h11"); ok {
+		t.Error("SplitQualified(h11) is qualified")
 	}
 }

@@ -3,7 +3,9 @@
 // the hosts' ones (ollie -H fleet):
 //
 //	host/idx             name, state, version and round-trip time of each held host
-//	host/NAME/           that host's whole namespace (mounted by ns/mux)
+//	host/NAME/           that host's whole namespace (mounted by ns/mux); the
+//	                     hosts of every keeper of this user, a name two hold
+//	                     as NAME~TAG (paths.QualifiedHost)
 //	run/idx, run/ID/     the fleet runs this desktop keeps: status, hosts, results
 //	bypass/pending/H.ID  every host's pending approvals, decided by writing, as on one host
 //	session/new, idx     sessions across the hosts: new takes remote=HOST

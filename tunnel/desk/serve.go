@@ -20,7 +20,7 @@ import (
 
 // Name is the name ollie -H takes for the desktop's namespace: its socket
 // sits beside the hosts' ones, as a host of that name would.
-const Name = "fleet"
+const Name = paths.FleetHost
 
 // Socket is where the namespace of the keeper whose directory is dir
 // listens.

@@ -92,7 +92,12 @@ func (k *keeper) sameSSH(req Request) error {
 }
 
 type HeldInfo struct {
-	Host   string    `json:"host"`
+	Host string `json:"host"`
+	// Name, in the fleet (Fleet), is the host's name among the hosts of
+	// every keeper of this desktop user: Host, or Host~TAG
+	// (paths.QualifiedHost) while a keeper of another ssh configuration
+	// holds a host named Host too.
+	Name   string    `json:"name,omitempty"`
 	Socket string    `json:"socket"`
 	Tunnel string    `json:"tunnel"`
 	Proxy  string    `json:"proxy"`
@@ -119,8 +124,10 @@ type HeldInfo struct {
 }
 
 // Desk, when set, serves the desktop's own namespace (tunnel/desk) for
-// as long as the keeper runs, from the hosts it holds: ollie-remote sets
-// it, so that this package does not depend on the namespace.
+// as long as the keeper runs, from the hosts held (held: this keeper's
+// and every other keeper's of this desktop user, each with its Name):
+// ollie-remote sets it, so that this package does not depend on the
+// namespace.
 var Desk func(ctx context.Context, dir string, held func() []HeldInfo, log *slog.Logger) error
 
 // ControlSocket is where the keeper whose directory is dir listens.
@@ -135,6 +142,12 @@ type keeper struct {
 	dir    string          // its directory: control socket, log, a socket per host
 	ssh    paths.SSHConfig // the ssh configuration its hosts are held with
 
+	// The hosts of the keepers of other ssh configurations, asked at
+	// most once a second (othersNow).
+	othersMu sync.Mutex
+	othersAt time.Time
+	others   []otherKeeper
+
 	mu      sync.Mutex
 	hosts   map[string]*heldHost
 	proxies map[string]*models.Proxy // the desktop's model, per upstream and limits
@@ -147,6 +160,7 @@ type keeper struct {
 
 type heldHost struct {
 	name       string
+	named      func(string) string // the name an approval shows: keeper.approvalName
 	th         *tunnel.Host
 	proxy      *resume.Proxy
 	ln         net.Listener
@@ -163,6 +177,7 @@ type heldHost struct {
 	approvalsDone chan struct{} // closed when carryApprovals has let the host go
 
 	mu         sync.Mutex
+	shownAs    string // the name approvals were last shown under, when not name
 	proxyState string
 	approvals  string         // the approval channel's state: ok, registering, missing: why
 	brokerSock string         // the host-side socket forwarded to our broker now
@@ -248,7 +263,7 @@ func Main(args []string) int {
 		if Desk == nil {
 			return
 		}
-		if err := Desk(dctx, *dir, k.list, log); err != nil {
+		if err := Desk(dctx, *dir, k.fleet, log); err != nil {
 			log.Error("ollie-remote keeper: the desktop's namespace", "err", err)
 		}
 	}()
@@ -441,7 +456,7 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 		return "", dr, err
 	}
 	progress("olliesrv serves " + remote)
-	h := &heldHost{name: req.Host, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c, log: k.log.With("host", req.Host)}
+	h := &heldHost{name: req.Host, named: k.approvalName, th: th, deadlines: req.Deadlines, remoteSock: remote, sock: paths.RemoteSocketIn(k.dir, req.Host), since: time.Now(), proxyState: "connected", lastClient: c, log: k.log.With("host", req.Host)}
 	if err := removeStaleSocket(h.sock); err != nil {
 		th.Close()
 		return "", dr, err
@@ -624,8 +639,12 @@ func (k *keeper) list() []HeldInfo {
 	var out []HeldInfo
 	for _, h := range k.hosts {
 		h.mu.Lock()
+		keyless := k.broker.Refused(h.name).Keyless
+		if h.shownAs != "" {
+			keyless += k.broker.Refused(h.shownAs).Keyless
+		}
 		hi := HeldInfo{Host: h.name, Socket: h.sock, Tunnel: h.th.State(), Proxy: h.proxyState, Since: h.since,
-			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models, Keyless: k.broker.Refused(h.name).Keyless,
+			Approvals: h.approvals, Broker: h.brokerSock, Models: h.models, Keyless: keyless,
 			Restarts: h.daemon.restarts, Daemon: h.restartsNote()}
 		if h.modelProxy != nil {
 			hi.ModelUsage = h.modelProxy.UsageOf(h.name)
@@ -735,6 +754,30 @@ func Others(ctx context.Context, s paths.SSHConfig) []string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var out []string
+	for _, o := range otherKeepers(ctx, s) {
+		var hosts []string
+		for _, h := range o.held {
+			hosts = append(hosts, termsafe.Line(h.Host))
+		}
+		out = append(out, fmt.Sprintf("also up with %s: %s (ollie-remote %s)", o.ssh, strings.Join(hosts, " "),
+			strings.Join(append(o.ssh.Flags(), "status"), " ")))
+	}
+	return out
+}
+
+// otherKeeper is a running keeper of another ssh configuration, with the
+// hosts it holds.
+type otherKeeper struct {
+	dir  string
+	ssh  paths.SSHConfig
+	held []HeldInfo
+}
+
+// otherKeepers asks the keepers of other ssh configurations than s which
+// hosts they hold; those holding none, or not answering within ctx, are
+// left out.
+func otherKeepers(ctx context.Context, s paths.SSHConfig) []otherKeeper {
+	var out []otherKeeper
 	for _, dir := range paths.KeeperDirs() {
 		o, err := paths.KeeperSSH(dir)
 		if err != nil || o.Equal(s) || dir == paths.KeeperDir(s) || paths.KeeperDir(o) != dir {
@@ -744,14 +787,81 @@ func Others(ctx context.Context, s paths.SSHConfig) []string {
 		if err != nil || len(r.Held) == 0 {
 			continue
 		}
-		var hosts []string
-		for _, h := range r.Held {
-			hosts = append(hosts, termsafe.Line(h.Host))
-		}
-		out = append(out, fmt.Sprintf("also up with %s: %s (ollie-remote %s)", o, strings.Join(hosts, " "),
-			strings.Join(append(o.Flags(), "status"), " ")))
+		out = append(out, otherKeeper{dir: dir, ssh: o, held: r.Held})
 	}
 	return out
+}
+
+// othersNow is otherKeepers for this keeper, asked again when the last
+// answer is more than a second old. A keeper's list never asks others,
+// so two keepers asking each other at once do not wait on each other.
+func (k *keeper) othersNow() []otherKeeper {
+	k.othersMu.Lock()
+	defer k.othersMu.Unlock()
+	if time.Since(k.othersAt) > time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		k.others = otherKeepers(ctx, k.ssh)
+		cancel()
+		k.othersAt = time.Now()
+	}
+	return k.others
+}
+
+// fleet is the hosts of every keeper of this desktop user, this one's
+// first, each with the Name the fleet namespace shows: the fleet is one
+// whichever keeper serves it, and a name two keepers hold is told apart
+// by their tags rather than hiding one of the hosts.
+func (k *keeper) fleet() []HeldInfo {
+	own := k.list()
+	others := k.othersNow()
+	if len(others) == 0 {
+		for i := range own {
+			own[i].Name = own[i].Host
+		}
+		return own
+	}
+	count := map[string]int{}
+	for _, h := range own {
+		count[h.Host]++
+	}
+	for _, o := range others {
+		for _, h := range o.held {
+			count[h.Host]++
+		}
+	}
+	tags := paths.KeeperTags(paths.KeeperDirs())
+	name := func(dir, host string) string {
+		if count[host] > 1 {
+			return paths.QualifiedHost(host, tags[dir])
+		}
+		return host
+	}
+	out := own
+	for i := range out {
+		out[i].Name = name(k.dir, out[i].Host)
+	}
+	for _, o := range others {
+		for _, h := range o.held {
+			h.Name = name(o.dir, h.Host)
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// approvalName is the name under which a request from host (as this
+// keeper holds it) is shown and matched against the policy: host, or
+// host~TAG while a keeper of another ssh configuration holds a host of
+// that name too, which may be another machine.
+func (k *keeper) approvalName(host string) string {
+	for _, o := range k.othersNow() {
+		for _, h := range o.held {
+			if h.Host == host {
+				return paths.QualifiedHost(host, paths.KeeperTags(paths.KeeperDirs())[k.dir])
+			}
+		}
+	}
+	return host
 }
 
 // ErrNotRunning is that no keeper answers on the control socket.

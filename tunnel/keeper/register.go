@@ -37,7 +37,7 @@ const (
 // earlier connection can never block it) and registers it in the host's
 // bypass/broker, then keeps it registered (keepRegistered). Requests that
 // arrive on it are from this host: the broker takes the host's name from
-// here, never from the request. When the host is let go it removes its
+// here (approvalName), never from the request. When the host is let go it removes its
 // own registration and socket, no other keeper's.
 //
 // Each socket has a key of its own, given to the daemon with the
@@ -85,7 +85,7 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 		delay = 250 * time.Millisecond
 		key := make([]byte, 32)
 		rand.Read(key)
-		go desktop.ServeApprovals(b, h.name, ln, key)
+		go desktop.ServeApprovalsAs(b, h.approvalName, ln, key)
 		h.keepRegistered(ctx, c, path, hex.EncodeToString(key), prev, log)
 		prev = path
 		if ctx.Err() != nil {
@@ -352,6 +352,21 @@ func (h *heldHost) nsConn(ctx context.Context, c *tunnel.Client) (*client.Conn, 
 		return nil, err
 	}
 	return nc, nil
+}
+
+// approvalName is the name this host's requests are shown under now
+// (keeper.approvalName); status counts what was refused under either.
+func (h *heldHost) approvalName() string {
+	name := h.name
+	if h.named != nil {
+		name = h.named(h.name)
+	}
+	if name != h.name {
+		h.mu.Lock()
+		h.shownAs = name
+		h.mu.Unlock()
+	}
+	return name
 }
 
 func (h *heldHost) setApprovals(state, sock string) {
