@@ -730,18 +730,39 @@ func (r *attackRig) linger() {
 		r.t.Fatalf("the lingering children did not start: %q", out)
 	}
 	for _, kind := range []string{"setsid", "double"} {
-		pid, _ := os.ReadFile(filepath.Join(r.work, "linger."+kind+".pid"))
-		if p := strings.TrimSpace(string(pid)); p == "" {
+		// The pid a child wrote is its own pid namespace's when calls
+		// have one: the host's process is found by its command line.
+		if pid, _ := os.ReadFile(filepath.Join(r.work, "linger."+kind+".pid")); strings.TrimSpace(string(pid)) == "" {
 			r.t.Errorf("the %s child left no pid", kind)
-		} else if stat, err := os.ReadFile("/proc/" + p + "/stat"); err == nil {
-			// pid (comm) state ...: a zombie is dead, its reaper slow.
-			st := string(stat)
-			if state := strings.Fields(st[strings.LastIndexByte(st, ')')+1:]); len(state) > 0 && state[0] != "Z" {
-				r.t.Errorf("the %s child, pid %s, outlived its call", kind, p)
-			}
+		}
+		for _, p := range livingWith("linger." + kind + ".pid") {
+			r.t.Errorf("the %s child, pid %d on the host, outlived its call", kind, p)
 		}
 		if _, err := os.Stat(filepath.Join(r.work, "linger."+kind)); err == nil {
 			r.t.Errorf("the %s child wrote its file: the call waited for it", kind)
 		}
 	}
+}
+
+// livingWith returns the host's processes, zombies aside (dead, their
+// reaper slow), whose command line holds mark.
+func livingWith(mark string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		st := string(stat)
+		if !strings.Contains(string(cmdline), mark) || strings.LastIndexByte(st, ')') < 0 {
+			continue
+		}
+		if state := strings.Fields(st[strings.LastIndexByte(st, ')')+1:]); len(state) > 0 && state[0] != "Z" {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

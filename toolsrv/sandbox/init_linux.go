@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -36,6 +37,18 @@ var maskedProc = []string{
 	"/proc/kcore", "/proc/kmsg", "/proc/kallsyms", "/proc/keys", "/proc/key-users",
 	"/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
 	"/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+}
+
+// A stage confines the thread it runs on, and the tool's signals to its
+// parent (kill $PPID, the init) are checked against the thread group's
+// leader: the stages run on the main thread, so that the leader is the
+// confined one and the tool sees its parent the same way on every call
+// (whichever thread the scheduler had put the stage on, it saw EPERM or
+// success at random).
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == helperArg {
+		runtime.LockOSThread()
+	}
 }
 
 // procMounted says a pre-started stage mounted its /proc while it waited.
