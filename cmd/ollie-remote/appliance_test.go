@@ -163,7 +163,7 @@ func TestListenerOnlyHost(t *testing.T) {
 
 	// A cold deploy: no shell, no filesystem SFTP on this host.
 	out, err := remote(binDir, "deploy", "appl").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") || !strings.Contains(string(out), "as zstd for the host's olliesrv") {
+	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") || !strings.Contains(string(out), "of zstd, unpacked by the host's olliesrv") {
 		t.Fatalf("deploy (want the binary as zstd for the listener's olliesrv): %v\n%s\nlistener:\n%s", err, out, lh.log.String())
 	}
 	root := filepath.Join(h.Home, ".local/share/ollie")
@@ -345,5 +345,5 @@ func TestDeployCompressed(t *testing.T) {
 	bin3 := filepath.Join(t.TempDir(), "bin")
 	os.MkdirAll(bin3, 0755)
 	os.WriteFile(filepath.Join(bin3, "olliesrv"), append(b, []byte("\nyet another line\n")...), 0755)
-	deploy(bin3, "as zstd for the host's olliesrv")
+	deploy(bin3, "of zstd, unpacked by the host's olliesrv")
 }

@@ -292,7 +292,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	wg.Wait()
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tOS/ARCH\tVERSION\tSENT\tTIME\tRESULT")
+	fmt.Fprintln(tw, "HOST\tOS/ARCH\tBUILD\tSENT\tTIME\tRESULT")
 	failed, degraded := 0, 0
 	for _, r := range results {
 		result := "ok"

@@ -489,11 +489,11 @@ func (t sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper stri
 func describeEnc(u upload) string {
 	switch u.enc {
 	case EncPatch:
-		return fmt.Sprintf("a zstd patch against %s (%s)", u.base, HumanBytes(u.src.Size))
+		return fmt.Sprintf("a %s zstd patch against %s", HumanBytes(u.src.Size), u.base)
 	case EncZstd:
-		return "zstd for the host's olliesrv (" + HumanBytes(u.src.Size) + ")"
+		return HumanBytes(u.src.Size) + " of zstd, unpacked by the host's olliesrv"
 	}
-	return fmt.Sprintf("%s for the host's %s (%s)", strings.TrimSuffix(u.enc, "-cli"), u.program, HumanBytes(u.src.Size))
+	return fmt.Sprintf("%s of %s, unpacked by the host's %s", HumanBytes(u.src.Size), strings.TrimSuffix(u.enc, "-cli"), u.program)
 }
 
 // sendWithProgress sends up, saying how far it has got every few seconds.
