@@ -17,6 +17,7 @@ import (
 
 	"ollie/agent"
 	"ollie/ns/client"
+	"ollie/ns/words"
 )
 
 // What the module reads from the daemon is bounded, as fleet's watch.
@@ -206,15 +207,13 @@ func register(ctx context.Context, c *client.Conn, nsDir string, ap *Approver) (
 func agentRequest(profile, model string) string {
 	req := "name=" + agentName
 	if profile != "" {
-		req += " profile=" + quote(profile)
+		req += " profile=" + words.Quote(profile)
 	}
 	if model != "" {
-		req += " model=" + quote(model)
+		req += " model=" + words.Quote(model)
 	}
 	return req
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // lastAnswer is the agent's last message with text, from its log.
 func lastAnswer(ctx context.Context, c *client.Conn, name string) string {

@@ -12,6 +12,7 @@ import (
 
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
+	"ollie/ns/words"
 )
 
 // chatAgent is the name of the agent a chat creates in the directory's
@@ -64,7 +65,7 @@ func resolve(ctx context.Context, c *client.Conn, opt Options) (*target, error) 
 		}
 		req := "name=" + name
 		if opt.Where == "" {
-			req += " cwd=" + quote(opt.Cwd)
+			req += " cwd=" + words.Quote(opt.Cwd)
 		} // else this directory is the desktop's: the session works in the host's home
 		if _, err := c.RdWr(ctx, "session/new", []byte(req)); err != nil {
 			// Another chat started in this directory may have made it
@@ -201,6 +202,3 @@ func serverWords(err error) string {
 	}
 	return termsafe.Line(msg)
 }
-
-// quote quotes a value for a key=value request, as a shell would.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

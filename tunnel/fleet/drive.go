@@ -11,6 +11,7 @@ import (
 
 	"ollie/internal/paths"
 	"ollie/ns/client"
+	"ollie/ns/words"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/keeper"
 	"ollie/tunnel/models"
@@ -329,15 +330,13 @@ func (r *Runner) modelUsage() *models.Usage {
 func agentRequest(profile, model string) string {
 	req := "name=" + agentName
 	if profile != "" {
-		req += " profile=" + quote(profile)
+		req += " profile=" + words.Quote(profile)
 	}
 	if model != "" {
-		req += " model=" + quote(model)
+		req += " model=" + words.Quote(model)
 	}
 	return req
 }
-
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func dialHost(sock string) (*client.Conn, error) { return client.DialTimeout(sock, "", 10*time.Second) }
 
