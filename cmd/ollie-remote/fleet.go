@@ -80,7 +80,11 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	if jSet && !flagGiven(fl, "j") {
 		*jobs = c.parallel
 	}
-	store := fleet.DefaultStore()
+	store, err := fleet.DefaultStore()
+	if err != nil {
+		fmt.Fprintln(stderr, "ollie-remote fleet:", err)
+		return 2
+	}
 	cfg := fleet.Config{SSH: c.ssh(), AcceptNew: c.acceptNew, Keep: c.keep, Deadlines: c.deadlines, Jobs: *jobs,
 		ConnectTimeout: *connectTimeout, LostAfter: *lostAfter}
 	switch sub {

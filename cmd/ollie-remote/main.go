@@ -125,7 +125,11 @@ func main() {
 // serveDesk serves the desktop's namespace (ollie -H fleet) from the
 // keeper's hosts and the runs this desktop keeps.
 func serveDesk(ctx context.Context, dir string, held func() []keeper.HeldInfo, log *slog.Logger) error {
-	return deskns.Serve(ctx, dir, deskns.Config{Runs: fleet.DefaultStore(), Log: log, Held: func() []deskns.Host {
+	runs, err := fleet.DefaultStore()
+	if err != nil {
+		return err
+	}
+	return deskns.Serve(ctx, dir, deskns.Config{Runs: runs, Log: log, Held: func() []deskns.Host {
 		var hs []deskns.Host
 		for _, h := range held() {
 			hs = append(hs, deskns.Host{Name: cmp.Or(h.Name, h.Host), Socket: h.Socket, Tunnel: h.Tunnel})

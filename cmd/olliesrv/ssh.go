@@ -25,7 +25,13 @@ import (
 )
 
 // hostKeyPath is the listener's host key: $XDG_STATE_HOME/ollie/ssh_host_ed25519_key.
-func hostKeyPath() string { return filepath.Join(paths.StateDir(), sshd.HostKeyFile) }
+func hostKeyPath() (string, error) {
+	dir, err := paths.StateDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, sshd.HostKeyFile), nil
+}
 
 // newSSHServer is the listener for the namespace in dir, its commands
 // this binary as "olliesrv ollie ARGS".
@@ -38,8 +44,12 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 	if !ok {
 		return nil, fmt.Errorf("olliesrv: -ssh: no home directory for ~/.config/ollie/authorized_keys")
 	}
+	state, err := paths.StateDir()
+	if err != nil {
+		return nil, fmt.Errorf("olliesrv: -ssh: %w", err)
+	}
 	return &sshd.Server{
-		HostKey:        hostKeyPath(),
+		HostKey:        filepath.Join(state, sshd.HostKeyFile),
 		AuthorizedKeys: keys,
 		Namespace:      dir,
 		Ollie: func(args []string, readOnly bool) *exec.Cmd {
@@ -61,7 +71,7 @@ func newSSHServer(dir string, log *slog.Logger) (*sshd.Server, error) {
 			},
 		},
 		Env:      childEnv(),
-		KeyState: filepath.Join(paths.StateDir(), "ssh"),
+		KeyState: filepath.Join(state, "ssh"),
 		Log:      log,
 	}, nil
 }
@@ -134,7 +144,11 @@ func sshFingerprintMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: olliesrv ssh-fingerprint")
 		return 2
 	}
-	fp, err := sshd.Fingerprint(hostKeyPath())
+	var fp string
+	key, err := hostKeyPath()
+	if err == nil {
+		fp, err = sshd.Fingerprint(key)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "olliesrv ssh-fingerprint: %v\n", err)
 		return 1

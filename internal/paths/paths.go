@@ -5,6 +5,7 @@ package paths
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -91,15 +92,20 @@ func (s Search) Names() []string {
 	return names
 }
 
-// StateDir is where the desktop keeps what must outlive its processes
-// (fleet runs): $XDG_STATE_HOME/ollie, by default ~/.local/state/ollie.
-func StateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "ollie")
+// StateDir is where ollie keeps what must outlive its processes, on a host
+// and on the desktop alike (session files, the daemon's log, histories,
+// the listener's keys, fleet runs): $XDG_STATE_HOME/ollie, by default
+// ~/.local/state/ollie. A relative XDG_STATE_HOME is ignored, as the XDG
+// base directory specification says. With neither, there is no place of
+// the user's own, and it says so: a shared fallback such as /tmp would be
+// a directory another local user could make first.
+func StateDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "ollie"), nil
 	}
 	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "ollie-state")
+	if err != nil || !filepath.IsAbs(home) {
+		return "", fmt.Errorf("no state directory: XDG_STATE_HOME is not an absolute path and there is no home directory (HOME=%q)", os.Getenv("HOME"))
 	}
-	return filepath.Join(home, ".local", "state", "ollie")
+	return filepath.Join(home, ".local", "state", "ollie"), nil
 }

@@ -66,3 +66,31 @@ func TestRemoteSocket(t *testing.T) {
 		t.Error("two hosts share a socket")
 	}
 }
+
+// One rule for where state lives, everywhere: an absolute XDG_STATE_HOME,
+// else the home's .local/state; a relative one is ignored; with neither,
+// an error rather than a directory another user could make first.
+func TestStateDir(t *testing.T) {
+	for _, c := range []struct {
+		xdg, home, want string
+	}{
+		{"/xdg", "/home/u", "/xdg/ollie"},
+		{"", "/home/u", "/home/u/.local/state/ollie"},
+		{"rel/state", "/home/u", "/home/u/.local/state/ollie"},
+		{"", "", ""},
+		{"rel", "also/relative", ""},
+	} {
+		t.Setenv("XDG_STATE_HOME", c.xdg)
+		t.Setenv("HOME", c.home)
+		got, err := StateDir()
+		if c.want == "" {
+			if err == nil || got != "" {
+				t.Errorf("XDG_STATE_HOME=%q HOME=%q: %q, %v; want an error", c.xdg, c.home, got, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("XDG_STATE_HOME=%q HOME=%q: %q, %v; want %q", c.xdg, c.home, got, err, c.want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/term"
 
+	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 )
 
@@ -34,17 +35,11 @@ func HistoryPath(agentID string) (string, error) {
 	if !plainName(agentID) {
 		return "", fmt.Errorf("chat: agent id %q is not a plain file name", agentID)
 	}
-	dir := os.Getenv("XDG_STATE_HOME")
-	if !filepath.IsAbs(dir) {
-		// Unset, empty, or relative, which the XDG base directory
-		// specification says to ignore.
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("chat: no state directory for the history: %w", err)
-		}
-		dir = filepath.Join(home, ".local", "state")
+	dir, err := paths.StateDir()
+	if err != nil {
+		return "", fmt.Errorf("chat: the history: %w", err)
 	}
-	return filepath.Join(dir, "ollie", "chat", agentID+".history"), nil
+	return filepath.Join(dir, "chat", agentID+".history"), nil
 }
 
 // plainName reports whether id names one file of the directory it is

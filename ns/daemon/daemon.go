@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"ollie/ns/client"
-	"ollie/ns/nsdir"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +21,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ollie/internal/paths"
+	"ollie/ns/client"
+	"ollie/ns/nsdir"
 )
 
 // PID is the pid of the olliesrv serving this user's namespace, or 0.
@@ -80,13 +82,12 @@ func Stop(timeout time.Duration) error {
 }
 
 // LogPath is where a detached daemon writes: $XDG_STATE_HOME/ollie/olliesrv.log.
-func LogPath() string {
-	state := os.Getenv("XDG_STATE_HOME")
-	if state == "" {
-		home, _ := os.UserHomeDir()
-		state = filepath.Join(home, ".local", "state")
+func LogPath() (string, error) {
+	state, err := paths.StateDir()
+	if err != nil {
+		return "", err
 	}
-	return filepath.Join(state, "ollie", "olliesrv.log")
+	return filepath.Join(state, "olliesrv.log"), nil
 }
 
 // StartDetached starts exe serve in its own session, so that it outlives
@@ -99,7 +100,10 @@ func StartDetached(exe string, timeout time.Duration) (int, error) {
 	if err := nsdir.Check(nsdir.NamespaceDir()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
 	}
-	logPath := LogPath()
+	logPath, err := LogPath()
+	if err != nil {
+		return 0, err
+	}
 	if err := os.MkdirAll(filepath.Dir(logPath), 0700); err != nil {
 		return 0, err
 	}

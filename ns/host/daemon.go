@@ -81,6 +81,11 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.StateDir == "" {
+		if cfg.StateDir, err = DefaultStateDir(); err != nil {
+			return nil, err
+		}
+	}
 	sock := filepath.Join(cfg.Dir, nsdir.Service)
 	if len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is %d bytes, over the %d-byte limit of Unix sockets: set NAMESPACE to a shorter directory", sock, len(sock), maxSocketPath)
@@ -131,9 +136,6 @@ func Start(cfg Config) (_ *Daemon, err error) {
 
 	host, _ := os.Hostname()
 	bus := &ns.Bus{}
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir()
-	}
 	if cfg.Backends == nil && cfg.Registry != nil {
 		cfg.Backends = lookupIn(cfg.Registry)
 	}

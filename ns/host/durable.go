@@ -3,28 +3,25 @@ package host
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"ollie/agent"
 	"ollie/agent/backend"
+	"ollie/internal/paths"
 	"ollie/toolsrv"
 	"ollie/toolsrv/tool"
 )
 
 // DefaultStateDir is where session files live:
 // $XDG_STATE_HOME/ollie/sessions, by default ~/.local/state/ollie/sessions.
-func DefaultStateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "ollie", "sessions")
-	}
-	home, err := os.UserHomeDir()
+func DefaultStateDir() (string, error) {
+	dir, err := paths.StateDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), fmt.Sprintf("ollie-state-%d", os.Getuid()), "sessions")
+		return "", err
 	}
-	return filepath.Join(home, ".local", "state", "ollie", "sessions")
+	return filepath.Join(dir, "sessions"), nil
 }
 
 // sessionLogs holds each session's open file, and the files that could

@@ -16,6 +16,7 @@ import (
 	"9fans.net/go/plan9"
 	"github.com/chzyer/readline"
 
+	"ollie/internal/paths"
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
@@ -531,15 +532,10 @@ func (l *shellOutput) Write(p []byte) (int, error) {
 // or ~/.local/state/ollie/history, creating its directory; "" (no
 // history) if that fails.
 func shellHistoryPath() string {
-	dir := os.Getenv("XDG_STATE_HOME")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		dir = path.Join(home, ".local", "state")
+	dir, err := paths.StateDir()
+	if err != nil {
+		return ""
 	}
-	dir = path.Join(dir, "ollie")
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return ""
 	}

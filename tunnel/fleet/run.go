@@ -138,7 +138,10 @@ var validID = regexp.MustCompile(`^r[a-z2-9]{8}$`)
 type Store struct{ Dir string }
 
 // DefaultStore is $XDG_STATE_HOME/ollie/runs.
-func DefaultStore() Store { return Store{Dir: filepath.Join(paths.StateDir(), "runs")} }
+func DefaultStore() (Store, error) {
+	dir, err := paths.StateDir()
+	return Store{Dir: filepath.Join(dir, "runs")}, err
+}
 
 // ErrNoRun is a run ID the store does not hold.
 var ErrNoRun = errors.New("no such run")
