@@ -10,18 +10,19 @@ import (
 	"time"
 
 	"ollie/agent/backend"
+	"ollie/agent/wire"
 	"ollie/internal/changes"
 	"ollie/ns/stream"
 	"ollie/toolsrv/tool"
 )
 
-// Agent states, as the state file shows them.
+// Agent states, as the state file shows them (wire's, the format's home).
 const (
-	StateIdle     = "idle"
-	StateThinking = "thinking"
-	StateCalling  = "calling"
-	StatePaused   = "paused"
-	StateClosed   = "closed"
+	StateIdle     = wire.StateIdle
+	StateThinking = wire.StateThinking
+	StateCalling  = wire.StateCalling
+	StatePaused   = wire.StatePaused
+	StateClosed   = wire.StateClosed
 )
 
 // Tools is how an agent reaches its session's tools: toolsrv.View, an
@@ -348,34 +349,8 @@ func (a *Agent) History() []backend.Message {
 	return append([]backend.Message(nil), a.history...)
 }
 
-// Stats summarises the agent's use of the model.
-type Stats struct {
-	Turns            int    `json:"turns"` // prompts run to their end
-	PromptTokens     int    `json:"prompt_tokens"`
-	CompletionTokens int    `json:"completion_tokens"`
-	Messages         int    `json:"messages"`
-	LastError        string `json:"last_error,omitempty"`
-	// State and Queued are read with the counts, in one step: a client
-	// that sends a prompt knows how many turns end before its own.
-	State  string `json:"state"`
-	Queued int    `json:"queued"` // prompts waiting to run
-	// Steps are the model's replies and ToolCalls the calls in them, since
-	// the daemon started (as Turns and the tokens); Running names the
-	// tools that run now. A fleet run's live view and results read them.
-	Steps     int    `json:"steps"`
-	ToolCalls int    `json:"tool_calls"`
-	Running   string `json:"running,omitempty"`
-	// ContextWindow is the model's context window in tokens, as the
-	// backend gave it at the last reply (for Ollama the num_ctx ollie
-	// sets), and PromptTokensLast the size of that reply's prompt: how
-	// full the window was. The loop compacts past half. 0 is unknown.
-	ContextWindow    int `json:"context_window"`
-	PromptTokensLast int `json:"prompt_tokens_last"`
-	// ChatRestored is how much of the chat stream a restart of olliesrv
-	// put back (Resume): the stream of the daemon before, up to its last
-	// record. A follower that had shown more goes on from here.
-	ChatRestored int `json:"chat_restored,omitempty"`
-}
+// Stats is the agent's stats file (wire.Stats, the format's one home).
+type Stats = wire.Stats
 
 // Stats returns the agent's statistics.
 func (a *Agent) Stats() Stats {

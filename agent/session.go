@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"ollie/agent/wire"
 	"ollie/internal/changes"
 )
 
@@ -54,12 +55,9 @@ type Session struct {
 // Goal statuses.
 var GoalStatuses = []string{"none", "running", "complete", "blocked", "error"}
 
-// GoalPrompt is the prompt a session's goal gives its first agent; the
-// agent's chat echoes it, and a watcher of the chat (the fleet's live
-// view) tells it from the agent's own words by it.
-func GoalPrompt(goal, session string) string {
-	return "The session's goal:\n" + goal + "\n\nWork towards it. When it is met, write complete to session/" + session + "/goalstatus (or blocked, with the reason in your answer)."
-}
+// GoalPrompt is the prompt a session's goal gives its first agent
+// (wire.GoalPrompt, the wording's one home).
+func GoalPrompt(goal, session string) string { return wire.GoalPrompt(goal, session) }
 
 // Goal returns the session's goal and its status.
 func (s *Session) Goal() (goal, status string) {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"ollie/agent"
+	"ollie/agent/wire"
 	"ollie/ns/client"
 	"ollie/ns/words"
 )
@@ -138,9 +138,9 @@ func RunGoal(ctx context.Context, c *client.Conn, nsDir string, a GoalArgs) (res
 
 // wait follows the agent until its goal is complete, blocked or failed,
 // or it went idle after working (done, or error with a last error).
-func wait(ctx context.Context, c *client.Conn, dir, agentDir string) (string, agent.Stats, error) {
+func wait(ctx context.Context, c *client.Conn, dir, agentDir string) (string, wire.Stats, error) {
 	busy := false
-	var st agent.Stats
+	var st wire.Stats
 	for {
 		b, err := c.ReadLimit(ctx, agentDir+"stats", maxSmall)
 		if err != nil {
@@ -154,12 +154,12 @@ func wait(ctx context.Context, c *client.Conn, dir, agentDir string) (string, ag
 			return "", st, err
 		}
 		goal := strings.TrimSpace(string(g))
-		working := st.State == agent.StateThinking || st.State == agent.StateCalling || st.Queued > 0
+		working := st.State == wire.StateThinking || st.State == wire.StateCalling || st.Queued > 0
 		busy = busy || working || st.Turns > 0
 		switch {
 		case goal == "complete" || goal == "blocked" || goal == "error":
 			return goal, st, nil
-		case busy && !working && st.State != agent.StatePaused:
+		case busy && !working && st.State != wire.StatePaused:
 			if st.LastError != "" {
 				return "error", st, nil
 			}

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/agent/fakellm"
+	"ollie/agent/wire"
 	"ollie/internal/demohost"
 	"ollie/internal/paths"
 	"ollie/ns/client"
@@ -436,10 +437,7 @@ func (d *demo) runTurn(ctx context.Context, dial func() (*client.Conn, error), c
 		if err != nil {
 			return "", fmt.Errorf("reading the agent's stats: %w", err)
 		}
-		var st struct {
-			Turns     int    `json:"turns"`
-			LastError string `json:"last_error"`
-		}
+		var st wire.Stats
 		if err := json.Unmarshal(b, &st); err != nil {
 			return "", fmt.Errorf("the agent's stats %q: %w", b, err)
 		}

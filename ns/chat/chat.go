@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/term"
 
+	"ollie/agent/wire"
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
@@ -405,15 +406,8 @@ func (ch *chat) redial(err error) bool {
 	return true
 }
 
-type stats struct {
-	Turns            int    `json:"turns"`
-	PromptTokens     int    `json:"prompt_tokens"`
-	CompletionTokens int    `json:"completion_tokens"`
-	LastError        string `json:"last_error"`
-	State            string `json:"state"`
-	Queued           int    `json:"queued"`
-	ChatRestored     int64  `json:"chat_restored"`
-}
+// stats is the agent's stats file, in the format's one home.
+type stats = wire.Stats
 
 // waitIdle waits until target turns have ended, handling ^C: once stops
 // the turn, twice leaves. It reports false when the person left.
@@ -543,7 +537,7 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 				daemon = d
 				var s stats
 				if b, err := c.ReadAll(ctx, ch.t.dir+"/stats"); err == nil && json.Unmarshal(b, &s) == nil && off >= 0 {
-					off = min(off, s.ChatRestored)
+					off = min(off, int64(s.ChatRestored))
 				} else {
 					off = -1
 				}

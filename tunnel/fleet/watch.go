@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"ollie/agent"
+	"ollie/agent/wire"
 	"ollie/ns/client"
 	"ollie/tunnel/keeper"
 )
@@ -63,7 +63,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		if c == nil {
 			c, err = dialHost(sock)
 		}
-		var st agent.Stats
+		var st wire.Stats
 		var goal, daemon string
 		if err == nil {
 			st, goal, daemon, err = readState(ctx, c, agentDir, dir)
@@ -109,7 +109,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		r.update(h, func(h *Host) {
 			h.Steps, h.ToolCalls, h.Tokens = max(h.Steps, st.Steps), max(h.ToolCalls, st.ToolCalls), max(h.Tokens, st.PromptTokens+st.CompletionTokens)
 		})
-		working := st.State == agent.StateThinking || st.State == agent.StateCalling || st.Queued > 0
+		working := st.State == wire.StateThinking || st.State == wire.StateCalling || st.Queued > 0
 		if working && restarted {
 			// The restored agent went on with its cut turn by itself
 			// (a session's resume=auto): it needs no prompt from the run.
@@ -122,7 +122,7 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		case goal == "complete" || goal == "blocked" || goal == "error":
 			r.finish(ctx, c, h, agentDir, goal, st)
 			return
-		case !working && st.State != agent.StatePaused:
+		case !working && st.State != wire.StatePaused:
 			r.mu.Lock()
 			interrupted := r.interrupted
 			r.mu.Unlock()
@@ -167,26 +167,26 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 }
 
 // stateWord is a working agent's state for people.
-func stateWord(st agent.Stats, waiting func(string) string, host string) string {
+func stateWord(st wire.Stats, waiting func(string) string, host string) string {
 	if waiting != nil {
 		if tool := waiting(host); tool != "" {
 			return "waiting for approval: " + tool
 		}
 	}
 	switch st.State {
-	case agent.StateCalling:
+	case wire.StateCalling:
 		if st.Running != "" {
 			return "running " + st.Running
 		}
 		return "running tools"
-	case agent.StatePaused:
+	case wire.StatePaused:
 		return "paused"
 	}
 	return "thinking"
 }
 
 // finish records a host's result and the agent's last answer.
-func (r *Runner) finish(ctx context.Context, c *client.Conn, h *Host, agentDir, result string, st agent.Stats) {
+func (r *Runner) finish(ctx context.Context, c *client.Conn, h *Host, agentDir, result string, st wire.Stats) {
 	answer := lastAnswer(ctx, c, agentDir+"log")
 	r.update(h, func(h *Host) {
 		h.Result, h.State = result, result
@@ -201,8 +201,8 @@ func (r *Runner) finish(ctx context.Context, c *client.Conn, h *Host, agentDir, 
 
 // readState reads the agent's stats, the goal's status and the daemon's
 // start time.
-func readState(ctx context.Context, c *client.Conn, agentDir, dir string) (agent.Stats, string, string, error) {
-	var st agent.Stats
+func readState(ctx context.Context, c *client.Conn, agentDir, dir string) (wire.Stats, string, string, error) {
+	var st wire.Stats
 	b, err := readSmall(ctx, c, agentDir+"stats")
 	if err != nil {
 		return st, "", "", err
@@ -234,7 +234,7 @@ func restoredChat(ctx context.Context, c *client.Conn, agentDir string) (started
 	if err != nil {
 		return "", 0, err
 	}
-	var st agent.Stats
+	var st wire.Stats
 	if err := json.Unmarshal(b, &st); err != nil {
 		return "", 0, err
 	}
@@ -310,7 +310,7 @@ func (r *Runner) injected(line string) bool {
 	r.promptOnce.Do(func() {
 		r.promptLines = map[string]bool{}
 		goal := strings.TrimSpace(r.Run.Goal)
-		for _, p := range []string{agent.GoalPrompt(goal, r.Run.Session), restartPrompt(goal)} {
+		for _, p := range []string{wire.GoalPrompt(goal, r.Run.Session), restartPrompt(goal)} {
 			for _, l := range strings.Split(p, "\n") {
 				if l = strings.TrimSpace(l); l != "" {
 					r.promptLines[clip(l, maxLine)] = true
