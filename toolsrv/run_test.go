@@ -140,7 +140,9 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	})
 	start := time.Now()
 	done := make(chan *tool.Result, 1)
-	go func() { done <- r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 1}`)) }()
+	// 5 s, so that a loaded machine still shows the grandchild before
+	// the timeout ends it (at 1 s a full make test once did not).
+	go func() { done <- r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 5}`)) }()
 	pid := 0
 	for pid == 0 && time.Since(start) < 30*time.Second {
 		cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -155,7 +157,7 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 		t.Fatalf("the grandchild (sleep %s) was never seen", mark)
 	}
 	res := <-done
-	if !res.Failed || !strings.Contains(res.Output, "timed out after 1s") {
+	if !res.Failed || !strings.Contains(res.Output, "timed out after 5s") {
 		t.Fatalf("hang: %+v", res)
 	}
 	// The bound is the point, and generous: a call its grandchild held

@@ -250,7 +250,7 @@ func TestListenerOnlyHost(t *testing.T) {
 	os.WriteFile(filepath.Join(bin2, "olliesrv"), append(b, []byte("\nanother build\n")...), 0755)
 	ver2 := sha(t, filepath.Join(bin2, "olliesrv"))[:12]
 	if out, err := remote(bin2, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "restarted the listener on the new version") ||
-		!strings.Contains(string(out), "as a zstd patch against "+ver) {
+		!strings.Contains(string(out), "zstd patch against "+ver) {
 		t.Fatalf("upgrade: %v\n%s\nlistener:\n%s", err, out, lh.log.String())
 	}
 	lh.waitListening(t)
@@ -329,7 +329,7 @@ func TestDeployCompressed(t *testing.T) {
 		t.Fatalf("no share of the size in %q", row)
 		return 0
 	}
-	if s := share(deploy(binDir, "for the host's zstd")); s > 25 {
+	if s := share(deploy(binDir, "unpacked by the host's zstd")); s > 25 {
 		t.Errorf("a cold deploy sent %.1f%% of the files' size, want at most 25%%", s)
 	}
 	bin2 := filepath.Join(t.TempDir(), "bin")
@@ -337,7 +337,7 @@ func TestDeployCompressed(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(binDir, "olliesrv"))
 	os.WriteFile(filepath.Join(bin2, "olliesrv"), append(b, []byte("\none more line\n")...), 0755)
 	ver := sha(t, filepath.Join(binDir, "olliesrv"))[:12]
-	if s := share(deploy(bin2, "as a zstd patch against "+ver)); s > 1 {
+	if s := share(deploy(bin2, "zstd patch against "+ver)); s > 1 {
 		t.Errorf("an upgrade sent %.2f%% of the binary, want at most 1%%", s)
 	}
 	// A third build, the second one no longer in this desktop's cache.
