@@ -11,6 +11,7 @@ package chat
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"9fans.net/go/plan9"
 	"golang.org/x/term"
 
 	"ollie/agent/wire"
@@ -524,6 +526,7 @@ func (ch *chat) turnLine(start time.Time, before, after stats) {
 // said so.
 func (ch *chat) follow(ctx context.Context, off int64) {
 	daemon := ch.daemonID(ctx, ch.ctl)
+	tail := &tailWriter{w: shownWriter{ch}}
 	for ctx.Err() == nil {
 		c, err := ch.opt.Dial()
 		if err == nil {
@@ -537,7 +540,14 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 				daemon = d
 				var s stats
 				if b, err := c.ReadAll(ctx, ch.t.dir+"/stats"); err == nil && json.Unmarshal(b, &s) == nil && off >= 0 {
-					off = min(off, int64(s.ChatRestored))
+					// After two restarts or more the offset is the
+					// wrong stream's: find what was shown last in what
+					// was put back, and go on after it.
+					if at, ok := resync(ctx, c, ch.t.dir+"/chat", int64(s.ChatRestored), tail.last()); ok {
+						off = at
+					} else {
+						off = min(off, int64(s.ChatRestored))
+					}
 				} else {
 					off = -1
 				}
@@ -550,7 +560,7 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 			if off >= 0 {
 				ch.shown.Store(off)
 			}
-			off, err = c.FollowFrom(ctx, ch.t.dir+"/chat", off, shownWriter{ch})
+			off, err = c.FollowFrom(ctx, ch.t.dir+"/chat", off, tail)
 			c.Close()
 		}
 		if ctx.Err() != nil {
@@ -567,6 +577,70 @@ func (ch *chat) follow(ctx context.Context, off int64) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// tailWriter keeps the last bytes written through it.
+type tailWriter struct {
+	w    io.Writer
+	tail []byte
+}
+
+// tailKept is how much of what was shown last a follower looks for in a
+// new daemon's stream: enough to be the chat's own, not a common line.
+const tailKept = 512
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	t.tail = append(t.tail, p[:n]...)
+	if len(t.tail) > tailKept {
+		t.tail = append(t.tail[:0], t.tail[len(t.tail)-tailKept:]...)
+	}
+	return n, err
+}
+
+func (t *tailWriter) last() []byte { return t.tail }
+
+// resync finds in the first restored bytes of the stream name where what
+// was shown (tail) ends, and returns the offset after it. A tail that ends
+// in text the old daemon streamed and never recorded is not in the
+// restored stream: its lines are dropped from the end until what is left
+// is found, or too little is left to be the chat's own.
+func resync(ctx context.Context, c *client.Conn, name string, restored int64, tail []byte) (int64, bool) {
+	const window = 256 << 10
+	if restored <= 0 || len(tail) == 0 {
+		return 0, false
+	}
+	f, err := c.Open(ctx, name, plan9.OREAD)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	start := max(0, restored-window)
+	buf := make([]byte, restored-start)
+	for n := 0; n < len(buf); {
+		m, err := f.ReadAt(ctx, buf[n:], start+int64(n))
+		if m <= 0 || err != nil {
+			buf = buf[:n]
+			break
+		}
+		n += m
+	}
+	return resumeAt(buf, start, tail)
+}
+
+// resumeAt is resync's search: buf is the restored stream from start.
+func resumeAt(buf []byte, start int64, tail []byte) (int64, bool) {
+	for t := tail; len(t) >= 32; {
+		if i := bytes.LastIndex(buf, t); i >= 0 {
+			return start + int64(i+len(t)), true
+		}
+		j := bytes.LastIndexByte(t[:len(t)-1], '\n')
+		if j < 0 {
+			break
+		}
+		t = t[:j+1]
+	}
+	return 0, false
 }
 
 // daemonID tells one running olliesrv from the next: its pid and start.
