@@ -113,12 +113,12 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	r := &toolsrv.Runner{Tools: session, Cwd: *cwd, Profiles: sandbox.DefaultProfiles(), ToolsPath: path}
 	// Cut output is kept after exit, as the note tells, in a private
 	// directory made only if some is cut.
-	state, err := host.DefaultStateDir()
+	spill, err := host.DefaultStateDir()
 	if err == nil {
-		state, err = toolsrv.SpillRoot(state)
+		spill, err = toolsrv.SpillRoot(spill)
 	}
 	if err == nil {
-		r.SpillBase = state
+		r.SpillBase = spill
 	} else {
 		fmt.Fprintf(stderr, "olliesrv tools run: %v; cut output goes under %s\n", err, os.TempDir())
 	}
