@@ -70,7 +70,7 @@ func FuzzServe(f *testing.F) {
 		}
 		end()
 		checkDrained(t, srv, lb, before)
-		checkReplies(t, conn)
+		checkReplies(t, conn, lb)
 	})
 }
 
@@ -274,7 +274,7 @@ func isT(typ uint8) bool {
 
 // checkReplies replays c's log, once the server is done with the
 // connection, against what 9P promises the client.
-func checkReplies(t *testing.T, c *fuzzConn) {
+func checkReplies(t *testing.T, c *fuzzConn, lb *logBuf) {
 	t.Helper()
 	c.mu.Lock()
 	events := slices.Clone(c.events)
@@ -357,8 +357,27 @@ func checkReplies(t *testing.T, c *fuzzConn) {
 	}
 	if len(unanswered) > c.parked {
 		slices.Sort(unanswered)
-		t.Fatalf("%d requests never answered, %d blocked when the input ended: %s", len(unanswered), c.parked, strings.Join(unanswered, "; "))
+		t.Fatalf("%d requests never answered, %d blocked when the input ended: %s\nwhat passed (%d frames handed over, %d at the last settle):\n%s\nthe server's log:\n%s",
+			len(unanswered), c.parked, strings.Join(unanswered, "; "), frames, c.settled, eventList(events), strings.Join(lb.lines(), "\n"))
 	}
+}
+
+// eventList shows a connection's log one event to a line: what a frame
+// or reply says of itself in its header.
+func eventList(events []fuzzEvent) string {
+	var b strings.Builder
+	for _, e := range events {
+		dir := "->"
+		if e.reply {
+			dir = "<-"
+		}
+		if len(e.msg) < 7 {
+			fmt.Fprintf(&b, "%s %d bytes\n", dir, len(e.msg))
+			continue
+		}
+		fmt.Fprintf(&b, "%s type %d tag %d size %d, %d bytes\n", dir, e.msg[4], binary.LittleEndian.Uint16(e.msg[5:7]), binary.LittleEndian.Uint32(e.msg), len(e.msg))
+	}
+	return b.String()
 }
 
 var stackBuf struct {

@@ -282,6 +282,11 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, peer Peer) error {
 	c.cancel(errors.New("connection closed"))
 	rwc.Close()
 	c.drain()
+	// A reply that passed the stopped check before the loop ended may
+	// still be going out: once the lock is free, nothing more is written
+	// to rwc, so the caller may treat the connection as finished.
+	c.wmu.Lock()
+	c.wmu.Unlock()
 	c.guard.releaseAll()
 
 	s.mu.Lock()
