@@ -333,21 +333,30 @@ func newHostKey(file string) ([]byte, error) {
 	if err := os.MkdirAll(filepath.Dir(file), 0700); err != nil {
 		return nil, err
 	}
-	// O_EXCL: two daemons starting at once keep the first one's key.
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0600)
-	if errors.Is(err, fs.ErrExist) {
-		return os.ReadFile(file)
-	}
+	// Written whole under another name, then linked into place: link
+	// fails if the name exists, so two daemons starting at once keep the
+	// first one's key, and neither can read the other's half-written file
+	// (O_EXCL on the name itself could: TestReadOnlySessionsCap once read
+	// an empty key).
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".hostkey-*")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(file)
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
 		return nil, err
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(file)
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), file); errors.Is(err, fs.ErrExist) {
+		return os.ReadFile(file)
+	} else if err != nil {
 		return nil, err
 	}
 	return b, nil

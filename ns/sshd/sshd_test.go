@@ -744,3 +744,38 @@ func replyingSocket(t *testing.T, path, reply string) string {
 	}()
 	return path
 }
+
+// TestHostKeyMadeOnceAtOnce: daemons starting at once on a host with no
+// key yet all load the one key the first of them made, and none reads a
+// key file before it is whole.
+func TestHostKeyMadeOnceAtOnce(t *testing.T) {
+	for round := range 20 {
+		file := filepath.Join(t.TempDir(), "hostkey", sshd.HostKeyFile)
+		const n = 8
+		fps := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				s, err := sshd.LoadHostKey(file)
+				if err == nil {
+					fps[i] = ssh.FingerprintSHA256(s.PublicKey())
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: daemon %d: %v", round, i, errs[i])
+			}
+			if fps[i] != fps[0] {
+				t.Fatalf("round %d: daemon %d loaded %s, daemon 0 %s", round, i, fps[i], fps[0])
+			}
+		}
+		ents, err := os.ReadDir(filepath.Dir(file))
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("round %d: the key's directory holds %v (%v), want the key alone", round, ents, err)
+		}
+	}
+}
