@@ -420,7 +420,15 @@ func restoreSession(path string) (*RestoredSession, error) {
 			case kindAgentPrompt:
 				a.Queue = append(a.Queue, v.Text)
 			case kindAgentDequeue:
-				delete(dequeued, a)
+				// A prompt dequeued and never begun was queued again,
+				// first, by the restart that followed (below), so this
+				// dequeue takes it again: replaying the file must do
+				// the same, or the prompt after it is lost (the drill
+				// lost prompt 35 of 80 this way on its second restart).
+				if p, ok := dequeued[a]; ok {
+					a.Queue = append([]string{p}, a.Queue...)
+					delete(dequeued, a)
+				}
 				if len(a.Queue) > 0 {
 					dequeued[a] = a.Queue[0]
 					a.Queue = a.Queue[1:]
@@ -433,6 +441,7 @@ func restoreSession(path string) (*RestoredSession, error) {
 				a.Interrupted = true // the resumed turn runs until its end
 				a.Resumes++
 			case kindAgentEnd:
+				delete(dequeued, a) // a turn refused before its message (a pre-turn hook) used its prompt
 				a.Interrupted = false
 				a.LastError = v.Error
 				a.Resumes = 0

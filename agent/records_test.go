@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"ollie/agent/backend"
@@ -82,46 +83,69 @@ func TestChangesRestore(t *testing.T) {
 
 // A stop between a prompt's dequeue and its first message (seen in the
 // heal drill: prompt 31 of 80 was never answered, and the turn before it
-// answered twice) leaves the prompt queued, first, and no turn cut.
+// answered twice) leaves the prompt queued, first, and no turn cut; the
+// restart's second dequeue takes that same prompt again (a later restore
+// once lost the prompt after it: 35 of 80); a turn that ends without a
+// message (a pre-turn hook refused it) used its prompt.
 func TestDequeuedNotBegunStaysQueued(t *testing.T) {
-	dir := t.TempDir()
-	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := CreateSessionLog(dir, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
-		t.Fatal(err)
-	}
-	j := l.Journal("a1")
-	for _, e := range []struct {
+	type entry struct {
 		kind string
 		v    any
+	}
+	user := func(p string) entry { return entry{"message", backend.Message{Role: backend.RoleUser, Content: p}} }
+	answer := func(p string) entry {
+		return entry{"message", backend.Message{Role: backend.RoleAssistant, Content: "answer to " + p}}
+	}
+	prompts := []entry{{"prompt", "prompt 30"}, {"prompt", "prompt 31"}, {"prompt", "prompt 32"}}
+	for _, c := range []struct {
+		name    string
+		entries []entry
+		want    []string
 	}{
-		{"prompt", "prompt 30"},
-		{"prompt", "prompt 31"},
-		{"prompt", "prompt 32"},
-		{"dequeue", nil},
-		{"message", backend.Message{Role: backend.RoleUser, Content: "prompt 30"}},
-		{"message", backend.Message{Role: backend.RoleAssistant, Content: "answer 30 done"}},
-		{"end", ""},
-		{"dequeue", nil}, // prompt 31, then the stop
+		{"stop after the dequeue", []entry{
+			{"dequeue", nil}, user("prompt 30"), answer("prompt 30"), {"end", ""},
+			{"dequeue", nil}, // prompt 31, then the stop
+		}, []string{"prompt 31", "prompt 32"}},
+		{"the restart took it again", []entry{
+			{"dequeue", nil}, // prompt 30, then the stop
+			{"dequeue", nil}, user("prompt 30"), answer("prompt 30"), {"end", ""},
+		}, []string{"prompt 31", "prompt 32"}},
+		{"stopped twice before it began", []entry{
+			{"dequeue", nil}, {"dequeue", nil}, {"dequeue", nil},
+		}, []string{"prompt 30", "prompt 31", "prompt 32"}},
+		{"refused before its message", []entry{
+			{"dequeue", nil}, {"end", "not run: the hook said no"},
+		}, []string{"prompt 31", "prompt 32"}},
 	} {
-		if err := j.Entry(e.kind, e.v); err != nil {
-			t.Fatalf("%s: %v", e.kind, err)
-		}
-	}
-	l.Close()
-	got, damaged := RestoreSessions(dir)
-	if len(damaged) > 0 || len(got) != 1 || len(got[0].Agents) != 1 {
-		t.Fatalf("restored %v, damaged %v", got, damaged)
-	}
-	defer got[0].Log.Close()
-	a := got[0].Agents[0]
-	if !reflect.DeepEqual(a.Queue, []string{"prompt 31", "prompt 32"}) || a.Interrupted {
-		t.Errorf("queue %q, interrupted %v; want prompt 31 first again and no turn cut", a.Queue, a.Interrupted)
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := CreateSessionLog(dir, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
+				t.Fatal(err)
+			}
+			j := l.Journal("a1")
+			for _, e := range append(slices.Clone(prompts), c.entries...) {
+				if err := j.Entry(e.kind, e.v); err != nil {
+					t.Fatalf("%s: %v", e.kind, err)
+				}
+			}
+			l.Close()
+			got, damaged := RestoreSessions(dir)
+			if len(damaged) > 0 || len(got) != 1 || len(got[0].Agents) != 1 {
+				t.Fatalf("restored %v, damaged %v", got, damaged)
+			}
+			defer got[0].Log.Close()
+			a := got[0].Agents[0]
+			if !reflect.DeepEqual(a.Queue, c.want) || a.Interrupted {
+				t.Errorf("queue %q, interrupted %v; want %q and no turn cut", a.Queue, a.Interrupted, c.want)
+			}
+		})
 	}
 }

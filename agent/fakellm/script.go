@@ -22,6 +22,11 @@ type Response struct {
 
 	Delay time.Duration // pause before each chunk
 
+	// Hold, if not nil, keeps the rest of Text back after its first
+	// chunk until Hold is closed: a test sees the answer midway for as
+	// long as it needs, however slow the machine.
+	Hold <-chan struct{}
+
 	// Status, if not zero, answers with this status, Header and Body
 	// instead of a reply.
 	Status int

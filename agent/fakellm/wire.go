@@ -204,7 +204,16 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 			return
 		}
 	}
-	for _, t := range resp.Text {
+	for i, t := range resp.Text {
+		if i == 1 && resp.Hold != nil {
+			select {
+			case <-resp.Hold:
+			case <-r.Context().Done():
+				return
+			case <-s.done:
+				return
+			}
+		}
 		if !send(one(delta{Content: &t})) {
 			return
 		}

@@ -269,7 +269,16 @@ func TestListenerSSHFS(t *testing.T) {
 	}
 	defer func() { tail.Process.Kill(); tail.Wait() }()
 	time.Sleep(300 * time.Millisecond)
-	llm.Push(fakellm.Response{Text: []string{"first line of the answer\n", "second line\n", "last line of the answer\n"}, Delay: 700 * time.Millisecond})
+	// The answer stops after its first line until the test has looked.
+	hold := make(chan struct{})
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	}()
+	llm.Push(fakellm.Response{Text: []string{"first line of the answer\n", "second line\n", "last line of the answer\n"}, Delay: 100 * time.Millisecond, Hold: hold})
 	if out, err := sh("echo 'hello through sshfs' > " + mnt + "/session/lab/agent/a/prompt"); err != nil {
 		t.Fatalf("echo prompt > mnt/session/lab/agent/a/prompt: %v %s", err, out)
 	}
@@ -283,6 +292,7 @@ func TestListenerSSHFS(t *testing.T) {
 			if out, err := sh("cat " + mnt + "/session/*/agent/*/state"); err != nil || out != "thinking\n" {
 				t.Errorf("cat mnt/session/*/agent/*/state while the agent answers: %q %v", out, err)
 			}
+			close(hold)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("tail -f of the chat never showed the whole answer: %q (stderr %q)\nolliesrv:\n%s", tailOut.String(), tailErr.String(), h.log.String())
