@@ -52,7 +52,7 @@ fuzz:
 	$(GO) test ./ns -run '^$$' -fuzz '^FuzzServe$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./ns -run '^$$' -fuzz '^FuzzPrincipals$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./internal/termsafe -run '^$$' -fuzz '^FuzzLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
-	$(GO) test ./ns/mux -run '^$$' -fuzz '^FuzzClient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
+	$(GO) test ./tunnel/mux -run '^$$' -fuzz '^FuzzClient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./ns/client -run '^$$' -fuzz '^FuzzServerReplies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./broker -run '^$$' -fuzz '^FuzzConverse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./ns/words -run '^$$' -fuzz '^FuzzQuote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x

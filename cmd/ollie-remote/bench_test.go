@@ -28,8 +28,8 @@ import (
 
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
-	"ollie/ns/resume"
 	"ollie/tunnel"
+	"ollie/tunnel/resume"
 )
 
 // deployBench is a lab of nine hosts (sshlab.MaxHosts) and what deploys to

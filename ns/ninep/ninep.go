@@ -1,5 +1,5 @@
-// Package ninep is the part of the 9P2000 wire format that ns/mux and
-// ns/resume read by hand: a message's size and its fields.
+// Package ninep is the part of the 9P2000 wire format that tunnel/mux and
+// tunnel/resume read by hand: a message's size and its fields.
 //
 // Both relay messages from peers they do not trust and parse them
 // strictly themselves rather than through plan9.UnmarshalFcall, which

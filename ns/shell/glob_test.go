@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"ollie/ns"
-	"ollie/ns/mux"
 	"ollie/ns/nsdir"
+	"ollie/tunnel/mux"
 )
 
 // globFleet serves, on ollie's default socket, a fleet namespace as the
 // desktop's keeper does: a local tree with host/ listing web1, web2 and
 // down, and each of web1 and web2 a real ns server mounted at host/NAME by
-// ns/mux. On web1 sessions s1 and s2 have agents a1 and a2; on web2
+// tunnel/mux. On web1 sessions s1 and s2 have agents a1 and a2; on web2
 // session s3 has agent a9 and session s4 has none. down cannot be
 // reached.
 func globFleet(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"ollie/internal/paths"
 	"ollie/internal/peer"
 	"ollie/ns"
-	"ollie/ns/mux"
+	"ollie/tunnel/mux"
 )
 
 // Name is the name ollie -H takes for the desktop's namespace: its socket
@@ -27,7 +27,7 @@ const Name = paths.FleetHost
 func Socket(dir string) string { return paths.RemoteSocketIn(dir, Name) }
 
 // Serve serves the namespace on Socket(dir) until ctx ends: the desktop's
-// own tree, with each held host's namespace mounted at host/NAME (ns/mux).
+// own tree, with each held host's namespace mounted at host/NAME (tunnel/mux).
 //
 // Only this desktop user, unsandboxed, is served: the namespace approves
 // every host's pending requests, which a Landlock-sandboxed tool running

@@ -31,10 +31,10 @@ import (
 	"ollie/broker/desktop"
 	"ollie/internal/paths"
 	"ollie/internal/termsafe"
-	"ollie/ns/resume"
 	"ollie/tunnel"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/models"
+	"ollie/tunnel/resume"
 )
 
 const Command = "__keeper"

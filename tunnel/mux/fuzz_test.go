@@ -14,8 +14,8 @@ import (
 	"9fans.net/go/plan9"
 
 	"ollie/ns"
-	"ollie/ns/mux"
 	"ollie/ns/stream"
+	"ollie/tunnel/mux"
 )
 
 // FuzzClient feeds arbitrary bytes to one client connection of a mux
@@ -28,7 +28,7 @@ import (
 //
 // make fuzz runs it briefly with
 //
-//	go test ./ns/mux -run '^$' -fuzz '^FuzzClient$' -fuzztime 12000x -fuzzminimizetime 200x
+//	go test ./tunnel/mux -run '^$' -fuzz '^FuzzClient$' -fuzztime 12000x -fuzzminimizetime 200x
 func FuzzClient(f *testing.F) {
 	walk := func(tag uint16, fid, newfid uint32, names ...string) *plan9.Fcall {
 		return &plan9.Fcall{Type: plan9.Twalk, Tag: tag, Fid: fid, Newfid: newfid, Wname: names}

@@ -8,7 +8,7 @@ import (
 
 	"ollie/ns"
 	"ollie/ns/client"
-	"ollie/ns/mux"
+	"ollie/tunnel/mux"
 )
 
 // A desktop tree with host/ listing one host, and that host's namespace

@@ -17,8 +17,8 @@ import (
 	p9 "9fans.net/go/plan9/client"
 
 	"ollie/ns"
-	"ollie/ns/resume"
 	"ollie/ns/stream"
+	"ollie/tunnel/resume"
 )
 
 // timeout bounds every wait in these tests. It is a failure guard, never

@@ -19,7 +19,7 @@ import (
 
 	"9fans.net/go/plan9"
 
-	"ollie/ns/resume"
+	"ollie/tunnel/resume"
 )
 
 // A hostile server: the host's olliesrv replaced by one that answers as

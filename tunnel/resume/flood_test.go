@@ -15,7 +15,7 @@ import (
 
 	"9fans.net/go/plan9"
 
-	"ollie/ns/resume"
+	"ollie/tunnel/resume"
 )
 
 type countW struct{ n atomic.Int64 }
@@ -38,7 +38,7 @@ func hwm() string {
 // does); they run only with OLLIE_FLOOD=1.
 func floodEnv(t *testing.T, handler func(net.Conn)) (string, *atomic.Int32, *countW) {
 	if os.Getenv("OLLIE_FLOOD") == "" {
-		t.Skip("measurement: OLLIE_FLOOD=1 go test ./ns/resume -run TestFloodX -v")
+		t.Skip("measurement: OLLIE_FLOOD=1 go test ./tunnel/resume -run TestFloodX -v")
 	}
 	dir := t.TempDir()
 	ln, _ := net.Listen("unix", filepath.Join(dir, "s"))

@@ -53,7 +53,7 @@
 // that begins with the mount point's names, "host web1: connection lost:
 // ...", and the client's other fids go on working. A clunk always
 // succeeds. The mux does not replay: fids on the lost connection stay
-// lost (the keeper's resuming proxy, ns/resume, is what hides a host's
+// lost (the keeper's resuming proxy, tunnel/resume, is what hides a host's
 // outage from the mux). The next walk that reaches the mount point dials
 // it again, and fids walked from there work.
 //

@@ -18,8 +18,8 @@ import (
 	"ollie/internal/nstest"
 	"ollie/ns"
 	"ollie/ns/client"
-	"ollie/ns/mux"
 	"ollie/ns/stream"
+	"ollie/tunnel/mux"
 )
 
 // A host is a real ns.Server on a Unix socket, serving a small tree with a

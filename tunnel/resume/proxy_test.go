@@ -21,7 +21,7 @@ import (
 
 	"ollie/ns"
 	"ollie/ns/client"
-	"ollie/ns/resume"
+	"ollie/tunnel/resume"
 )
 
 // streamContent is 1 MiB of noise followed by numbered lines: noise finds
