@@ -8,6 +8,7 @@ import (
 
 	"ollie/ns/client"
 	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 )
 
 // Session is one session in ollie_info's facts.
@@ -83,7 +84,7 @@ func Info(ctx context.Context, c *client.Conn) InfoResult {
 			}
 		}
 	}
-	reg := toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{})
+	reg := toolsrv.Load(toolsrv.ToolsPath(), meta.LocalHost{})
 	for _, e := range reg.Explain() {
 		res.Tools = append(res.Tools, Tool{Name: e.Name, Status: e.Status.String(), Variant: e.Variant, Description: descs[e.Name], Definition: e.File})
 	}

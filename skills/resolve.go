@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"ollie/internal/paths"
-	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 )
 
 // DefaultDirs is where a host's skills are found: the host's own,
@@ -48,10 +48,10 @@ type Entry struct {
 	Name   string
 	File   string
 	Status Status
-	Skill  *Skill          // nil when Broken
-	Checks []toolsrv.Check // Offered: every condition, held; Skipped: those that failed
-	Err    error           // Broken: why
-	By     string          // Shadowed: the file that wins
+	Skill  *Skill       // nil when Broken
+	Checks []meta.Check // Offered: every condition, held; Skipped: those that failed
+	Err    error        // Broken: why
+	By     string       // Shadowed: the file that wins
 }
 
 // Reason says why the skill is offered or not, in the words `olliesrv
@@ -79,11 +79,11 @@ func (e *Entry) Reason() string {
 // against Host.
 type Catalog struct {
 	Dirs []string
-	Host toolsrv.Host
+	Host meta.Host
 }
 
 // Local is the catalog of this host, as olliesrv serves it.
-func Local() Catalog { return Catalog{Dirs: DefaultDirs(), Host: toolsrv.LocalHost{}} }
+func Local() Catalog { return Catalog{Dirs: DefaultDirs(), Host: meta.LocalHost{}} }
 
 // Resolve reads every skill along the catalog's directories and says, for
 // each, whether the host offers it and why. Entries are sorted by name, the
@@ -109,7 +109,7 @@ func (c Catalog) Resolve() []Entry {
 	return out
 }
 
-func (e *Entry) resolve(f found, h toolsrv.Host) {
+func (e *Entry) resolve(f found, h meta.Host) {
 	if f.err != nil {
 		e.Status, e.Err = Broken, f.err
 		return
@@ -126,7 +126,7 @@ func (e *Entry) resolve(f found, h toolsrv.Host) {
 		return
 	}
 	e.Status = Offered
-	var failed []toolsrv.Check
+	var failed []meta.Check
 	for _, cond := range e.Skill.When {
 		ck := cond.On(h)
 		e.Checks = append(e.Checks, ck)

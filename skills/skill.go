@@ -4,7 +4,7 @@
 // refers to beside it, deployed in data/skills/ or the host's own in
 // ~/.config/ollie/skills/. The same files go to every host, and each host
 // offers only the skills whose conditions hold there: the conditions are
-// toolsrv's, the ones a .meta variant matches on, evaluated by the same code.
+// toolsrv/meta's, the ones a .meta variant matches on, evaluated by the same code.
 //
 // The package parses and resolves; it trusts the files on its search path as
 // the tools path is trusted (they are the operator's), but bounds their size
@@ -24,7 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"ollie/internal/paths"
-	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 )
 
 // MaxFileSize bounds a skill's markdown file: instructions a model reads
@@ -47,12 +47,12 @@ var fields = []string{"name", "description", "when", "tools"}
 // A Skill is a parsed skill file.
 type Skill struct {
 	Name        string
-	Description string              // one line
-	When        []toolsrv.Condition // all must hold on a host for it to be offered; none: always
-	Tools       []string            // the tools it expects an agent to have
-	File        string              // the markdown file
-	Dir         string              // the skill's folder, for NAME/SKILL.md; "" for NAME.md
-	Body        string              // the markdown after the front matter
+	Description string           // one line
+	When        []meta.Condition // all must hold on a host for it to be offered; none: always
+	Tools       []string         // the tools it expects an agent to have
+	File        string           // the markdown file
+	Dir         string           // the skill's folder, for NAME/SKILL.md; "" for NAME.md
+	Body        string           // the markdown after the front matter
 }
 
 // Error is a mistake in a skill file, located as every file error of
@@ -228,13 +228,13 @@ func (p *parser) str(field string, v *yaml.Node) (string, bool) {
 	return v.Value, true
 }
 
-func (p *parser) when(v *yaml.Node) []toolsrv.Condition {
-	keys := toolsrv.MatchKeys()
+func (p *parser) when(v *yaml.Node) []meta.Condition {
+	keys := meta.MatchKeys()
 	if v.Kind != yaml.MappingNode {
 		p.errorf(v.Line, "when", "expected a mapping of conditions (%s), got %s", strings.Join(keys, ", "), kindOf(v))
 		return nil
 	}
-	var conds []toolsrv.Condition
+	var conds []meta.Condition
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], v.Content[i+1]
@@ -252,7 +252,7 @@ func (p *parser) when(v *yaml.Node) []toolsrv.Condition {
 		if !ok {
 			continue
 		}
-		c, err := toolsrv.NewCondition(k.Value, s)
+		c, err := meta.NewCondition(k.Value, s)
 		if err != nil {
 			p.errorf(val.Line, at, "%v", err)
 			continue

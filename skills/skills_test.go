@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"ollie/internal/paths"
-	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 )
 
 // fakeHost is a machine with the binaries named in bins and nothing else.
@@ -256,7 +256,7 @@ func TestStarterSkills(t *testing.T) {
 	}
 }
 
-// The real host's matcher (toolsrv.LocalHost: exec.LookPath on PATH) on
+// The real host's matcher (meta.LocalHost: exec.LookPath on PATH) on
 // two PATHs, as two hosts with different binaries: one with apt-get and
 // systemctl, one with neither.
 func TestStarterSkillsOnTwoPATHs(t *testing.T) {
@@ -269,7 +269,7 @@ func TestStarterSkillsOnTwoPATHs(t *testing.T) {
 	for path, want := range map[string]string{debian: "debian-packages ollie-namespace systemd", bare: "ollie-namespace"} {
 		t.Setenv("PATH", path)
 		var names []string
-		for _, s := range (Catalog{Dirs: []string{dir}, Host: toolsrv.LocalHost{}}).Offered() {
+		for _, s := range (Catalog{Dirs: []string{dir}, Host: meta.LocalHost{}}).Offered() {
 			names = append(names, s.Name)
 		}
 		if got := strings.Join(names, " "); got != want {
@@ -282,7 +282,7 @@ func TestStarterSkillsOnTwoPATHs(t *testing.T) {
 // skills on offer: the starter skills read, parsed and resolved.
 func BenchmarkOffered(b *testing.B) {
 	dir, _ := filepath.Abs("../data/skills")
-	c := Catalog{Dirs: []string{dir}, Host: toolsrv.LocalHost{}}
+	c := Catalog{Dirs: []string{dir}, Host: meta.LocalHost{}}
 	for b.Loop() {
 		c.Offered()
 	}

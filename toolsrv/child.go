@@ -25,6 +25,7 @@ import (
 	"9fans.net/go/plan9/client"
 
 	"ollie/ns"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
 )
@@ -522,7 +523,7 @@ func child() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("session", cfg.SessionID)
 
-	reg := Load(cfg.ToolsPath, LocalHost{})
+	reg := Load(cfg.ToolsPath, meta.LocalHost{})
 	for _, err := range reg.Errors() {
 		log.Warn("toolsrv: tool not loaded", "err", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"ollie/internal/jsonx"
 
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/tool"
 )
 
@@ -47,18 +48,10 @@ type Fields struct {
 	doc  map[string]any     // Args, decoded
 }
 
-// Condition is one entry of a variant's "match": Key is binary, file, os,
-// arch, env or nenv.
-type Condition struct {
-	Key, Value string
-}
-
-func (c Condition) String() string { return fmt.Sprintf("%s %q", c.Key, c.Value) }
-
 // Variant is one conditional definition: it applies when every condition of
 // Match holds on the host. An empty Match always holds.
 type Variant struct {
-	Match []Condition // in the order written
+	Match []meta.Condition // in the order written
 	Fields
 }
 
@@ -96,18 +89,6 @@ var fieldOrder = []string{
 	"description", "prompt", "args", "tier", "readOnly", "scope", "scopeArg",
 	"cmd", "sudo", "elevated", "timeout", "replaySafe", "variants",
 }
-
-// matchKeys lists the keys of a variant's "match".
-var matchKeys = []string{"binary", "file", "os", "arch", "env", "nenv"}
-
-// knownOS and knownArch are `go tool dist list`, so that a typo in a match
-// ("linxu") is a load error rather than a variant that never matches.
-var (
-	knownOS = []string{"aix", "android", "darwin", "dragonfly", "freebsd", "illumos", "ios",
-		"js", "linux", "netbsd", "openbsd", "plan9", "solaris", "wasip1", "windows"}
-	knownArch = []string{"386", "amd64", "arm", "arm64", "loong64", "mips", "mips64", "mips64le",
-		"mipsle", "ppc64", "ppc64le", "riscv64", "s390x", "wasm"}
-)
 
 // ParseMeta parses the .meta file named file, whose content is data. The
 // tool's name is the file's base name without ".meta". Parsing is strict: an
@@ -427,18 +408,19 @@ func (p *parser) variants(raw json.RawMessage) []Variant {
 			}
 		}
 		if !hasMatch {
-			p.errorf(path, "no \"match\" (expected an object of conditions: %s; {} always matches)", strings.Join(matchKeys, ", "))
+			p.errorf(path, "no \"match\" (expected an object of conditions: %s; {} always matches)", strings.Join(meta.MatchKeys(), ", "))
 		}
 	}
 	return vs
 }
 
-func (p *parser) match(path string, raw json.RawMessage) []Condition {
+func (p *parser) match(path string, raw json.RawMessage) []meta.Condition {
 	ms, ok := p.object(path, raw)
 	if !ok {
 		return nil
 	}
-	conds := make([]Condition, 0, len(ms))
+	matchKeys := meta.MatchKeys()
+	conds := make([]meta.Condition, 0, len(ms))
 	for _, mb := range ms {
 		if !slices.Contains(matchKeys, mb.key) {
 			p.errorf(path, "unknown key %q (expected %s)%s", mb.key, strings.Join(matchKeys, ", "), didYouMean(mb.key, matchKeys))
@@ -449,7 +431,7 @@ func (p *parser) match(path string, raw json.RawMessage) []Condition {
 		if !ok {
 			continue
 		}
-		c, err := NewCondition(mb.key, v)
+		c, err := meta.NewCondition(mb.key, v)
 		if err != nil {
 			p.errorf(at, "%v", err)
 			continue
@@ -457,41 +439,6 @@ func (p *parser) match(path string, raw json.RawMessage) []Condition {
 		conds = append(conds, c)
 	}
 	return conds
-}
-
-// MatchKeys lists the keys of a condition, in the order errors name them.
-func MatchKeys() []string { return slices.Clone(matchKeys) }
-
-// NewCondition checks one condition as a variant's "match" does, so that
-// skills (package skills) declare conditions in the same words: a key of
-// MatchKeys and a value of the form that key takes. Its error says what was
-// expected; the caller names the file and the field.
-func NewCondition(key, v string) (Condition, error) {
-	switch key {
-	case "binary":
-		if v == "" || !filepath.IsAbs(v) && strings.ContainsRune(v, '/') {
-			return Condition{}, fmt.Errorf("%q (expected a bare name looked up in PATH, or an absolute path)", v)
-		}
-	case "file":
-		if !filepath.IsAbs(v) {
-			return Condition{}, fmt.Errorf("%q (expected an absolute path)", v)
-		}
-	case "os":
-		if !slices.Contains(knownOS, v) {
-			return Condition{}, fmt.Errorf("unknown %q (expected a GOOS: %s)", v, strings.Join(knownOS, ", "))
-		}
-	case "arch":
-		if !slices.Contains(knownArch, v) {
-			return Condition{}, fmt.Errorf("unknown %q (expected a GOARCH: %s)", v, strings.Join(knownArch, ", "))
-		}
-	case "env", "nenv":
-		if v == "" || strings.ContainsAny(v, "=\x00") {
-			return Condition{}, fmt.Errorf("%q (expected an environment variable name)", v)
-		}
-	default:
-		return Condition{}, fmt.Errorf("unknown key %q (expected %s)%s", key, strings.Join(matchKeys, ", "), didYouMean(key, matchKeys))
-	}
-	return Condition{key, v}, nil
 }
 
 // checkResolved checks what only the merged fields show: every definition the

@@ -35,6 +35,7 @@ import (
 
 	"ollie/internal/changes"
 	"ollie/internal/paths"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/tool"
 )
 
@@ -174,7 +175,7 @@ func (e *ShadowError) Error() string {
 // does not change once loaded; Reload makes a new one.
 type Registry struct {
 	path     []string
-	host     Host
+	host     meta.Host
 	tools    map[string]*Tool
 	explains []*Explanation // by name
 	errs     []error
@@ -188,7 +189,7 @@ type Registry struct {
 // warning. A .meta that fails to parse claims nothing: its errors are listed
 // and a later declaration may take the name. Load always returns a Registry;
 // what went wrong is in Errors and Warnings.
-func Load(path []string, host Host) *Registry {
+func Load(path []string, host meta.Host) *Registry {
 	r := &Registry{path: slices.Clone(path), host: host, tools: map[string]*Tool{}}
 	claimed := map[string]string{} // name → .meta
 	for _, dir := range path {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/toolsrv/meta"
 )
 
 func names(ts []*Tool) []string {
@@ -294,7 +296,7 @@ func ExampleExplanation_String() {
 			{"match": {}, "cmd": "/bin/sh"}
 		]
 	}`), 0o644)
-	r := Load([]string{dir}, LocalHost{})
+	r := Load([]string{dir}, meta.LocalHost{})
 	for _, ex := range r.Explain() {
 		fmt.Println(strings.ReplaceAll(ex.String(), dir, "DIR"))
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
 )
@@ -53,7 +54,7 @@ func runner(t testing.TB, tools map[string][2]string) (*Runner, string) {
 			t.Fatal(err)
 		}
 	}
-	reg := Load([]string{dir}, LocalHost{})
+	reg := Load([]string{dir}, meta.LocalHost{})
 	if errs := reg.Errors(); len(errs) > 0 {
 		t.Fatalf("load: %v", errs)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"ollie/broker"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
 )
@@ -33,7 +34,7 @@ const starterPython = "/usr/bin/python3"
 // starterHost is this machine, except for the binaries and files the test
 // makes up or hides, so that each variant can be chosen on purpose.
 type starterHost struct {
-	LocalHost
+	meta.LocalHost
 	binaries map[string]string // LookPath: a made-up path, or "" for not found
 	files    map[string]bool   // Stat of an absolute path: an executable file, or not found
 }
@@ -76,7 +77,7 @@ func starterDir(t *testing.T) string {
 // starterRunner loads data/tools on host, loads every tool available there
 // into a session, and returns a Runner for it with a fresh session
 // directory.
-func starterRunner(t *testing.T, host Host) (*Runner, *Registry, string) {
+func starterRunner(t *testing.T, host meta.Host) (*Runner, *Registry, string) {
 	t.Helper()
 	if _, err := os.Stat(starterPython); err != nil {
 		t.Fatalf("the starter tools need %s (Debian's python3 package): %v", starterPython, err)
@@ -180,7 +181,7 @@ func TestStarterRegistry(t *testing.T) {
 		}
 	}
 
-	_, reg, _ := starterRunner(t, LocalHost{})
+	_, reg, _ := starterRunner(t, meta.LocalHost{})
 	if w := reg.Warnings(); len(w) > 0 {
 		t.Errorf("warnings: %v", w)
 	}
@@ -317,7 +318,7 @@ func TestStarterHiddenWithoutPython(t *testing.T) {
 // TestStarterFiles writes, reads and edits files through file_write,
 // file_read and file_edit.
 func TestStarterFiles(t *testing.T) {
-	r, _, cwd := starterRunner(t, LocalHost{})
+	r, _, cwd := starterRunner(t, meta.LocalHost{})
 
 	// A round trip, creating parent directories.
 	content := "package main\n\nfunc main() {\n\tprintln(\"hello\")\n}\n"
@@ -406,7 +407,7 @@ func TestStarterFiles(t *testing.T) {
 func TestStarterSearch(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		host Host
+		host meta.Host
 		want int // file_grep's variant
 	}{
 		{"rg", starterHost{binaries: map[string]string{"rg": "/usr/local/bin/rg"}}, 0},
@@ -472,7 +473,7 @@ func TestStarterSearch(t *testing.T) {
 
 // TestStarterShell runs commands through shell, and reasoning_think.
 func TestStarterShell(t *testing.T) {
-	r, _, cwd := starterRunner(t, LocalHost{})
+	r, _, cwd := starterRunner(t, meta.LocalHost{})
 
 	res := callFails(t, r, "shell", `{"command": "echo hi; exit 3"}`)
 	if res.ExitCode != 3 {
@@ -518,7 +519,7 @@ func (approveAll) Close(string) error { return nil }
 // syslog variant and the dmesg one, which needs sudo and so is denied
 // without an approval broker.
 func TestStarterSystemLogs(t *testing.T) {
-	r, reg, _ := starterRunner(t, LocalHost{})
+	r, reg, _ := starterRunner(t, meta.LocalHost{})
 	ex := explained(t, reg, "system_logs")
 	switch ex.Status {
 	case Hidden:
@@ -621,7 +622,7 @@ esac
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	r, reg, _ := starterRunner(t, LocalHost{})
+	r, reg, _ := starterRunner(t, meta.LocalHost{})
 	r.Cwd = cwdHolder
 	ex := explained(t, reg, "client_9p")
 	if ex.Status != Available || !strings.Contains(ex.String(), `binary "ollie" found at `+filepath.Join(bin, "ollie")) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/tool"
 )
 
@@ -28,7 +29,7 @@ type fakeHost struct {
 
 func (h *fakeHost) LookPath(file string) (string, error) {
 	for _, d := range h.path {
-		if p := filepath.Join(d, file); isExecutable(h, p) {
+		if p := filepath.Join(d, file); meta.Executable(h, p) {
 			return p, nil
 		}
 	}
@@ -297,42 +298,6 @@ func TestExplanation(t *testing.T) {
 	}
 }
 
-func TestConditions(t *testing.T) {
-	root := t.TempDir()
-	bin := filepath.Join(root, "bin")
-	jc := writeExec(t, bin, "journalctl")
-	h := &fakeHost{root: root, path: []string{bin}, goos: "linux", goarch: "amd64",
-		env:   map[string]string{"DISPLAY": ":0"},
-		files: map[string]fs.FileMode{"/var/log/syslog": 0o640, "/usr/bin/rg": 0o755, "/etc/dir": fs.ModeDir | 0o755}}
-	tests := []struct {
-		c      Condition
-		ok     bool
-		detail string
-	}{
-		{Condition{"binary", "journalctl"}, true, `binary "journalctl" found at ` + jc},
-		{Condition{"binary", "rg"}, false, `binary "rg" not found in PATH`},
-		{Condition{"binary", "/usr/bin/rg"}, true, `binary "/usr/bin/rg" is an executable file`},
-		{Condition{"binary", "/etc/dir"}, false, `binary "/etc/dir" is not an executable file`},
-		{Condition{"file", "/var/log/syslog"}, true, `file "/var/log/syslog" exists`},
-		{Condition{"file", "/etc/dir"}, true, `file "/etc/dir" exists`},
-		{Condition{"file", "/var/log/messages"}, false, `file "/var/log/messages" does not exist`},
-		{Condition{"os", "linux"}, true, `os is "linux"`},
-		{Condition{"os", "darwin"}, false, `os is "linux", not "darwin"`},
-		{Condition{"arch", "amd64"}, true, `arch is "amd64"`},
-		{Condition{"arch", "arm64"}, false, `arch is "amd64", not "arm64"`},
-		{Condition{"env", "DISPLAY"}, true, `env DISPLAY is set`},
-		{Condition{"env", "WAYLAND_DISPLAY"}, false, `env WAYLAND_DISPLAY is empty`},
-		{Condition{"nenv", "SSH_CONNECTION"}, true, `nenv SSH_CONNECTION is empty`},
-		{Condition{"nenv", "DISPLAY"}, false, `nenv DISPLAY is set`},
-	}
-	for _, tt := range tests {
-		got := check(tt.c, h)
-		if got.OK != tt.ok || got.Detail != tt.detail {
-			t.Errorf("%s: got %v %q, want %v %q", tt.c, got.OK, got.Detail, tt.ok, tt.detail)
-		}
-	}
-}
-
 // TestExecutableResolution follows the seed's order: the tools dir, then cmd
 // (absolute, or bare in the tools dir then PATH), then the name in PATH.
 func TestExecutableResolution(t *testing.T) {
@@ -419,19 +384,5 @@ func TestExecutableResolution(t *testing.T) {
 				t.Errorf("got %s (%s), want %s (%s)", tool.Path, ex.Via, want, expand(tt.via))
 			}
 		})
-	}
-}
-
-func TestLocalHost(t *testing.T) {
-	var h Host = LocalHost{}
-	if _, err := h.LookPath("sh"); err != nil {
-		t.Errorf("LookPath(sh): %v", err)
-	}
-	if fi, err := h.Stat("/"); err != nil || !fi.IsDir() {
-		t.Errorf("Stat(/): %v", err)
-	}
-	t.Setenv("OLLIE_TEST_VAR", "x")
-	if h.Getenv("OLLIE_TEST_VAR") != "x" || h.GOOS() == "" || h.GOARCH() == "" {
-		t.Error("LocalHost does not report the environment, OS or arch")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"ollie/ns/host"
 	"ollie/ns/nsdir"
 	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -45,7 +46,7 @@ func toolsMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 func toolsList(w io.Writer) int {
 	path := toolsrv.ToolsPath()
-	reg := toolsrv.Load(path, toolsrv.LocalHost{})
+	reg := toolsrv.Load(path, meta.LocalHost{})
 	cwd, _ := os.Getwd()
 	fmt.Fprintf(w, "tools path: %s\nsandbox: %s\n\n", strings.Join(path, ":"), sandbox.Describe(cwd))
 	for _, e := range reg.Explain() {
@@ -104,7 +105,7 @@ func toolsRun(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		*cwd = real
 	}
 	path := toolsrv.ToolsPath()
-	reg := toolsrv.Load(path, toolsrv.LocalHost{})
+	reg := toolsrv.Load(path, meta.LocalHost{})
 	session := toolsrv.NewSession(reg)
 	if err := session.Load(name); err != nil {
 		fmt.Fprintf(stderr, "olliesrv tools run: %v (see olliesrv tools)\n", err)

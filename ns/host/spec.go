@@ -24,6 +24,7 @@ import (
 	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/toolsrv"
+	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -467,7 +468,7 @@ func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error
 
 func (n *namespace) hostTools(ctx context.Context, c *ns.Call) ([]byte, error) {
 	var b strings.Builder
-	for _, t := range toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{}).Tools() {
+	for _, t := range toolsrv.Load(toolsrv.ToolsPath(), meta.LocalHost{}).Tools() {
 		fmt.Fprintf(&b, "%s\t%s\n", t.Name, t.Description)
 	}
 	return []byte(b.String()), nil
@@ -475,7 +476,7 @@ func (n *namespace) hostTools(ctx context.Context, c *ns.Call) ([]byte, error) {
 
 func (n *namespace) toolErrors(ctx context.Context, c *ns.Call) ([]byte, error) {
 	var b strings.Builder
-	reg := toolsrv.Load(toolsrv.ToolsPath(), toolsrv.LocalHost{})
+	reg := toolsrv.Load(toolsrv.ToolsPath(), meta.LocalHost{})
 	for _, err := range append(reg.Errors(), reg.Warnings()...) {
 		fmt.Fprintf(&b, "%v\n", err)
 	}
