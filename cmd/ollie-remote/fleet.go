@@ -22,6 +22,7 @@ import (
 	"ollie/tunnel/fleet"
 	"ollie/tunnel/inventory"
 	"ollie/tunnel/keeper"
+	"ollie/tunnel/models"
 )
 
 const fleetUsage = `usage: ollie-remote fleet COMMAND ...
@@ -117,7 +118,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		}
 		cfg.Bundle = b
 		c.model = *model
-		rules, err := loadModelRules(modelsFile())
+		rules, err := models.LoadRules(models.RulesFile())
 		if err != nil {
 			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
 			return 2
@@ -130,7 +131,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 				return 2
 			}
 			if h.Route != nil {
-				h.Model = &fleet.ModelSpec{Via: choice.via, Model: choice.model, Concurrent: choice.concurrent, RunTokens: choice.tokens}
+				h.Model = &fleet.ModelSpec{Via: choice.Via, Model: choice.Model, Concurrent: choice.Concurrent, RunTokens: choice.RunTokens}
 			}
 		}
 		run := fleet.NewRun(goal, targets, hosts)
@@ -151,7 +152,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		for _, h := range run.Hosts {
 			if m := h.Model; m != nil {
 				var err error
-				if h.Route, err = rs.get(modelChoice{via: m.Via, model: m.Model, concurrent: m.Concurrent, tokens: m.RunTokens, why: "run " + run.ID}); err != nil {
+				if h.Route, err = rs.get(models.Choice{Via: m.Via, Model: m.Model, Concurrent: m.Concurrent, RunTokens: m.RunTokens, Why: "run " + run.ID}); err != nil {
 					fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
 					return 1
 				}

@@ -15,6 +15,7 @@ import (
 	"ollie/ns/client"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/keeper"
+	"ollie/tunnel/models"
 )
 
 func (c *common) request(op, host string) keeper.Request {
@@ -28,7 +29,7 @@ func (c *common) request(op, host string) keeper.Request {
 // upMain has the keeper bring each host up, a few at once, and says where
 // each namespace is.
 func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Writer) int {
-	rules, err := loadModelRules(modelsFile())
+	rules, err := models.LoadRules(models.RulesFile())
 	if err != nil {
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 2

@@ -1,10 +1,12 @@
-package main
+package models_test
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"ollie/tunnel/models"
 )
 
 // TestModelRules: models.yaml is read strictly, each error naming the
@@ -28,14 +30,14 @@ func TestModelRules(t *testing.T) {
 		"- hosts: web*\n  via: desktop\n  concurrent: x\n": ":1: ",
 	} {
 		f := write(text)
-		if _, err := loadModelRules(f); err == nil || !strings.Contains(err.Error(), f+want) {
+		if _, err := models.LoadRules(f); err == nil || !strings.Contains(err.Error(), f+want) {
 			t.Errorf("%q: %v, want an error containing %q", text, err, f+want)
 		}
 	}
-	if rules, err := loadModelRules(filepath.Join(dir, "missing.yaml")); err != nil || rules != nil {
+	if rules, err := models.LoadRules(filepath.Join(dir, "missing.yaml")); err != nil || rules != nil {
 		t.Errorf("a missing file: %v %v", rules, err)
 	}
-	rules, err := loadModelRules(write(`# where hosts' agents get their model
+	f := write(`# where hosts' agents get their model
 - hosts: "db*"
   via: host
 - group: airgapped
@@ -44,11 +46,12 @@ func TestModelRules(t *testing.T) {
   run_tokens: 1000
 - hosts: "*"
   via: desktop
-`))
+`)
+	rules, err := models.LoadRules(f)
 	if err != nil || len(rules) != 3 {
 		t.Fatalf("rules: %v %v", rules, err)
 	}
-	var c common
+	var flags models.Choice
 	for _, tt := range []struct {
 		host   string
 		groups []string
@@ -62,13 +65,13 @@ func TestModelRules(t *testing.T) {
 		{"web3", []string{"airgapped"}, map[string]string{"ollie_model_via": "host"}, "host", ""},
 		{"web4", nil, map[string]string{"ollie_model_via": "desktop:local", "ollie_model": "m2"}, "desktop:local", "m2"},
 	} {
-		got := c.choose(tt.host, tt.groups, tt.vars, rules)
-		if got.via != tt.via || got.model != tt.model {
-			t.Errorf("%s: via %q model %q (%s), want %q %q", tt.host, got.via, got.model, got.why, tt.via, tt.model)
+		got := models.Choose(tt.host, tt.groups, tt.vars, flags, rules, f)
+		if got.Via != tt.via || got.Model != tt.model {
+			t.Errorf("%s: via %q model %q (%s), want %q %q", tt.host, got.Via, got.Model, got.Why, tt.via, tt.model)
 		}
 	}
-	c.modelVia, c.model = "desktop:x", "m"
-	if got := c.choose("db1", nil, map[string]string{"ollie_model_via": "host"}, rules); got.via != "desktop:x" || got.why != "-model-via" {
+	flags = models.Choice{Via: "desktop:x", Model: "m"}
+	if got := models.Choose("db1", nil, map[string]string{"ollie_model_via": "host"}, flags, rules, f); got.Via != "desktop:x" || got.Why != "-model-via" {
 		t.Errorf("-model-via does not win: %+v", got)
 	}
 }
