@@ -133,6 +133,19 @@ func (w *wire) write(m *message) error {
 	return err
 }
 
+// A Grant is an approved request's conversation with whoever approved
+// it: for sudo it supplies the password, asked the attempt-th time with
+// problem saying why it is asked again, in a slice the caller zeroes
+// once sudo has it; Close says how the call ended. A *Conversation is
+// one; the host's runner and deploy -system each take it from their own
+// approver.
+type Grant interface {
+	Password(ctx context.Context, attempt int, problem string) ([]byte, error)
+	Close(result string) error
+}
+
+var _ Grant = (*Conversation)(nil)
+
 // Conversation is the asking side of one request.
 type Conversation struct {
 	w   *wire

@@ -23,7 +23,7 @@ func deploySystem(ctx context.Context, c *common, host string, b *deploy.Bundle,
 		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
 	defer cl.Close()
-	ask := func(ctx context.Context, req *broker.Request) (deploy.Grant, broker.Answer, error) {
+	ask := func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error) {
 		near, far := net.Pipe()
 		go sudo.ServeConn(host, far)
 		cv, ans, err := broker.Ask(ctx, near, req)

@@ -36,16 +36,7 @@ const SystemTool = "install-system-ollie"
 // Approver puts req (a sudo request) to the desktop's broker and returns
 // its elevation answer and, when approved, the conversation that gives
 // the sudo password. ollie-remote's asks the chain its keeper asks.
-type Approver func(ctx context.Context, req *broker.Request) (Grant, broker.Answer, error)
-
-// Grant is an approved request's conversation with the desktop (a
-// *broker.Conversation): the sudo password, asked the attempt-th time
-// with the problem of the last, in a slice the caller zeroes; Close when
-// done, with how it ended.
-type Grant interface {
-	Password(ctx context.Context, attempt int, problem string) ([]byte, error)
-	Close(result string) error
-}
+type Approver func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error)
 
 // systemMark is in the wrapper, and only there: it tells a wrapper of
 // ours, of any version, from another program of that name.

@@ -202,7 +202,7 @@ func TestInstallSystemPassword(t *testing.T) {
 		g = &typedGrant{pws: pws}
 		testHookSudoLine = func(line []byte) { lines = append(lines, line) }
 		defer func() { testHookSudoLine = nil }()
-		approve := func(ctx context.Context, req *broker.Request) (Grant, broker.Answer, error) {
+		approve := func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error) {
 			if req.Tool != SystemTool || !req.Sudo {
 				t.Errorf("asked to approve %+v", req)
 			}
