@@ -2,7 +2,7 @@
 //
 // A tool is an executable with a .meta sidecar (see README.md for the
 // contract). Load reads the .meta files of a tools path, strictly: each
-// problem is a *MetaError naming the file and the field, and one bad file
+// problem is a *meta.Error naming the file and the field, and one bad file
 // never hides the others. Each .meta is resolved against a Host: the first
 // variant whose match holds supplies the definition, and the executable is
 // looked up in the tools dir, then by cmd, then in PATH. A Registry is the
@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,7 +55,7 @@ type Tool struct {
 	Path        string         // the resolved executable
 	Sudo        bool           // run as root, after approval
 	Elevated    bool           // run outside the sandbox, after approval; true when Sudo
-	Timeout     time.Duration  // default DefaultTimeout; 0 means none
+	Timeout     time.Duration  // default meta.DefaultTimeout; 0 means none
 	ReplaySafe  bool           // safe to run again after a crash interrupted it; default false
 
 	args   *jsonschema.Schema // nil when the .meta declares no args
@@ -75,11 +74,11 @@ func (t *Tool) Schema() json.RawMessage { return t.schema }
 // emptyArgs is the schema of a tool that declares no args.
 var emptyArgs = map[string]any{"type": "object", "properties": map[string]any{}}
 
-func newTool(m *Meta, dir string, variant int, f Fields) *Tool {
+func newTool(m *meta.Meta, dir string, variant int, f meta.Fields) *Tool {
 	t := &Tool{
 		Name: m.Name, File: m.File, Dir: dir, Variant: variant,
-		Tier: tool.TierHot, ScopeArg: "path", Timeout: DefaultTimeout,
-		args: f.args,
+		Tier: tool.TierHot, ScopeArg: "path", Timeout: meta.DefaultTimeout,
+		args: f.ArgsSchema(),
 	}
 	if f.Description != nil {
 		t.Description = *f.Description
@@ -118,7 +117,7 @@ func newTool(m *Meta, dir string, variant int, f Fields) *Tool {
 	if f.ReplaySafe != nil {
 		t.ReplaySafe = *f.ReplaySafe
 	}
-	doc := f.doc
+	doc := f.ArgsDoc()
 	t.own = f.Args
 	if doc == nil {
 		doc = emptyArgs
@@ -204,7 +203,7 @@ func Load(path []string, host meta.Host) *Registry {
 				continue
 			}
 			file := filepath.Join(dir, name)
-			m, errs := readMeta(file)
+			m, errs := meta.ReadFile(file)
 			if len(errs) > 0 {
 				for _, e := range errs {
 					r.errs = append(r.errs, e)
@@ -228,33 +227,6 @@ func Load(path []string, host meta.Host) *Registry {
 	}
 	slices.SortStableFunc(r.explains, func(a, b *Explanation) int { return strings.Compare(a.Name, b.Name) })
 	return r
-}
-
-func readMeta(file string) (*Meta, []*MetaError) {
-	fi, err := os.Stat(file)
-	switch {
-	case err != nil:
-	case fi.IsDir():
-		err = errors.New("is a directory")
-	case !fi.Mode().IsRegular():
-		err = errors.New("not a regular file")
-	}
-	if err == nil && fi.Size() > maxMetaSize {
-		err = fmt.Errorf("%d bytes (a .meta may be at most %d)", fi.Size(), maxMetaSize)
-	}
-	var data []byte
-	if err == nil {
-		data, err = os.ReadFile(file)
-	}
-	if err != nil {
-		var pe *fs.PathError
-		msg := err.Error()
-		if errors.As(err, &pe) {
-			msg = pe.Err.Error()
-		}
-		return nil, []*MetaError{{File: file, Msg: "cannot read: " + msg, Err: err}}
-	}
-	return parseMeta(file, data)
 }
 
 // Reload loads the same tools path on the same host again.
@@ -285,7 +257,7 @@ func (r *Registry) Tool(name string) (*Tool, bool) {
 // hidden or broken here, and why.
 func (r *Registry) Explain() []*Explanation { return slices.Clone(r.explains) }
 
-// Errors are the load errors: each is a *MetaError (a .meta that does not
+// Errors are the load errors: each is a *meta.Error (a .meta that does not
 // parse or whose executable does not resolve, the latter wrapping
 // ErrNoExecutable).
 func (r *Registry) Errors() []error { return slices.Clone(r.errs) }

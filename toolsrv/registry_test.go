@@ -80,16 +80,16 @@ func TestLoad(t *testing.T) {
 	wantErrs := []string{
 		filepath.Join(user, "Bad-Name.meta") + `: tool name "Bad-Name" (the file name without .meta) must match ^[a-z][a-z0-9_]{0,63}$`,
 		filepath.Join(user, "dir.meta") + `: cannot read: is a directory`,
-		filepath.Join(user, "file_read.meta") + `: unknown field "bogus" (expected ` + fieldList + `, variants)`,
+		filepath.Join(user, "file_read.meta") + `: unknown field "bogus" (expected description, prompt, args, tier, readOnly, scope, scopeArg, cmd, sudo, elevated, timeout, replaySafe, variants)`,
 		filepath.Join(user, "rg.meta") + `: cmd: cmd "rg" is neither in the tools dir ` + user + ` nor in PATH`,
 	}
 	if got := errorStrings(r.Errors()); !slices.Equal(got, wantErrs) {
 		t.Errorf("Errors():\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantErrs, "\n"))
 	}
 	for _, e := range r.Errors() {
-		var me *MetaError
+		var me *meta.Error
 		if !errors.As(e, &me) {
-			t.Errorf("%v is not a *MetaError", e)
+			t.Errorf("%v is not a *meta.Error", e)
 		}
 	}
 	if !errors.Is(r.Errors()[3], ErrNoExecutable) {

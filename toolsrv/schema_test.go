@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"ollie/toolsrv/meta"
 )
 
 func TestSplitFlags(t *testing.T) {
@@ -198,7 +200,7 @@ func TestSchema(t *testing.T) {
 				props = append(props, p)
 			}
 			slices.Sort(props)
-			if s.Type != "object" || !slices.Equal(props, tt.props) || slices.ContainsFunc(s.Required, func(r string) bool { return slices.Contains(FlagNames, r) }) {
+			if s.Type != "object" || !slices.Equal(props, tt.props) || slices.ContainsFunc(s.Required, func(r string) bool { return slices.Contains(meta.FlagNames, r) }) {
 				t.Errorf("Schema() = %s", tool.Schema())
 			}
 			want := map[string]string{"bypass": "boolean", "timeout": "integer", "sandbox": "string", "background": "boolean"}
@@ -231,7 +233,7 @@ func FuzzSplitFlags(f *testing.F) {
 		if err := json.Unmarshal(rest, &obj); err != nil {
 			t.Fatalf("rest %q is not a JSON object: %v", rest, err)
 		}
-		for _, fl := range FlagNames {
+		for _, fl := range meta.FlagNames {
 			if _, ok := obj[fl]; ok {
 				t.Fatalf("rest %q still holds flag %q", rest, fl)
 			}

@@ -203,15 +203,15 @@ func TestStarterRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := ParseMeta(filepath.Join(dir, name+".meta"), data)
+		m, err := meta.Parse(filepath.Join(dir, name+".meta"), data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defs := []Fields{m.Fields}
+		defs := []meta.Fields{m.Fields}
 		if m.Variants != nil {
 			defs = defs[:0]
 			for _, v := range m.Variants {
-				defs = append(defs, merge(m.Fields, v.Fields))
+				defs = append(defs, meta.Merge(m.Fields, v.Fields))
 			}
 		}
 		for i, f := range defs {

@@ -89,10 +89,10 @@ func (e *Explanation) String() string {
 // variant whose conditions all hold supplies the fields the top level does
 // not, and the executable is looked up (see resolveExecutable). The Tool is
 // nil when the explanation's Status is Hidden or Broken.
-func Resolve(m *Meta, dir string, h meta.Host) (*Tool, *Explanation) {
+func Resolve(m *meta.Meta, dir string, h meta.Host) (*Tool, *Explanation) {
 	ex := &Explanation{Name: m.Name, File: m.File, Variant: -1}
 	f := m.Fields
-	fromVariant := Fields{}
+	fromVariant := meta.Fields{}
 	if m.Variants != nil {
 		chosen := -1
 		for i, v := range m.Variants {
@@ -116,7 +116,7 @@ func Resolve(m *Meta, dir string, h meta.Host) (*Tool, *Explanation) {
 		}
 		ex.Variant = chosen
 		fromVariant = m.Variants[chosen].Fields
-		f = merge(m.Fields, fromVariant)
+		f = meta.Merge(m.Fields, fromVariant)
 	}
 	t := newTool(m, dir, ex.Variant, f)
 	path, via, err := resolveExecutable(t.Name, dir, t.Cmd, h)
@@ -128,14 +128,14 @@ func Resolve(m *Meta, dir string, h meta.Host) (*Tool, *Explanation) {
 				field = fmt.Sprintf("variants[%d].cmd", ex.Variant)
 			}
 		}
-		ex.Status, ex.Err = Broken, &MetaError{File: m.File, Field: field, Msg: err.Error(), Err: ErrNoExecutable}
+		ex.Status, ex.Err = Broken, &meta.Error{File: m.File, Field: field, Msg: err.Error(), Err: ErrNoExecutable}
 		return nil, ex
 	}
 	t.Path, ex.Executable, ex.Via = path, path, via
 	return t, ex
 }
 
-// ErrNoExecutable is wrapped by the *MetaError of a tool whose executable
+// ErrNoExecutable is wrapped by the *meta.Error of a tool whose executable
 // does not resolve.
 var ErrNoExecutable = errors.New("no executable")
 

@@ -81,11 +81,11 @@ func writeExec(t *testing.T, dir, name string) string {
 	return writeFile(t, dir, name, "#!/bin/sh\ncat\n", 0o755)
 }
 
-func mustParse(t *testing.T, file, content string) *Meta {
+func mustParse(t *testing.T, file, content string) *meta.Meta {
 	t.Helper()
-	m, err := ParseMeta(file, []byte(content))
+	m, err := meta.Parse(file, []byte(content))
 	if err != nil {
-		t.Fatalf("ParseMeta: %v", err)
+		t.Fatalf("Parse: %v", err)
 	}
 	return m
 }
@@ -149,13 +149,13 @@ func TestVariants(t *testing.T) {
 			name: "seed: journald host", meta: string(seed), path: []string{"journalctl"},
 			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
 			want: want{variant: 0, cmd: "system_logs_journald", description: "Read system logs (journald).",
-				tier: tool.TierHot, timeout: DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "unit"},
+				tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "unit"},
 		},
 		{
 			name: "seed: syslog host", meta: string(seed),
 			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
 			want: want{variant: 1, cmd: "system_logs_syslog", description: "Read system logs (syslog).",
-				tier: tool.TierHot, timeout: DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "grep"},
+				tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "grep"},
 		},
 		{
 			name: "seed: neither, hidden", meta: string(seed), path: []string{"dmesg"},
@@ -182,18 +182,18 @@ func TestVariants(t *testing.T) {
 		},
 		{
 			name: "env and nenv both hold", meta: conds, env: map[string]string{"DISPLAY": ":0"},
-			want: want{variant: 0, cmd: "gui", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
+			want: want{variant: 0, cmd: "gui", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 		{
 			name: "nenv fails, absolute binary holds", meta: conds,
 			env:   map[string]string{"DISPLAY": ":0", "SSH_CONNECTION": "1.2.3.4"},
 			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o755},
-			want:  want{variant: 1, cmd: "abs", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
+			want:  want{variant: 1, cmd: "abs", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 		{
 			name: "absolute binary not executable, empty match catches all", meta: conds,
 			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o644},
-			want:  want{variant: 2, cmd: "fallback", description: "conditions", tier: tool.TierHot, timeout: DefaultTimeout, scope: tool.ScopeGlobal},
+			want:  want{variant: 2, cmd: "fallback", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
 		},
 	}
 	for _, tt := range tests {
@@ -295,6 +295,39 @@ func TestExplanation(t *testing.T) {
 				t.Errorf("got:\n%s\nwant:\n%s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDefaults resolves a minimal .meta: every default the README states.
+func TestDefaults(t *testing.T) {
+	root := t.TempDir()
+	writeExec(t, root, "t")
+	h := &fakeHost{root: root, goos: "linux", goarch: "amd64"}
+	tests := []struct {
+		meta     string
+		readOnly bool
+		scope    tool.ScopeKind
+	}{
+		{`{"description": "d"}`, false, tool.ScopeGlobal},
+		{`{"description": "d", "readOnly": true}`, true, tool.ScopeRead},
+		{`{"description": "d", "readOnly": false, "scope": "read"}`, false, tool.ScopeRead},
+	}
+	for _, tt := range tests {
+		got, ex := Resolve(mustParse(t, filepath.Join(root, "t.meta"), tt.meta), root, h)
+		if got == nil {
+			t.Fatalf("%s: %s", tt.meta, ex)
+		}
+		if got.Tier != tool.TierHot || got.Timeout != meta.DefaultTimeout || got.ScopeArg != "path" || got.Prompt != "" ||
+			got.Cmd != "" || got.Sudo || got.Elevated || got.ReplaySafe || got.Variant != -1 ||
+			got.ReadOnly != tt.readOnly || got.ScopeKind != tt.scope {
+			t.Errorf("%s: defaults wrong: %+v", tt.meta, got)
+		}
+		if string(got.Args()) != `{"properties":{},"type":"object"}` {
+			t.Errorf("%s: Args() = %s", tt.meta, got.Args())
+		}
+	}
+	if meta.DefaultTimeout != 120*time.Second {
+		t.Errorf("meta.DefaultTimeout = %v; README.md says 120s", meta.DefaultTimeout)
 	}
 }
 

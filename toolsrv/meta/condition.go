@@ -1,11 +1,15 @@
-// Package meta is the declaration side of a tool's .meta that a skill
-// shares: the conditions a variant (or a skill) is offered under, and the
-// Host they are checked on. Resolving a whole tool, and running it, stay in
+// Package meta is the declaration of a tool: the .meta contract (see
+// toolsrv/README.md). Parse reads a .meta strictly, each problem an *Error
+// naming the file and the field; a Variant's Conditions say which hosts it
+// applies to, checked on a Host; Merge gives the definition a host that
+// picks a variant gets; ArgProblems checks a call's arguments against the
+// declared JSON Schema. Finding the executable and running the tool stay in
 // package toolsrv.
 //
-// It is a leaf: it imports no package that serves 9P, sandboxes or asks for
+// It is a leaf: it links no package that serves 9P, sandboxes or asks for
 // approval, so that a package which only declares what a host must offer
-// (package skills) links none of that. internal/layout tests this.
+// (package skills shares the conditions) links none of that.
+// internal/layout tests this. It trusts nothing in what it parses.
 package meta
 
 import (

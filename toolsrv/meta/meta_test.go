@@ -1,4 +1,4 @@
-package toolsrv
+package meta
 
 import (
 	"errors"
@@ -6,9 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"ollie/toolsrv/meta"
 	"ollie/toolsrv/tool"
 )
 
@@ -139,8 +137,8 @@ func TestMalformedMeta(t *testing.T) {
 			want: []string{
 				`variants[0].match.binary: "bin/x" (expected a bare name looked up in PATH, or an absolute path)`,
 				`variants[0].match.file: "var/log" (expected an absolute path)`,
-				`variants[0].match.os: ` + conditionError("os", "linxu"),
-				`variants[0].match.arch: ` + conditionError("arch", "x64"),
+				`variants[0].match.os: unknown "linxu" (expected a GOOS: ` + strings.Join(knownOS, ", ") + `)`,
+				`variants[0].match.arch: unknown "x64" (expected a GOARCH: ` + strings.Join(knownArch, ", ") + `)`,
 				`variants[0].match.env: "A=B" (expected an environment variable name)`,
 				`variants[0].match.nenv: expected a string, got a number`,
 				`variants[1].match: expected an object, got a string`,
@@ -226,15 +224,15 @@ func TestMalformedMeta(t *testing.T) {
 				name = "x.meta"
 			}
 			file := filepath.Join("tools", name)
-			m, err := ParseMeta(file, []byte(tt.meta))
+			m, err := Parse(file, []byte(tt.meta))
 			if err == nil {
 				t.Fatalf("parsed: %+v", m)
 			}
 			var got []string
 			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-				var me *MetaError
+				var me *Error
 				if !errors.As(e, &me) || me.File != file {
-					t.Errorf("error %v is not a *MetaError about %s", e, file)
+					t.Errorf("error %v is not a *Error about %s", e, file)
 				}
 				got = append(got, e.Error())
 			}
@@ -249,7 +247,7 @@ func TestMalformedMeta(t *testing.T) {
 	}
 }
 
-func TestParseMeta(t *testing.T) {
+func TestParse(t *testing.T) {
 	src := `{
 		"description": "Edit a file.",
 		"prompt": "## file_edit",
@@ -267,48 +265,16 @@ func TestParseMeta(t *testing.T) {
 		*m.Cmd != "/usr/local/bin/edit" || !*m.Elevated || *m.Timeout != 0 || *m.ReplaySafe || m.ReadOnly != nil || m.Sudo != nil {
 		t.Errorf("top level parsed wrong: %+v", m.Fields)
 	}
-	if len(m.Variants) != 2 || len(m.Variants[0].Match) != 2 || m.Variants[0].Match[0] != (meta.Condition{Key: "os", Value: "linux"}) ||
-		m.Variants[0].Match[1] != (meta.Condition{Key: "env", Value: "HOME"}) || !*m.Variants[0].Sudo || len(m.Variants[1].Match) != 0 {
+	if len(m.Variants) != 2 || len(m.Variants[0].Match) != 2 || m.Variants[0].Match[0] != (Condition{"os", "linux"}) ||
+		m.Variants[0].Match[1] != (Condition{"env", "HOME"}) || !*m.Variants[0].Sudo || len(m.Variants[1].Match) != 0 {
 		t.Errorf("variants parsed wrong: %+v", m.Variants)
 	}
 }
 
-// TestDefaults resolves a minimal .meta: every default the README states.
-func TestDefaults(t *testing.T) {
-	root := t.TempDir()
-	writeExec(t, root, "t")
-	h := &fakeHost{root: root, goos: "linux", goarch: "amd64"}
-	tests := []struct {
-		meta     string
-		readOnly bool
-		scope    tool.ScopeKind
-	}{
-		{`{"description": "d"}`, false, tool.ScopeGlobal},
-		{`{"description": "d", "readOnly": true}`, true, tool.ScopeRead},
-		{`{"description": "d", "readOnly": false, "scope": "read"}`, false, tool.ScopeRead},
-	}
-	for _, tt := range tests {
-		got, ex := Resolve(mustParse(t, filepath.Join(root, "t.meta"), tt.meta), root, h)
-		if got == nil {
-			t.Fatalf("%s: %s", tt.meta, ex)
-		}
-		if got.Tier != tool.TierHot || got.Timeout != DefaultTimeout || got.ScopeArg != "path" || got.Prompt != "" ||
-			got.Cmd != "" || got.Sudo || got.Elevated || got.ReplaySafe || got.Variant != -1 ||
-			got.ReadOnly != tt.readOnly || got.ScopeKind != tt.scope {
-			t.Errorf("%s: defaults wrong: %+v", tt.meta, got)
-		}
-		if string(got.Args()) != `{"properties":{},"type":"object"}` {
-			t.Errorf("%s: Args() = %s", tt.meta, got.Args())
-		}
-	}
-	if DefaultTimeout != 120*time.Second {
-		t.Errorf("DefaultTimeout = %v; README.md says 120s", DefaultTimeout)
-	}
-}
-
-// TestSeedExamples parses the .meta examples of the seed as written.
+// TestSeedExamples parses the .meta examples of the seed (toolsrv/testdata)
+// as written.
 func TestSeedExamples(t *testing.T) {
-	ents, err := os.ReadDir("testdata")
+	ents, err := os.ReadDir(filepath.Join("..", "testdata"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,38 +282,39 @@ func TestSeedExamples(t *testing.T) {
 		if filepath.Ext(e.Name()) != ".meta" {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join("testdata", e.Name()))
+		data, err := os.ReadFile(filepath.Join("..", "testdata", e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ParseMeta(e.Name(), data); err != nil {
+		if _, err := Parse(e.Name(), data); err != nil {
 			t.Errorf("%v", err)
 		}
 	}
 }
 
-func FuzzParseMeta(f *testing.F) {
-	seed, _ := os.ReadFile("testdata/system_logs.meta")
+func FuzzParse(f *testing.F) {
+	seed, _ := os.ReadFile("../testdata/system_logs.meta")
 	f.Add(seed)
 	f.Add([]byte(`{"description": "d", "args": {"properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {}}}}`))
 	f.Add([]byte(`{"variants": [{"match": {"os": "linux"}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := ParseMeta("f.meta", data)
+		m, err := Parse("f.meta", data)
 		if (m == nil) == (err == nil) {
-			t.Fatalf("ParseMeta returned %v and %v", m, err)
+			t.Fatalf("Parse returned %v and %v", m, err)
 		}
 		if m != nil {
-			Resolve(m, t.TempDir(), &fakeHost{})
+			for _, v := range m.Variants {
+				Merge(m.Fields, v.Fields)
+			}
 		}
 	})
 }
 
-// conditionError is NewCondition's error for key and v, which a variant's
-// "match" reports under the condition's field.
-func conditionError(key, v string) string {
-	_, err := meta.NewCondition(key, v)
-	if err == nil {
-		return ""
+func mustParse(t *testing.T, file, content string) *Meta {
+	t.Helper()
+	m, err := Parse(file, []byte(content))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
 	}
-	return err.Error()
+	return m
 }

@@ -1,10 +1,12 @@
-package toolsrv
+package meta
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,7 +16,6 @@ import (
 
 	"ollie/internal/jsonx"
 
-	"ollie/toolsrv/meta"
 	"ollie/toolsrv/tool"
 )
 
@@ -24,8 +25,8 @@ const DefaultTimeout = 120 * time.Second
 // maxMetaSize bounds a .meta file; a declaration is a few KiB at most.
 const maxMetaSize = 1 << 20
 
-// maxTimeout bounds "timeout" (about 68 years) so that it fits a time.Duration.
-const maxTimeout = 1 << 31
+// MaxTimeout bounds "timeout" (about 68 years) so that it fits a time.Duration.
+const MaxTimeout = 1 << 31
 
 // Fields are what a .meta declares, at the top level or in one variant. A nil
 // field is unset: in a variant it inherits the top level, and at the top level
@@ -48,10 +49,18 @@ type Fields struct {
 	doc  map[string]any     // Args, decoded
 }
 
+// ArgsSchema is Args compiled, to check a call against (ArgProblems); nil
+// when Args is unset.
+func (f *Fields) ArgsSchema() *jsonschema.Schema { return f.args }
+
+// ArgsDoc is Args decoded, to build on (toolsrv adds the dispatch flags);
+// nil when Args is unset.
+func (f *Fields) ArgsDoc() map[string]any { return f.doc }
+
 // Variant is one conditional definition: it applies when every condition of
 // Match holds on the host. An empty Match always holds.
 type Variant struct {
-	Match []meta.Condition // in the order written
+	Match []Condition // in the order written
 	Fields
 }
 
@@ -64,25 +73,25 @@ type Meta struct {
 	Variants []Variant
 }
 
-// MetaError is a problem with one .meta file. Its text names the file, the
+// Error is a problem with one .meta file. Its text names the file, the
 // field as a JSON path (variants[1].match) and what was expected:
 //
 //	tools/system_logs.meta: variants[1].match: unknown key "bin" (expected binary, file, os, arch, env, nenv)
-type MetaError struct {
+type Error struct {
 	File  string // the .meta file
 	Field string // JSON path of the offending value; "" for the file as a whole
 	Msg   string // what was wrong and what was expected
 	Err   error  // the underlying cause, if any
 }
 
-func (e *MetaError) Error() string {
+func (e *Error) Error() string {
 	if e.Field == "" {
 		return e.File + ": " + e.Msg
 	}
 	return e.File + ": " + e.Field + ": " + e.Msg
 }
 
-func (e *MetaError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // fieldOrder lists the fields of a .meta in the order the errors name them.
 var fieldOrder = []string{
@@ -90,14 +99,14 @@ var fieldOrder = []string{
 	"cmd", "sudo", "elevated", "timeout", "replaySafe", "variants",
 }
 
-// ParseMeta parses the .meta file named file, whose content is data. The
+// Parse parses the .meta file named file, whose content is data. The
 // tool's name is the file's base name without ".meta". Parsing is strict: an
 // unknown field, a wrong type, a duplicate key, an invalid JSON Schema in
 // "args", a variant without "match", an unknown match key, an empty
-// description each give a *MetaError; all the problems found are returned,
+// description each give a *Error; all the problems found are returned,
 // joined with errors.Join, and then the *Meta is nil.
-func ParseMeta(file string, data []byte) (*Meta, error) {
-	m, errs := parseMeta(file, data)
+func Parse(file string, data []byte) (*Meta, error) {
+	m, errs := parse(file, data)
 	if len(errs) > 0 {
 		all := make([]error, len(errs))
 		for i, e := range errs {
@@ -110,14 +119,14 @@ func ParseMeta(file string, data []byte) (*Meta, error) {
 
 type parser struct {
 	file string
-	errs []*MetaError
+	errs []*Error
 }
 
 func (p *parser) errorf(field, format string, args ...any) {
-	p.errs = append(p.errs, &MetaError{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
+func parse(file string, data []byte) (*Meta, []*Error) {
 	p := &parser{file: file}
 	name := strings.TrimSuffix(filepath.Base(file), ".meta")
 	if !tool.ValidName(name) {
@@ -128,7 +137,7 @@ func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
 		return nil, p.errs
 	}
 	if err := syntaxCheck(data); err != nil {
-		p.errs = append(p.errs, &MetaError{File: file, Msg: err.Error(), Err: err})
+		p.errs = append(p.errs, &Error{File: file, Msg: err.Error(), Err: err})
 		return nil, p.errs
 	}
 	top, ok := p.object("", data)
@@ -139,12 +148,12 @@ func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
 	sawVariants := false
 	for _, mb := range top {
 		switch {
-		case mb.key == "variants":
+		case mb.Key == "variants":
 			sawVariants = true
-			m.Variants = p.variants(mb.val)
+			m.Variants = p.variants(mb.Value)
 		case p.field("", mb, &m.Fields):
 		default:
-			p.errorf("", "unknown field %q (expected %s)%s", mb.key, strings.Join(fieldOrder, ", "), didYouMean(mb.key, fieldOrder))
+			p.errorf("", "unknown field %q (expected %s)%s", mb.Key, strings.Join(fieldOrder, ", "), didYouMean(mb.Key, fieldOrder))
 		}
 	}
 	p.checkResolved(m, sawVariants)
@@ -152,6 +161,36 @@ func parseMeta(file string, data []byte) (*Meta, []*MetaError) {
 		return nil, p.errs
 	}
 	return m, nil
+}
+
+// ReadFile reads and parses the .meta file named file. Each problem, the
+// file's own (missing, not a regular file, too big) or its content's (see
+// Parse), is one *Error; then the *Meta is nil.
+func ReadFile(file string) (*Meta, []*Error) {
+	fi, err := os.Stat(file)
+	switch {
+	case err != nil:
+	case fi.IsDir():
+		err = errors.New("is a directory")
+	case !fi.Mode().IsRegular():
+		err = errors.New("not a regular file")
+	}
+	if err == nil && fi.Size() > maxMetaSize {
+		err = fmt.Errorf("%d bytes (a .meta may be at most %d)", fi.Size(), maxMetaSize)
+	}
+	var data []byte
+	if err == nil {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		msg := err.Error()
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error()
+		}
+		return nil, []*Error{{File: file, Msg: "cannot read: " + msg, Err: err}}
+	}
+	return parse(file, data)
 }
 
 // syntaxCheck reports invalid JSON with its line and column.
@@ -177,16 +216,10 @@ func lineCol(data []byte, off int64) (line, col int) {
 	return line, max(col, 1)
 }
 
-// member is one key and its raw value, in the order written.
-type member struct {
-	key string
-	val json.RawMessage
-}
-
-// members splits a JSON object into its members in order (jsonx.Members),
+// Members splits a JSON object into its members in order (jsonx.Members),
 // rejecting a duplicate key (encoding/json would silently keep the last), in
-// the words .meta and argument errors have always used.
-func members(data []byte) ([]member, error) {
+// the words .meta errors and argument errors (toolsrv) have always used.
+func Members(data []byte) ([]jsonx.Member, error) {
 	ms, err := jsonx.Members(data)
 	var dup *jsonx.DuplicateKeyError
 	switch {
@@ -199,20 +232,16 @@ func members(data []byte) ([]member, error) {
 	case err != nil:
 		return nil, err
 	}
-	out := make([]member, len(ms))
-	for i, m := range ms {
-		out[i] = member{m.Key, m.Value}
-	}
-	return out, nil
+	return ms, nil
 }
 
 // object decodes an object at path, reporting a wrong type or a duplicate key.
-func (p *parser) object(path string, raw json.RawMessage) ([]member, bool) {
-	if k := jsonKind(raw); k != "an object" {
+func (p *parser) object(path string, raw json.RawMessage) ([]jsonx.Member, bool) {
+	if k := JSONKind(raw); k != "an object" {
 		p.errorf(path, "expected an object, got %s", k)
 		return nil, false
 	}
-	ms, err := members(raw)
+	ms, err := Members(raw)
 	if err != nil {
 		p.errorf(path, "%v", err)
 		return nil, false
@@ -220,8 +249,9 @@ func (p *parser) object(path string, raw json.RawMessage) ([]member, bool) {
 	return ms, true
 }
 
-// jsonKind names the kind of a raw JSON value for error messages.
-func jsonKind(raw json.RawMessage) string {
+// JSONKind names the kind of a raw JSON value ("an object", "a string", …)
+// in the words .meta errors and argument errors (toolsrv) both use.
+func JSONKind(raw json.RawMessage) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return "nothing"
@@ -251,48 +281,48 @@ func join(path, key string) string {
 
 // field parses one member shared by the top level and variants into f. It
 // reports false for a key that is not such a field.
-func (p *parser) field(path string, mb member, f *Fields) bool {
-	at := join(path, mb.key)
-	switch mb.key {
+func (p *parser) field(path string, mb jsonx.Member, f *Fields) bool {
+	at := join(path, mb.Key)
+	switch mb.Key {
 	case "description":
-		if s, ok := p.str(at, mb.val); ok {
+		if s, ok := p.str(at, mb.Value); ok {
 			if strings.TrimSpace(s) == "" {
 				p.errorf(at, "empty (expected a one-line summary of what the tool does)")
 			}
 			f.Description = &s
 		}
 	case "prompt":
-		if s, ok := p.str(at, mb.val); ok {
+		if s, ok := p.str(at, mb.Value); ok {
 			f.Prompt = &s
 		}
 	case "args":
 		// Args is set even when invalid, so that later checks know it was
 		// declared; its error is already reported, and no Meta is returned.
-		f.Args = mb.val
-		f.doc, f.args = p.args(at, mb.val)
+		f.Args = mb.Value
+		f.doc, f.args = p.args(at, mb.Value)
 	case "tier":
-		if s, ok := p.enum(at, mb.val, "hot", "warm", "cold"); ok {
+		if s, ok := p.enum(at, mb.Value, "hot", "warm", "cold"); ok {
 			t := tool.Tier(s)
 			f.Tier = &t
 		}
 	case "readOnly":
-		if b, ok := p.boolean(at, mb.val); ok {
+		if b, ok := p.boolean(at, mb.Value); ok {
 			f.ReadOnly = &b
 		}
 	case "scope":
-		if s, ok := p.enum(at, mb.val, "read", "write", "global"); ok {
+		if s, ok := p.enum(at, mb.Value, "read", "write", "global"); ok {
 			k, _ := tool.ParseScopeKind(s)
 			f.Scope = &k
 		}
 	case "scopeArg":
-		if s, ok := p.str(at, mb.val); ok {
+		if s, ok := p.str(at, mb.Value); ok {
 			if s == "" {
 				p.errorf(at, "empty (expected the name of the argument that holds the path the tool writes)")
 			}
 			f.ScopeArg = &s
 		}
 	case "cmd":
-		if s, ok := p.str(at, mb.val); ok {
+		if s, ok := p.str(at, mb.Value); ok {
 			switch {
 			case s == "":
 				p.errorf(at, "empty (expected an absolute path or a bare command name)")
@@ -302,19 +332,19 @@ func (p *parser) field(path string, mb member, f *Fields) bool {
 			f.Cmd = &s
 		}
 	case "sudo":
-		if b, ok := p.boolean(at, mb.val); ok {
+		if b, ok := p.boolean(at, mb.Value); ok {
 			f.Sudo = &b
 		}
 	case "elevated":
-		if b, ok := p.boolean(at, mb.val); ok {
+		if b, ok := p.boolean(at, mb.Value); ok {
 			f.Elevated = &b
 		}
 	case "timeout":
-		if d, ok := p.seconds(at, mb.val); ok {
+		if d, ok := p.seconds(at, mb.Value); ok {
 			f.Timeout = &d
 		}
 	case "replaySafe":
-		if b, ok := p.boolean(at, mb.val); ok {
+		if b, ok := p.boolean(at, mb.Value); ok {
 			f.ReplaySafe = &b
 		}
 	default:
@@ -324,7 +354,7 @@ func (p *parser) field(path string, mb member, f *Fields) bool {
 }
 
 func (p *parser) str(at string, raw json.RawMessage) (string, bool) {
-	if k := jsonKind(raw); k != "a string" {
+	if k := JSONKind(raw); k != "a string" {
 		p.errorf(at, "expected a string, got %s", k)
 		return "", false
 	}
@@ -337,7 +367,7 @@ func (p *parser) str(at string, raw json.RawMessage) (string, bool) {
 }
 
 func (p *parser) boolean(at string, raw json.RawMessage) (bool, bool) {
-	if k := jsonKind(raw); k != "a boolean" {
+	if k := JSONKind(raw); k != "a boolean" {
 		p.errorf(at, "expected true or false, got %s", k)
 		return false, false
 	}
@@ -346,7 +376,7 @@ func (p *parser) boolean(at string, raw json.RawMessage) (bool, bool) {
 
 func (p *parser) enum(at string, raw json.RawMessage, allowed ...string) (string, bool) {
 	want := `"` + strings.Join(allowed, `", "`) + `"`
-	if k := jsonKind(raw); k != "a string" {
+	if k := JSONKind(raw); k != "a string" {
 		p.errorf(at, "expected one of %s, got %s", want, k)
 		return "", false
 	}
@@ -361,20 +391,20 @@ func (p *parser) enum(at string, raw json.RawMessage, allowed ...string) (string
 
 func (p *parser) seconds(at string, raw json.RawMessage) (time.Duration, bool) {
 	const want = "a whole number of seconds, 0 for none"
-	if k := jsonKind(raw); k != "a number" {
+	if k := JSONKind(raw); k != "a number" {
 		p.errorf(at, "expected %s, got %s", want, k)
 		return 0, false
 	}
 	n, err := json.Number(bytes.TrimSpace(raw)).Int64()
-	if err != nil || n < 0 || n > maxTimeout {
-		p.errorf(at, "%s is not allowed (expected %s, at most %d)", bytes.TrimSpace(raw), want, maxTimeout)
+	if err != nil || n < 0 || n > MaxTimeout {
+		p.errorf(at, "%s is not allowed (expected %s, at most %d)", bytes.TrimSpace(raw), want, MaxTimeout)
 		return 0, false
 	}
 	return time.Duration(n) * time.Second, true
 }
 
 func (p *parser) variants(raw json.RawMessage) []Variant {
-	if k := jsonKind(raw); k != "an array" {
+	if k := JSONKind(raw); k != "an array" {
 		p.errorf("variants", "expected an array of objects, each with \"match\", got %s", k)
 		return nil
 	}
@@ -396,42 +426,42 @@ func (p *parser) variants(raw json.RawMessage) []Variant {
 		hasMatch := false
 		for _, mb := range ms {
 			switch {
-			case mb.key == "match":
+			case mb.Key == "match":
 				hasMatch = true
-				vs[i].Match = p.match(join(path, "match"), mb.val)
-			case mb.key == "variants":
+				vs[i].Match = p.match(join(path, "match"), mb.Value)
+			case mb.Key == "variants":
 				p.errorf(path, "variants do not nest (a variant takes match and the top-level fields except variants)")
 			case p.field(path, mb, &vs[i].Fields):
 			default:
 				want := append([]string{"match"}, fieldOrder[:len(fieldOrder)-1]...)
-				p.errorf(path, "unknown field %q (expected %s)%s", mb.key, strings.Join(want, ", "), didYouMean(mb.key, want))
+				p.errorf(path, "unknown field %q (expected %s)%s", mb.Key, strings.Join(want, ", "), didYouMean(mb.Key, want))
 			}
 		}
 		if !hasMatch {
-			p.errorf(path, "no \"match\" (expected an object of conditions: %s; {} always matches)", strings.Join(meta.MatchKeys(), ", "))
+			p.errorf(path, "no \"match\" (expected an object of conditions: %s; {} always matches)", strings.Join(MatchKeys(), ", "))
 		}
 	}
 	return vs
 }
 
-func (p *parser) match(path string, raw json.RawMessage) []meta.Condition {
+func (p *parser) match(path string, raw json.RawMessage) []Condition {
 	ms, ok := p.object(path, raw)
 	if !ok {
 		return nil
 	}
-	matchKeys := meta.MatchKeys()
-	conds := make([]meta.Condition, 0, len(ms))
+	matchKeys := MatchKeys()
+	conds := make([]Condition, 0, len(ms))
 	for _, mb := range ms {
-		if !slices.Contains(matchKeys, mb.key) {
-			p.errorf(path, "unknown key %q (expected %s)%s", mb.key, strings.Join(matchKeys, ", "), didYouMean(mb.key, matchKeys))
+		if !slices.Contains(matchKeys, mb.Key) {
+			p.errorf(path, "unknown key %q (expected %s)%s", mb.Key, strings.Join(matchKeys, ", "), didYouMean(mb.Key, matchKeys))
 			continue
 		}
-		at := join(path, mb.key)
-		v, ok := p.str(at, mb.val)
+		at := join(path, mb.Key)
+		v, ok := p.str(at, mb.Value)
 		if !ok {
 			continue
 		}
-		c, err := meta.NewCondition(mb.key, v)
+		c, err := NewCondition(mb.Key, v)
 		if err != nil {
 			p.errorf(at, "%v", err)
 			continue
@@ -454,7 +484,7 @@ func (p *parser) checkResolved(m *Meta, sawVariants bool) {
 }
 
 func (p *parser) checkDefinition(path string, top, v Fields) {
-	f := merge(top, v)
+	f := Merge(top, v)
 	// where reports the field as set in the variant, or at the top level.
 	where := func(key string, inVariant bool) string {
 		if inVariant {
@@ -485,8 +515,9 @@ func (p *parser) checkDefinition(path string, top, v Fields) {
 	}
 }
 
-// merge gives the fields of variant v with the unset ones taken from top.
-func merge(top, v Fields) Fields {
+// Merge gives the fields of variant v with the unset ones taken from top:
+// the definition a host that picks v gets.
+func Merge(top, v Fields) Fields {
 	pick := func(a, b *string) *string {
 		if a != nil {
 			return a
