@@ -675,3 +675,32 @@ func TestAgentNewAtOnce(t *testing.T) {
 		t.Errorf("the session has %d agents, want %d", got, n+1)
 	}
 }
+
+// TestAgentVerbsDeclaredOnce: help lists each control of the table once,
+// by its name, and the table names no control twice, so the ctl file's
+// description, help and dispatch cannot disagree.
+func TestAgentVerbsDeclaredOnce(t *testing.T) {
+	seen := map[string]bool{}
+	for _, v := range agentVerbs {
+		if seen[v.name] {
+			t.Errorf("%s declared twice", v.name)
+		}
+		seen[v.name] = true
+		if v.run == nil && v.name != "help" {
+			t.Errorf("%s does nothing", v.name)
+		}
+	}
+	listed := map[string]bool{}
+	for _, u := range agentUsage() {
+		name, _, _ := strings.Cut(u, " ")
+		if !seen[name] {
+			t.Errorf("help lists %q, which no control is", u)
+		}
+		listed[name] = true
+	}
+	for name := range seen {
+		if !listed[name] {
+			t.Errorf("help does not list %s", name)
+		}
+	}
+}
