@@ -1,5 +1,5 @@
 // Package ninep is the part of the 9P2000 wire format that tunnel/mux and
-// tunnel/resume read by hand: a message's size and its fields.
+// tunnel/resume read by hand: a message's size, its header and its fields.
 //
 // Both relay messages from peers they do not trust and parse them
 // strictly themselves rather than through plan9.UnmarshalFcall, which
@@ -52,6 +52,44 @@ func PeekSize(br *bufio.Reader, max uint32) (uint32, error) {
 		return 0, &SizeError{Size: size, Max: max}
 	}
 	return size, nil
+}
+
+// ReadMessage reads the next message whole once PeekSize accepts its
+// size: into buf when buf has room for it, else into a new slice, so that
+// a peer's claimed size never allocates more than max. A message cut
+// short is io.ErrUnexpectedEOF.
+func ReadMessage(br *bufio.Reader, max uint32, buf []byte) ([]byte, error) {
+	size, err := PeekSize(br, max)
+	if err != nil {
+		return nil, err
+	}
+	if uint32(cap(buf)) < size {
+		buf = make([]byte, size)
+	}
+	f := buf[:size]
+	if _, err := io.ReadFull(br, f); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// A Header is what every message begins with after its size.
+type Header struct {
+	Type uint8
+	Tag  uint16
+}
+
+// Split returns the header of the whole message f and a Parser of the
+// fields after it. ok is false unless f is a message: at least HeaderSize
+// bytes, as many as its size field says.
+func Split(f []byte) (h Header, p Parser, ok bool) {
+	if len(f) < HeaderSize || binary.LittleEndian.Uint32(f) != uint32(len(f)) {
+		return Header{}, Parser{}, false
+	}
+	return Header{Type: f[4], Tag: binary.LittleEndian.Uint16(f[5:7])}, NewParser(f[HeaderSize:]), true
 }
 
 // UsesFid reports whether a request of type typ acts on an existing fid,

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,6 +148,114 @@ func TestPeekSize(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestReadMessage(t *testing.T) {
+	msg := func(size uint32, rest string) string {
+		return string(binary.LittleEndian.AppendUint32(nil, size)) + rest
+	}
+	small, large := msg(11, "\x65\x01\x00abcd"), msg(64, strings.Repeat("x", 60))
+	for _, tc := range []struct {
+		name, in string
+		buf      int // capacity of the buffer passed
+		want     []string
+		err      error  // errors.Is, after the messages
+		text     string // of a *SizeError, after the messages
+	}{
+		{name: "into buf", in: small + large, buf: 64, want: []string{small, large}, err: io.EOF},
+		{name: "into new slices", in: small + large, buf: 8, want: []string{small, large}, err: io.EOF},
+		{name: "no buf", in: small, want: []string{small}, err: io.EOF},
+		{name: "cut short", in: small + large[:20], buf: 64, want: []string{small}, err: io.ErrUnexpectedEOF},
+		{name: "half a size", in: "\x0b\x00", err: io.ErrUnexpectedEOF},
+		{name: "too large", in: small + msg(65, ""), buf: 1 << 10, want: []string{small}, text: "message of 65 bytes exceeds msize 64"},
+		{name: "too small", in: msg(6, "ab"), text: "size 6"},
+	} {
+		br := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
+		buf := make([]byte, 0, tc.buf)
+		var got []string
+		var err error
+		for {
+			var f []byte
+			if f, err = ReadMessage(br, 64, buf); err != nil {
+				break
+			}
+			fits := len(f) <= tc.buf
+			if inBuf := tc.buf > 0 && &f[0] == &buf[:1][0]; inBuf != fits {
+				t.Errorf("%s: a message of %d bytes read into the buffer of %d: %v", tc.name, len(f), tc.buf, inBuf)
+			}
+			got = append(got, string(f))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: read %q, want %q", tc.name, got, tc.want)
+		}
+		var se *SizeError
+		switch {
+		case tc.text != "":
+			if !errors.As(err, &se) || err.Error() != tc.text {
+				t.Errorf("%s: ended with %v; want a *SizeError %q", tc.name, err, tc.text)
+			}
+		case !errors.Is(err, tc.err):
+			t.Errorf("%s: ended with %v; want %v", tc.name, err, tc.err)
+		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	tread, _ := (&plan9.Fcall{Type: plan9.Tread, Tag: 0x1234, Fid: 5, Offset: 9, Count: 100}).Bytes()
+	h, p, ok := Split(tread)
+	if !ok || h != (Header{Type: plan9.Tread, Tag: 0x1234}) {
+		t.Fatalf("Split(Tread) = %+v, %v", h, ok)
+	}
+	if fid, off, n := p.U32(), p.U64(), p.U32(); fid != 5 || off != 9 || n != 100 || !p.Done() {
+		t.Errorf("Split(Tread)'s fields: fid %d offset %d count %d, done %v", fid, off, n, p.Done())
+	}
+	for _, tc := range []struct {
+		name string
+		f    []byte
+	}{
+		{"nothing", nil},
+		{"shorter than a header", []byte{6, 0, 0, 0, plan9.Rflush, 0}},
+		{"size says more", append([]byte{8}, tread[1:7]...)},
+		{"size says less", append([]byte{7}, tread[1:]...)},
+	} {
+		if h, _, ok := Split(tc.f); ok || h != (Header{}) {
+			t.Errorf("Split of %s = %+v, %v", tc.name, h, ok)
+		}
+	}
+}
+
+// FuzzReadMessage reads a stream of messages and checks that each is one
+// whole message within its bound, and that the stream ends in an error
+// only at a size out of bounds or at the end of the input.
+func FuzzReadMessage(f *testing.F) {
+	f.Add([]byte("\x07\x00\x00\x00\x6b\x01\x00\x0b\x00\x00\x00\x65\x01\x00abcd"), uint16(16))
+	f.Add([]byte("\x40\x00\x00\x00xyz"), uint16(64))
+	f.Fuzz(func(t *testing.T, in []byte, max16 uint16) {
+		max := uint32(max16)
+		br := bufio.NewReaderSize(bytes.NewReader(in), 16)
+		buf := make([]byte, 0, 32)
+		read := 0
+		for {
+			m, err := ReadMessage(br, max, buf)
+			if err != nil {
+				var se *SizeError
+				if !errors.As(err, &se) && err != io.EOF && err != io.ErrUnexpectedEOF {
+					t.Fatalf("ReadMessage ended with %v", err)
+				}
+				if err == io.EOF && read != len(in) {
+					t.Fatalf("io.EOF after %d bytes of %d", read, len(in))
+				}
+				return
+			}
+			if uint32(len(m)) > max || !bytes.Equal(m, in[read:read+len(m)]) {
+				t.Fatalf("read %x at %d, max %d", m, read, max)
+			}
+			if _, _, ok := Split(m); !ok {
+				t.Fatalf("Split refuses what ReadMessage read: %x", m)
+			}
+			read += len(m)
+		}
+	})
 }
 
 // The requests whose fid field names a fid the client already has; Tauth

@@ -1,8 +1,9 @@
 // Package mux serves one 9P2000 namespace made of several servers: a
 // local tree at the root, and other servers mounted at directories of it.
 // The desktop's fleet namespace is one: its own small tree (host/idx,
-// run/, bypass/) with each held host's whole namespace at host/NAME/, so
-// that `ollie read 'host/*/session/*/agent/*/state'` reads every host.
+// run/, bypass/) with each held host's whole namespace, reached through
+// that host's tunnel, at host/NAME/, so that
+// `ollie read 'host/*/session/*/agent/*/state'` reads every host.
 //
 // [Mux] speaks 9P to its clients and to its servers; it is not a byte
 // relay. For each client connection it keeps one connection to the local

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
 	"9fans.net/go/plan9"
 
@@ -24,16 +23,9 @@ const preVersionMax = 8 << 10
 // readFrame reads one 9P message whose size lies in [7, max]. The bytes
 // are its own: decode's fields may alias them.
 func readFrame(br *bufio.Reader, max uint32) ([]byte, error) {
-	size, err := ninep.PeekSize(br, max)
+	f, err := ninep.ReadMessage(br, max, nil)
 	if err != nil {
 		return nil, malformed(err)
-	}
-	f := make([]byte, size)
-	if _, err := io.ReadFull(br, f); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
 	}
 	return f, nil
 }
@@ -53,11 +45,11 @@ func malformed(err error) error {
 // plan9.UnmarshalFcall it prints nothing, so that a peer sending garbage
 // cannot fill a log. Data and Stat alias f.
 func decode(f []byte) (*plan9.Fcall, error) {
-	if len(f) < 7 || binary.LittleEndian.Uint32(f) != uint32(len(f)) {
+	h, p, ok := ninep.Split(f)
+	if !ok {
 		return nil, errMalformed
 	}
-	m := &plan9.Fcall{Type: f[4], Tag: binary.LittleEndian.Uint16(f[5:7])}
-	p := ninep.NewParser(f[7:])
+	m := &plan9.Fcall{Type: h.Type, Tag: h.Tag}
 	switch m.Type {
 	case plan9.Tversion, plan9.Rversion:
 		m.Msize = p.U32()

@@ -1,7 +1,9 @@
-// Package resume relays 9P2000 between local clients and a remote server,
-// and hides a dropped server connection from the clients: they see a pause,
-// not an error. `ollie-remote up` puts it between the desktop's Unix socket
-// and the remote host's namespace, reached over SSH.
+// Package resume is the 9P proxy at the desktop's end of a tunnel: it
+// relays 9P2000 between local clients and a remote server, and hides a
+// dropped server connection from the clients: they see a pause, not an
+// error. `ollie-remote up`'s keeper (tunnel/keeper) runs one per host,
+// between the desktop's Unix socket and the host's namespace, reached over
+// SSH.
 //
 // Forwarding bytes cannot survive a reconnect: the server forgets the
 // connection's fids and the replies in flight are gone. So [Proxy] speaks

@@ -43,34 +43,33 @@ func (r *frameReader) next(max uint32) ([]byte, error) {
 	r.release()
 	size, err := ninep.PeekSize(r.br, max)
 	if err != nil {
-		var se *ninep.SizeError
-		if errors.As(err, &se) {
-			err = fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		return nil, err
+		return nil, malformed(err)
 	}
 	if int(size) <= r.br.Size() {
 		f, err := r.br.Peek(int(size))
 		if err != nil {
-			return nil, unexpected(err)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
 		}
 		r.held = int(size)
 		return f, nil
 	}
-	if uint32(cap(r.buf)) < size {
-		r.buf = make([]byte, size)
+	f, err := ninep.ReadMessage(r.br, max, r.buf)
+	if err != nil {
+		return nil, malformed(err)
 	}
-	f := r.buf[:size]
-	if _, err := io.ReadFull(r.br, f); err != nil {
-		return nil, unexpected(err)
-	}
+	r.buf = f // kept, and grown when a larger message needs it
 	return f, nil
 }
 
-// unexpected turns EOF in the middle of a message into ErrUnexpectedEOF.
-func unexpected(err error) error {
-	if err == io.EOF {
-		return io.ErrUnexpectedEOF
+// malformed names a size that ninep refused as the proxy's malformed
+// message; other errors (the connection's) pass unchanged.
+func malformed(err error) error {
+	var se *ninep.SizeError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	return err
 }
@@ -127,11 +126,11 @@ func resendable(typ uint8) bool {
 // the proxy tracks of it.
 func parseT(f []byte) (tmsg, error) {
 	var m tmsg
-	if len(f) < 7 {
+	h, p, ok := ninep.Split(f)
+	if !ok {
 		return m, errMalformed
 	}
-	m.typ, m.tag = f[4], binary.LittleEndian.Uint16(f[5:7])
-	p := ninep.NewParser(f[7:])
+	m.typ, m.tag = h.Type, h.Tag
 	switch m.typ {
 	case plan9.Tversion:
 		m.msize = p.U32()

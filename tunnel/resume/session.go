@@ -500,7 +500,8 @@ func (s *session) relay(l *link) error {
 			}
 			return err
 		}
-		typ, tag := f[4], binary.LittleEndian.Uint16(f[5:7])
+		h, _, _ := ninep.Split(f) // whole: next returns only whole messages
+		typ, tag := h.Type, h.Tag
 		s.mu.Lock()
 		r := s.pending[tag]
 		if r == nil || r.gen != l.gen || typ != r.typ+1 && typ != plan9.Rerror {
