@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -321,144 +322,11 @@ func restoreSession(path string) (*RestoredSession, error) {
 	for _, w := range st.Warnings() {
 		rs.Notices = append(rs.Notices, w)
 	}
-	byID := map[string]*RestoredAgent{}
-	chats := map[*RestoredAgent]*strings.Builder{}
-	// A prompt dequeued and not yet begun (its user message not
-	// recorded): a stop between the two leaves it queued, not lost, and
-	// no turn cut.
-	dequeued := map[*RestoredAgent]string{}
-	calls := &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}, latest: map[string]string{}}
+	rp := &replay{rs: rs, byID: map[string]*RestoredAgent{}, chats: map[*RestoredAgent]*strings.Builder{},
+		dequeued: map[*RestoredAgent]string{},
+		calls:    &callLog{intents: map[string]bool{}, settled: map[string]json.RawMessage{}, latest: map[string]string{}}}
 	for _, r := range recs {
-		calls.add(r)
-		switch r.Kind {
-		case kindSessionName:
-			var v SessionRenamed
-			r.Decode(&v)
-			rs.Meta.Name = v.Name
-		case kindSessionPaused:
-			var v SessionPaused
-			r.Decode(&v)
-			rs.Paused = v.Paused
-		case kindSessionGoal:
-			var v GoalSet
-			r.Decode(&v)
-			if v.Goal != nil {
-				rs.Goal = *v.Goal
-			}
-			if v.Status != "" {
-				rs.GoalStatus = v.Status
-			}
-		case kindAgentNew:
-			var m AgentMeta
-			if err := r.Decode(&m); err == nil {
-				a := &RestoredAgent{AgentMeta: m}
-				byID[m.ID] = a
-				rs.Agents = append(rs.Agents, a)
-			}
-		case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentResume, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd, kindAgentSkills:
-			// Each agent.* record names its agent; the journal's carry
-			// the chat written before them. The fields of the
-			// namespace's changes are read below, by kind.
-			var v agentRecord
-			r.Decode(&v)
-			a := byID[v.Agent]
-			if a == nil {
-				continue
-			}
-			if v.Chat != "" {
-				if chats[a] == nil {
-					chats[a] = &strings.Builder{}
-				}
-				chats[a].WriteString(v.Chat)
-			}
-			switch r.Kind {
-			case kindAgentName:
-				var c AgentRenamed
-				r.Decode(&c)
-				a.Name = c.Name
-			case kindAgentPlan:
-				var c AgentPlanSet
-				r.Decode(&c)
-				a.Plan = c.Plan
-			case kindAgentModel:
-				var c AgentModelSet
-				r.Decode(&c)
-				a.Model = c.Model
-			case kindAgentProfile:
-				var c AgentProfileSet
-				r.Decode(&c)
-				a.Profile, a.Tools = c.Profile, nil
-			case kindAgentTools:
-				var c AgentToolsSet
-				r.Decode(&c)
-				a.Tools = append([]string{}, c.Tools...)
-			case kindAgentPeer:
-				var c AgentPeered
-				r.Decode(&c)
-				if other := byID[c.Peer]; other != nil {
-					for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {
-						if p[0].Peers == nil {
-							p[0].Peers = map[string]bool{}
-						}
-						if c.Add {
-							p[0].Peers[p[1].ID] = true
-						} else {
-							delete(p[0].Peers, p[1].ID)
-						}
-					}
-				}
-			case kindAgentHistory:
-				a.History = append([]backend.Message(nil), v.Messages...)
-			case kindAgentKill:
-				delete(byID, v.Agent)
-				for i, x := range rs.Agents {
-					if x == a {
-						rs.Agents = append(rs.Agents[:i], rs.Agents[i+1:]...)
-						break
-					}
-				}
-			case kindAgentPrompt:
-				a.Queue = append(a.Queue, v.Text)
-			case kindAgentDequeue:
-				// A prompt dequeued and never begun was queued again,
-				// first, by the restart that followed (below), so this
-				// dequeue takes it again: replaying the file must do
-				// the same, or the prompt after it is lost (the drill
-				// lost prompt 35 of 80 this way on its second restart).
-				if p, ok := dequeued[a]; ok {
-					a.Queue = append([]string{p}, a.Queue...)
-					delete(dequeued, a)
-				}
-				if len(a.Queue) > 0 {
-					dequeued[a] = a.Queue[0]
-					a.Queue = a.Queue[1:]
-				}
-				a.Interrupted = true // until the turn's end shows otherwise
-				a.LastError = ""
-				a.Resumes = 0
-			case kindAgentResume:
-				delete(dequeued, a)
-				a.Interrupted = true // the resumed turn runs until its end
-				a.Resumes++
-			case kindAgentEnd:
-				delete(dequeued, a) // a turn refused before its message (a pre-turn hook) used its prompt
-				a.Interrupted = false
-				a.LastError = v.Error
-				a.Resumes = 0
-			case kindAgentSkills:
-				a.Skills = append([]string(nil), v.Skills...)
-			case kindAgentMessage:
-				if v.Message != nil {
-					delete(dequeued, a) // its turn began
-					a.History = append(a.History, *v.Message)
-					a.Resumes = 0 // the turn got further: a crash loop makes no progress
-					// Files written before agent.end existed end a turn here.
-					if m := v.Message; m.Role == backend.RoleAssistant && len(m.ToolCalls) == 0 {
-						a.Interrupted = false
-					}
-				}
-			}
-		}
+		rp.add(r)
 	}
 
 	// Calls that were running: settle or hand back, once.
@@ -469,19 +337,180 @@ func restoreSession(path string) (*RestoredSession, error) {
 	}
 	rs.Rerun = rerun
 	for _, a := range rs.Agents {
-		if p, ok := dequeued[a]; ok {
+		if p, ok := rp.dequeued[a]; ok {
 			a.Queue = append([]string{p}, a.Queue...)
 			a.Interrupted = false
 		}
-		if b := chats[a]; b != nil {
+		if b := rp.chats[a]; b != nil {
 			a.Chat = b.String()
 		}
-		a.History = closeOpenCalls(a.ID, a.History, rerun, calls)
+		a.History = closeOpenCalls(a.ID, a.History, rerun, rp.calls)
 		if a.Interrupted {
 			rs.Notices = append(rs.Notices, fmt.Sprintf("agent %s: a turn was running when olliesrv stopped; it was interrupted", a.Name))
 		}
 	}
 	return rs, nil
+}
+
+// A replay reads a session file's records, in order, into the session
+// they describe.
+type replay struct {
+	rs    *RestoredSession
+	byID  map[string]*RestoredAgent
+	chats map[*RestoredAgent]*strings.Builder
+	// A prompt dequeued and not yet begun (its user message not
+	// recorded): a stop between the two leaves it queued, not lost, and
+	// no turn cut.
+	dequeued map[*RestoredAgent]string
+	calls    *callLog
+}
+
+func (rp *replay) add(r store.Record) {
+	rp.calls.add(r)
+	rs := rp.rs
+	switch r.Kind {
+	case kindSessionName:
+		var v SessionRenamed
+		r.Decode(&v)
+		rs.Meta.Name = v.Name
+	case kindSessionPaused:
+		var v SessionPaused
+		r.Decode(&v)
+		rs.Paused = v.Paused
+	case kindSessionGoal:
+		var v GoalSet
+		r.Decode(&v)
+		if v.Goal != nil {
+			rs.Goal = *v.Goal
+		}
+		if v.Status != "" {
+			rs.GoalStatus = v.Status
+		}
+	case kindAgentNew:
+		var m AgentMeta
+		if err := r.Decode(&m); err == nil {
+			a := &RestoredAgent{AgentMeta: m}
+			rp.byID[m.ID] = a
+			rs.Agents = append(rs.Agents, a)
+		}
+	case kindAgentName, kindAgentKill, kindAgentPrompt, kindAgentDequeue, kindAgentResume, kindAgentMessage, kindAgentPlan, kindAgentHistory, kindAgentModel, kindAgentPeer, kindAgentProfile, kindAgentTools, kindAgentEnd, kindAgentSkills:
+		// Each agent.* record names its agent; the journal's carry
+		// the chat written before them. The fields of the
+		// namespace's changes are read by kind.
+		var v agentRecord
+		r.Decode(&v)
+		a := rp.byID[v.Agent]
+		if a == nil {
+			return
+		}
+		if v.Chat != "" {
+			if rp.chats[a] == nil {
+				rp.chats[a] = &strings.Builder{}
+			}
+			rp.chats[a].WriteString(v.Chat)
+		}
+		if !rp.turn(a, r.Kind, v) {
+			rp.change(a, r, v)
+		}
+	}
+}
+
+// change applies a record of a change made through the namespace.
+func (rp *replay) change(a *RestoredAgent, r store.Record, v agentRecord) {
+	switch r.Kind {
+	case kindAgentName:
+		var c AgentRenamed
+		r.Decode(&c)
+		a.Name = c.Name
+	case kindAgentPlan:
+		var c AgentPlanSet
+		r.Decode(&c)
+		a.Plan = c.Plan
+	case kindAgentModel:
+		var c AgentModelSet
+		r.Decode(&c)
+		a.Model = c.Model
+	case kindAgentProfile:
+		var c AgentProfileSet
+		r.Decode(&c)
+		a.Profile, a.Tools = c.Profile, nil
+	case kindAgentTools:
+		var c AgentToolsSet
+		r.Decode(&c)
+		a.Tools = append([]string{}, c.Tools...)
+	case kindAgentSkills:
+		a.Skills = append([]string(nil), v.Skills...)
+	case kindAgentHistory:
+		a.History = append([]backend.Message(nil), v.Messages...)
+	case kindAgentPeer:
+		var c AgentPeered
+		r.Decode(&c)
+		if other := rp.byID[c.Peer]; other != nil {
+			for _, p := range [][2]*RestoredAgent{{a, other}, {other, a}} {
+				if p[0].Peers == nil {
+					p[0].Peers = map[string]bool{}
+				}
+				if c.Add {
+					p[0].Peers[p[1].ID] = true
+				} else {
+					delete(p[0].Peers, p[1].ID)
+				}
+			}
+		}
+	case kindAgentKill:
+		delete(rp.byID, v.Agent)
+		if i := slices.Index(rp.rs.Agents, a); i >= 0 {
+			rp.rs.Agents = slices.Delete(rp.rs.Agents, i, i+1)
+		}
+	}
+}
+
+// turn applies a record of the agent's queue and turns; false if the
+// record is of another kind.
+func (rp *replay) turn(a *RestoredAgent, kind string, v agentRecord) bool {
+	switch kind {
+	case kindAgentPrompt:
+		a.Queue = append(a.Queue, v.Text)
+	case kindAgentDequeue:
+		// A prompt dequeued and never begun was queued again, first,
+		// by the restart that followed (restoreSession), so this
+		// dequeue takes it again: replaying the file must do the same,
+		// or the prompt after it is lost (the drill lost prompt 35 of
+		// 80 this way on its second restart).
+		if p, ok := rp.dequeued[a]; ok {
+			a.Queue = append([]string{p}, a.Queue...)
+			delete(rp.dequeued, a)
+		}
+		if len(a.Queue) > 0 {
+			rp.dequeued[a] = a.Queue[0]
+			a.Queue = a.Queue[1:]
+		}
+		a.Interrupted = true // until the turn's end shows otherwise
+		a.LastError = ""
+		a.Resumes = 0
+	case kindAgentResume:
+		delete(rp.dequeued, a)
+		a.Interrupted = true // the resumed turn runs until its end
+		a.Resumes++
+	case kindAgentEnd:
+		delete(rp.dequeued, a) // a turn refused before its message (a pre-turn hook) used its prompt
+		a.Interrupted = false
+		a.LastError = v.Error
+		a.Resumes = 0
+	case kindAgentMessage:
+		if v.Message != nil {
+			delete(rp.dequeued, a) // its turn began
+			a.History = append(a.History, *v.Message)
+			a.Resumes = 0 // the turn got further: a crash loop makes no progress
+			// Files written before agent.end existed end a turn here.
+			if m := v.Message; m.Role == backend.RoleAssistant && len(m.ToolCalls) == 0 {
+				a.Interrupted = false
+			}
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // closeOpenCalls answers every tool call of the history that has no
