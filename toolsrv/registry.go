@@ -1,13 +1,14 @@
-// Package toolsrv declares, resolves and runs ollie's tools.
+// Package toolsrv resolves and runs ollie's tools.
 //
 // A tool is an executable with a .meta sidecar (see README.md for the
-// contract). Load reads the .meta files of a tools path, strictly: each
-// problem is a *meta.Error naming the file and the field, and one bad file
-// never hides the others. Each .meta is resolved against a Host: the first
-// variant whose match holds supplies the definition, and the executable is
-// looked up in the tools dir, then by cmd, then in PATH. A Registry is the
-// result, immutable; a Session is one agent's view of it (the tools it has
-// loaded, and a revision that moves on every change).
+// contract; package meta parses it). Load reads the .meta files of a tools
+// path, strictly: each problem is a *meta.Error naming the file and the
+// field, and one bad file never hides the others. Each .meta is resolved
+// against a meta.Host: the first variant whose match holds supplies the
+// definition, and the executable is looked up in the tools dir, then by
+// cmd, then in PATH. A Registry is the result, immutable; a Session is one
+// agent's view of it (the tools it has loaded, and a revision that moves on
+// every change).
 //
 // Before a call runs, SplitFlags takes the dispatch flags (bypass, timeout,
 // sandbox, background) out of its arguments and Tool.Validate checks the rest
