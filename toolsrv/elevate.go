@@ -16,7 +16,7 @@ type GateApprover struct {
 	Socket string
 }
 
-func (g GateApprover) Approve(ctx context.Context, req *broker.Request) (Grant, error) {
+func (g GateApprover) Approve(ctx context.Context, req *broker.Request) (broker.Grant, error) {
 	c, err := net.Dial("unix", g.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s needs approval, and the host's approval gate is not reachable (%v), so it was not run", ErrNotApproved, req.Tool, err)

@@ -28,20 +28,10 @@ const DefaultOutputCap = 64 << 10
 // elevated, or a call with bypass) or run as root (sudo): GateApprover asks
 // the host's gate. The request is the broker's, whom it goes to; the
 // Runner fills it in, the agent that asked included, from the call's
-// Caller. Approve returns a Grant to approve; its error, which wraps
+// Caller. Approve returns a broker.Grant to approve; its error, which wraps
 // ErrNotApproved, is shown to the model.
 type Approver interface {
-	Approve(ctx context.Context, req *broker.Request) (Grant, error)
-}
-
-// A Grant is an approval in progress: for sudo it supplies the password
-// (the credential gate), and Close says how the call ended. The gate's
-// *broker.Conversation is one.
-type Grant interface {
-	// Password asks for the sudo password, the attempt-th time; problem
-	// says why it is asked again. The caller zeroes it once sudo has it.
-	Password(ctx context.Context, attempt int, problem string) ([]byte, error)
-	Close(result string) error
+	Approve(ctx context.Context, req *broker.Request) (broker.Grant, error)
 }
 
 // ErrNotApproved is wrapped by the error of a call that was not approved.
@@ -50,7 +40,7 @@ var ErrNotApproved = errors.New("not approved")
 // noApprover denies everything: without a broker nobody can approve.
 type noApprover struct{}
 
-func (noApprover) Approve(ctx context.Context, req *broker.Request) (Grant, error) {
+func (noApprover) Approve(ctx context.Context, req *broker.Request) (broker.Grant, error) {
 	what := "to run outside its sandbox"
 	if req.Sudo {
 		what = "to run as root (sudo)"
@@ -140,7 +130,7 @@ func (r *Runner) RunFor(ctx context.Context, c Caller, name string, args json.Ra
 // authorize asks the approver when a call would leave its sandbox; its
 // error is for the model. A nil Grant with a nil error is a call that
 // stays in its sandbox.
-func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (Grant, error) {
+func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage) (broker.Grant, error) {
 	if !t.Elevated && !t.Sudo && !flags.Bypass || r.Yolo && !t.Sudo {
 		return nil, nil
 	}
@@ -161,7 +151,7 @@ func (r *Runner) authorize(ctx context.Context, c Caller, t *Tool, flags Flags, 
 // with the contract's stdin and environment, in its own process group
 // that ctx's end kills whole. It returns the name of the profile applied,
 // or "none".
-func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage, scratch string, grant Grant) (*callProc, string, error) {
+func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, own json.RawMessage, scratch string, grant broker.Grant) (*callProc, string, error) {
 	profile := flags.Sandbox
 	if profile == "" {
 		profile = "default"

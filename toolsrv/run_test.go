@@ -240,7 +240,7 @@ type recordApprover struct {
 	reqs []broker.Request
 }
 
-func (a *recordApprover) Approve(_ context.Context, req *broker.Request) (Grant, error) {
+func (a *recordApprover) Approve(_ context.Context, req *broker.Request) (broker.Grant, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.reqs = append(a.reqs, *req)

@@ -35,7 +35,7 @@ func sudoEnv() []string {
 }
 
 // sudoCommand returns the command running t as root, its stdin prepared.
-func (r *Runner) sudoCommand(ctx context.Context, t *Tool, own json.RawMessage, grant Grant) (*exec.Cmd, error) {
+func (r *Runner) sudoCommand(ctx context.Context, t *Tool, own json.RawMessage, grant broker.Grant) (*exec.Cmd, error) {
 	sudo, err := exec.LookPath(sudoPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s needs sudo, and sudo is not installed on this host", t.Name)
@@ -93,7 +93,7 @@ func prepareSudo(cmd *exec.Cmd) {
 }
 
 // sudoPassword asks the grant for the password until sudo -v accepts it.
-func sudoPassword(ctx context.Context, sudo, tool string, grant Grant) ([]byte, error) {
+func sudoPassword(ctx context.Context, sudo, tool string, grant broker.Grant) ([]byte, error) {
 	problem := ""
 	for attempt := 1; attempt <= broker.MaxPasswordAttempts; attempt++ {
 		pw, err := grant.Password(ctx, attempt, problem)
