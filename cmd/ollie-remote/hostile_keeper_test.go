@@ -15,7 +15,7 @@ import (
 )
 
 // Finding 4 of issue 11: a host exhausting the keeper, through deploy and
-// through the 9P proxy (ns/resume) in front of its namespace.
+// through the 9P proxy (tunnel/resume) in front of its namespace.
 
 // TestHostileProbeFlood: the deploy probe prints 1 GiB.
 func TestHostileProbeFlood(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package accept is the accept loop that ollie's 9P servers share
-// (ns.Server, ns/mux.Mux, ns/resume.Proxy), and the appliance listener
+// (ns.Server, tunnel/mux.Mux, tunnel/resume.Proxy), and the appliance listener
 // (ns/sshd) too.
 //
 // It lives once so that the three agree on what a listener's failure

@@ -3,7 +3,7 @@
 // the hosts' ones (ollie -H fleet):
 //
 //	host/idx             name, state, version and round-trip time of each held host
-//	host/NAME/           that host's whole namespace (mounted by ns/mux); the
+//	host/NAME/           that host's whole namespace (mounted by tunnel/mux); the
 //	                     hosts of every keeper of this user, a name two hold
 //	                     as NAME~TAG (paths.QualifiedHost)
 //	run/idx, run/ID/     the fleet runs this desktop keeps: status, hosts, results
