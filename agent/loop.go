@@ -126,33 +126,106 @@ func (a *Agent) resumeTurn(ctx context.Context) {
 // the turn of prompt.
 func (a *Agent) work(ctx context.Context, prompt string) {
 	a.injectProcs(ctx)
-	final := ""
-	steps := 0
-	fill := "" // set when a request used more than half the context window
+	t := &turnState{}
 	defer func() {
 		// Compact at the end of the turn, so no tool result is cut from
 		// its call mid-turn.
-		if fill == "" {
+		if t.fill == "" {
 			return
 		}
 		a.cfg.Hooks.PreCompact(context.WithoutCancel(ctx), CompactInfo{Reason: "overflow"})
 		a.compact()
 		a.cfg.Hooks.PostCompact(context.WithoutCancel(ctx), CompactInfo{Reason: "overflow"})
-		a.say("[compacted: the last request used " + fill + " of context, more than half]\n")
+		a.say("[compacted: the last request used " + t.fill + " of context, more than half]\n")
 	}()
 	defer func() {
 		a.mu.Lock()
 		lastErr := a.lastErr
 		a.mu.Unlock()
-		a.cfg.Hooks.PostTurn(context.WithoutCancel(ctx), TurnInfo{Prompt: prompt, Reply: final, Error: lastErr, Steps: steps})
+		a.cfg.Hooks.PostTurn(context.WithoutCancel(ctx), TurnInfo{Prompt: prompt, Reply: t.final, Error: lastErr, Steps: t.steps})
 	}()
 
+	decls, tools, ok := a.turnTools(ctx)
+	if !ok {
+		return
+	}
+	for step := 0; ; step++ {
+		if step == a.cfg.MaxSteps {
+			a.fail(fmt.Sprintf("stopped: %d model requests for one prompt is the limit (max steps)", a.cfg.MaxSteps))
+			return
+		}
+		reply, next := a.ask(ctx, tools, t)
+		switch next {
+		case stepStop:
+			return
+		case stepAgain:
+			continue
+		}
+		a.appendMsg(reply.Message)
+		calls := a.lastCalls()
+		if len(calls) == 0 && reply.TextToolCall != "" && !t.toldText {
+			// The model meant to call a tool but wrote the call as text:
+			// tell it how to call it, once a turn.
+			t.toldText = true
+			a.nudge("nudge", fmt.Sprintf("Your last reply wrote %s as plain text, so it was not run. Call the tool through the tools API (a tool call), not as text in your reply.", reply.TextToolCall))
+			continue
+		}
+		if len(calls) == 0 {
+			if !strings.HasSuffix(reply.Message.Content, "\n") {
+				a.say("\n")
+			}
+			t.final = reply.Message.Content
+			return
+		}
+		if a.repeated(t, calls) {
+			return
+		}
+		action := a.noteAction(t, calls)
+		a.runCalls(ctx, decls, calls, t)
+		if ctx.Err() != nil {
+			a.fail("interrupted: " + context.Cause(ctx).Error())
+			return
+		}
+		a.injectProcs(ctx)
+		if !a.steer(t, action) {
+			return
+		}
+	}
+}
+
+// turnState is what a turn counts from one model request to the next.
+type turnState struct {
+	steps                      int    // model requests made
+	fill                       string // set when a request used more than half the context window
+	final                      string // the reply that ended the turn
+	compacted                  bool   // compacted once already for an overflow
+	toldText                   bool   // told once already to call tools, not write them
+	lastRound                  string // the last round's calls, as asked
+	repeats                    int    // rounds in a row that asked exactly that
+	rounds                     int    // rounds of tool calls
+	failures                   int    // tool calls in a row that failed
+	nudged, replanned, stalled bool
+	sameAction                 int // rounds in a row that ended with the same action
+}
+
+// A stepNext says how a turn goes on after a model request.
+type stepNext uint8
+
+const (
+	stepOn    stepNext = iota // the reply is in: act on it
+	stepAgain                 // ask again (the conversation was compacted)
+	stepStop                  // the turn ended (failed or interrupted)
+)
+
+// turnTools lists the tools the model is offered this turn; false if
+// they could not be listed (the turn has failed).
+func (a *Agent) turnTools(ctx context.Context) ([]tool.FunctionDecl, []backend.Tool, bool) {
 	var decls []tool.FunctionDecl
 	if a.cfg.Tools != nil {
 		var err error
 		if decls, err = a.cfg.Tools.Decls(ctx); err != nil {
 			a.fail("cannot list tools: " + err.Error())
-			return
+			return nil, nil, false
 		}
 	}
 	a.refreshOffer()
@@ -165,171 +238,165 @@ func (a *Agent) work(ctx context.Context, prompt string) {
 	for i, d := range decls {
 		tools[i] = backend.Tool{Name: d.Name, Description: d.Description, Parameters: d.Parameters}
 	}
+	return decls, tools, true
+}
 
-	failures, nudged, repeats, compacted, toldText := 0, false, 0, false, false
-	lastRound := ""
-	rounds, replanned, stalled, sameAction := 0, false, false, 0
-	for step := 0; ; step++ {
-		if step == a.cfg.MaxSteps {
-			a.fail(fmt.Sprintf("stopped: %d model requests for one prompt is the limit (max steps)", a.cfg.MaxSteps))
-			return
+// ask makes one model request, streaming its reply to the chat, and
+// counts what it used.
+func (a *Agent) ask(ctx context.Context, tools []backend.Tool, t *turnState) (*backend.Reply, stepNext) {
+	a.setState(StateThinking)
+	t.steps++
+	a.raw("<assistant>\n")
+	reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model, Run: a.cfg.Run}, func(d backend.Delta) {
+		if d.Restart {
+			a.say("\n[the model's stream broke off; asking again]\n")
 		}
-		a.setState(StateThinking)
-		steps++
-		a.raw("<assistant>\n")
-		reply, err := a.cfg.Backend.Chat(ctx, a.messages(), tools, backend.Params{Model: a.cfg.Model, Run: a.cfg.Run}, func(d backend.Delta) {
-			if d.Restart {
-				a.say("\n[the model's stream broke off; asking again]\n")
-			}
-			if d.Text != "" {
-				a.say(d.Text)
-			}
-			if d.Reasoning != "" {
-				a.raw(d.Reasoning)
-			}
-		})
-		a.raw("\n</assistant>\n")
-		if ctx.Err() != nil {
-			a.fail("interrupted: " + context.Cause(ctx).Error())
-			return
+		if d.Text != "" {
+			a.say(d.Text)
 		}
-		if errors.Is(err, backend.ErrContextOverflow) && !compacted {
-			compacted = true
-			a.say("\n[the conversation no longer fits the model's context: compacting and retrying]\n")
-			a.cfg.Hooks.PreCompact(ctx, CompactInfo{Reason: "overflow"})
-			a.compact()
-			a.cfg.Hooks.PostCompact(ctx, CompactInfo{Reason: "overflow"})
-			continue
+		if d.Reasoning != "" {
+			a.raw(d.Reasoning)
 		}
-		if err != nil {
-			if handled, note, _ := a.cfg.Hooks.TurnError(ctx, TurnErrorInfo{Error: err.Error(), Attempt: 1, Model: a.cfg.Model, Backend: a.cfg.Backend.Name()}); handled {
-				a.fail("model error, handled by the turnError hook: " + err.Error() + note)
-				return
-			}
-			a.fail("model error: " + err.Error())
-			return
+	})
+	a.raw("\n</assistant>\n")
+	if ctx.Err() != nil {
+		a.fail("interrupted: " + context.Cause(ctx).Error())
+		return reply, stepStop
+	}
+	if errors.Is(err, backend.ErrContextOverflow) && !t.compacted {
+		t.compacted = true
+		a.say("\n[the conversation no longer fits the model's context: compacting and retrying]\n")
+		a.cfg.Hooks.PreCompact(ctx, CompactInfo{Reason: "overflow"})
+		a.compact()
+		a.cfg.Hooks.PostCompact(ctx, CompactInfo{Reason: "overflow"})
+		return reply, stepAgain
+	}
+	if err != nil {
+		if handled, note, _ := a.cfg.Hooks.TurnError(ctx, TurnErrorInfo{Error: err.Error(), Attempt: 1, Model: a.cfg.Model, Backend: a.cfg.Backend.Name()}); handled {
+			a.fail("model error, handled by the turnError hook: " + err.Error() + note)
+			return reply, stepStop
 		}
-		limit := a.cfg.Backend.ContextLength(ctx, a.Model())
-		a.mu.Lock()
-		a.usage.PromptTokens += reply.Usage.PromptTokens
-		a.usage.CompletionTokens += reply.Usage.CompletionTokens
-		a.steps++
-		a.window, a.lastIn = limit, reply.Usage.PromptTokens
-		a.mu.Unlock()
-		if limit > 0 && reply.Usage.PromptTokens > limit/2 {
-			fill = fmt.Sprintf("%d of %d tokens", reply.Usage.PromptTokens, limit)
-		}
-		for _, w := range reply.Warnings {
-			a.say("\n[warning: " + w + "]\n")
-		}
-		a.appendMsg(reply.Message)
-		calls := a.lastCalls()
-		if len(calls) == 0 && reply.TextToolCall != "" && !toldText {
-			// The model meant to call a tool but wrote the call as text:
-			// tell it how to call it, once a turn.
-			toldText = true
-			nudge := fmt.Sprintf("Your last reply wrote %s as plain text, so it was not run. Call the tool through the tools API (a tool call), not as text in your reply.", reply.TextToolCall)
-			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
-			a.say("\n[nudge: " + nudge + "]\n")
-			continue
-		}
-		if len(calls) == 0 {
-			if !strings.HasSuffix(reply.Message.Content, "\n") {
-				a.say("\n")
-			}
-			final = reply.Message.Content
-			return
-		}
+		a.fail("model error: " + err.Error())
+		return reply, stepStop
+	}
+	limit := a.cfg.Backend.ContextLength(ctx, a.Model())
+	a.mu.Lock()
+	a.usage.PromptTokens += reply.Usage.PromptTokens
+	a.usage.CompletionTokens += reply.Usage.CompletionTokens
+	a.steps++
+	a.window, a.lastIn = limit, reply.Usage.PromptTokens
+	a.mu.Unlock()
+	if limit > 0 && reply.Usage.PromptTokens > limit/2 {
+		t.fill = fmt.Sprintf("%d of %d tokens", reply.Usage.PromptTokens, limit)
+	}
+	for _, w := range reply.Warnings {
+		a.say("\n[warning: " + w + "]\n")
+	}
+	return reply, stepOn
+}
 
-		// Compare what was asked, not the ids.
-		asked := make([]backend.ToolCall, len(calls))
-		for i, c := range calls {
-			asked[i] = backend.ToolCall{Name: c.Name, Args: c.Args}
+// repeated counts a round that asks exactly what the last one asked
+// (compared by what was asked, not by the ids) and, at maxRepeats in a
+// row, answers the calls unrun and fails the turn.
+func (a *Agent) repeated(t *turnState, calls []backend.ToolCall) bool {
+	asked := make([]backend.ToolCall, len(calls))
+	for i, c := range calls {
+		asked[i] = backend.ToolCall{Name: c.Name, Args: c.Args}
+	}
+	key, _ := json.Marshal(asked)
+	if string(key) == t.lastRound {
+		t.repeats++
+	} else {
+		t.lastRound, t.repeats = string(key), 1
+	}
+	if t.repeats < maxRepeats {
+		return false
+	}
+	// Answer the calls so the history stays well formed, then stop.
+	for _, c := range calls {
+		a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
+			Content: "not run: the same call was repeated"})
+	}
+	a.fail(fmt.Sprintf("stopped: the model made the same tool call %d times in a row", t.repeats))
+	return true
+}
+
+// noteAction records the round's last call as the task's last action,
+// for stall detection and the agent's status, and returns it.
+func (a *Agent) noteAction(t *turnState, calls []backend.ToolCall) string {
+	t.rounds++
+	action := calls[len(calls)-1].Name + " " + compactJSON(calls[len(calls)-1].Args)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.task.LastAction == action {
+		t.sameAction++
+	} else {
+		t.sameAction = 1
+	}
+	a.task.LastAction = action
+	a.task.PlanStep = firstLine(a.plan, 200)
+	return action
+}
+
+// runCalls runs a round's calls and records their results, counting
+// failures in a row.
+func (a *Agent) runCalls(ctx context.Context, decls []tool.FunctionDecl, calls []backend.ToolCall, t *turnState) {
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = c.Name
+	}
+	a.mu.Lock()
+	a.toolRuns += len(calls)
+	a.running = strings.Join(names, " ")
+	a.mu.Unlock()
+	a.setState(StateCalling)
+	results := a.dispatch(ctx, decls, calls)
+	a.mu.Lock()
+	a.running = ""
+	a.mu.Unlock()
+	for i, c := range calls {
+		res := results[i]
+		text := resultText(res)
+		if d, ok := declOf(decls, c.Name); ok && d.Tier == tool.TierCold {
+			// Cold results are collapsed at once: the model saw that
+			// the call happened, the chat keeps the whole output.
+			text = fmt.Sprintf("%s (%d bytes of output, collapsed: this tool's results are cold)", firstLine(text, 200), len(text))
 		}
-		key, _ := json.Marshal(asked)
-		if string(key) == lastRound {
-			repeats++
+		a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: text})
+		if res.Failed {
+			t.failures++
 		} else {
-			lastRound, repeats = string(key), 1
-		}
-		if repeats >= maxRepeats {
-			// Answer the calls so the history stays well formed, then stop.
-			for _, c := range calls {
-				a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name,
-					Content: "not run: the same call was repeated"})
-			}
-			a.fail(fmt.Sprintf("stopped: the model made the same tool call %d times in a row", repeats))
-			return
-		}
-
-		rounds++
-		action := calls[len(calls)-1].Name + " " + compactJSON(calls[len(calls)-1].Args)
-		a.mu.Lock()
-		if a.task.LastAction == action {
-			sameAction++
-		} else {
-			sameAction = 1
-		}
-		a.task.LastAction = action
-		a.task.PlanStep = firstLine(a.plan, 200)
-		a.mu.Unlock()
-
-		names := make([]string, len(calls))
-		for i, c := range calls {
-			names[i] = c.Name
-		}
-		a.mu.Lock()
-		a.toolRuns += len(calls)
-		a.running = strings.Join(names, " ")
-		a.mu.Unlock()
-		a.setState(StateCalling)
-		results := a.dispatch(ctx, decls, calls)
-		a.mu.Lock()
-		a.running = ""
-		a.mu.Unlock()
-		for i, c := range calls {
-			res := results[i]
-			text := resultText(res)
-			if d, ok := declOf(decls, c.Name); ok && d.Tier == tool.TierCold {
-				// Cold results are collapsed at once: the model saw that
-				// the call happened, the chat keeps the whole output.
-				text = fmt.Sprintf("%s (%d bytes of output, collapsed: this tool's results are cold)", firstLine(text, 200), len(text))
-			}
-			a.appendMsg(backend.Message{Role: backend.RoleTool, ToolCallID: c.ID, Name: c.Name, Content: text})
-			if res.Failed {
-				failures++
-			} else {
-				failures = 0
-			}
-		}
-		if ctx.Err() != nil {
-			a.fail("interrupted: " + context.Cause(ctx).Error())
-			return
-		}
-		a.injectProcs(ctx)
-		if rounds >= replanAfter && !replanned && strings.TrimSpace(a.Plan()) == "" {
-			replanned = true
-			nudge := fmt.Sprintf("You have made %d rounds of tool calls without a plan. Before calling more tools, write a short numbered plan (what is done, what is next, how you will know you are finished) and follow it.", rounds)
-			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
-			a.say("\n[replan: " + nudge + "]\n")
-		}
-		if sameAction >= stallAfter && !stalled {
-			stalled = true
-			nudge := fmt.Sprintf("Your last %d rounds ended with the same action (%s) and nothing changed. You are stalled: step back, state what you have learned, and choose a different next step.", sameAction, action)
-			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
-			a.say("\n[stall: " + nudge + "]\n")
-		}
-		switch {
-		case failures >= abortAfterErrors:
-			a.fail(fmt.Sprintf("stopped: %d tool calls in a row failed", failures))
-			return
-		case failures >= nudgeAfterErrors && !nudged:
-			nudged = true
-			nudge := fmt.Sprintf("The last %d tool calls failed. Stop repeating what does not work: read the errors, reconsider the approach, and try something different or explain what is blocking you.", failures)
-			a.appendMsg(backend.Message{Role: backend.RoleUser, Content: nudge})
-			a.say("\n[nudge: " + nudge + "]\n")
+			t.failures = 0
 		}
 	}
+}
+
+// steer nudges a model that works without a plan, stalls on one action,
+// or keeps failing, once each a turn; false once failures end the turn.
+func (a *Agent) steer(t *turnState, action string) bool {
+	if t.rounds >= replanAfter && !t.replanned && strings.TrimSpace(a.Plan()) == "" {
+		t.replanned = true
+		a.nudge("replan", fmt.Sprintf("You have made %d rounds of tool calls without a plan. Before calling more tools, write a short numbered plan (what is done, what is next, how you will know you are finished) and follow it.", t.rounds))
+	}
+	if t.sameAction >= stallAfter && !t.stalled {
+		t.stalled = true
+		a.nudge("stall", fmt.Sprintf("Your last %d rounds ended with the same action (%s) and nothing changed. You are stalled: step back, state what you have learned, and choose a different next step.", t.sameAction, action))
+	}
+	switch {
+	case t.failures >= abortAfterErrors:
+		a.fail(fmt.Sprintf("stopped: %d tool calls in a row failed", t.failures))
+		return false
+	case t.failures >= nudgeAfterErrors && !t.nudged:
+		t.nudged = true
+		a.nudge("nudge", fmt.Sprintf("The last %d tool calls failed. Stop repeating what does not work: read the errors, reconsider the approach, and try something different or explain what is blocking you.", t.failures))
+	}
+	return true
+}
+
+// nudge tells the model text as the user, and the chat as "[kind: text]".
+func (a *Agent) nudge(kind, text string) {
+	a.appendMsg(backend.Message{Role: backend.RoleUser, Content: text})
+	a.say("\n[" + kind + ": " + text + "]\n")
 }
 
 // lastCalls returns the tool calls of the last message, as recorded.
