@@ -64,31 +64,29 @@ type keeper struct {
 	once    sync.Once
 }
 
+// Main runs the keeper until a down lets its last host go, it has been
+// idle ten seconds, or it gets SIGINT or SIGTERM; it returns the exit
+// status.
 func Main(args []string) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// The keeper holds hosts of one ssh configuration, in the directory
 	// ensureKeeper chose for it.
-	fl := flag.NewFlagSet(Command, flag.ContinueOnError)
-	dir := fl.String("dir", paths.RemoteDir(), "")
-	config := fl.String("F", "", "")
-	var known []string
-	fl.Func("known-hosts", "", func(s string) error { known = append(known, s); return nil })
-	if err := fl.Parse(args); err != nil {
+	dir, ssh, ok := parseFlags(args)
+	if !ok {
 		return 2
 	}
-	if err := paths.PreparePrivateDir(*dir); err != nil {
-		log.Error("ollie-remote keeper", "err", err)
+	if err := paths.PreparePrivateDir(dir); err != nil {
+		slog.New(slog.NewTextHandler(os.Stderr, nil)).Error("ollie-remote keeper", "err", err)
 		return 1
 	}
 	// Standard error stays on keeper.log for a crash's trace; everything
 	// logged goes through the cap, the rotation and the repeat filter.
-	log, logf, err := OpenLog(filepath.Join(*dir, "keeper.log"))
+	log, logf, err := OpenLog(filepath.Join(dir, "keeper.log"))
 	if err != nil {
 		slog.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
 	defer logf.Close()
-	lock, err := os.OpenFile(filepath.Join(*dir, "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
+	lock, err := os.OpenFile(filepath.Join(dir, "keeper.lock"), os.O_RDWR|os.O_CREATE, 0600)
 	if err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
@@ -97,71 +95,111 @@ func Main(args []string) int {
 		log.Error("ollie-remote keeper: another keeper runs", "err", err)
 		return 1
 	}
-	ssh := paths.NewSSHConfig(*config, known)
 	// What the keeper holds its hosts with, for status and ollie -H to
 	// name it.
 	if b, err := json.Marshal(ssh); err == nil {
-		os.WriteFile(filepath.Join(*dir, paths.KeeperSSHFile), append(b, '\n'), 0600)
+		os.WriteFile(filepath.Join(dir, paths.KeeperSSHFile), append(b, '\n'), 0600)
 	}
-	sock := ControlSocket(*dir)
+	sock := ControlSocket(dir)
 	os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
-	log.Info("ollie-remote keeper: holding hosts", "ssh", ssh.String(), "dir", *dir)
-	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktop.KeeperBroker(log), dir: *dir, ssh: ssh}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			k.mu.Lock()
-			k.active++
-			k.mu.Unlock()
-			go func() {
-				k.serve(c)
-				k.mu.Lock()
-				k.active--
-				k.mu.Unlock()
-			}()
+	log.Info("ollie-remote keeper: holding hosts", "ssh", ssh.String(), "dir", dir)
+	k := &keeper{hosts: map[string]*heldHost{}, log: log, ln: ln, quit: make(chan struct{}), broker: desktop.KeeperBroker(log), dir: dir, ssh: ssh}
+	go k.acceptRequests()
+	stopDesk, deskDone := k.serveDesk()
+	go k.quitWhenIdle()
+	k.waitQuit()
+	k.shutdown(sock, stopDesk, deskDone)
+	return 0
+}
+
+// parseFlags reads the keeper's directory and the ssh configuration it
+// holds its hosts with from its command line.
+func parseFlags(args []string) (dir string, ssh paths.SSHConfig, ok bool) {
+	fl := flag.NewFlagSet(Command, flag.ContinueOnError)
+	d := fl.String("dir", paths.RemoteDir(), "")
+	config := fl.String("F", "", "")
+	var known []string
+	fl.Func("known-hosts", "", func(s string) error { known = append(known, s); return nil })
+	if err := fl.Parse(args); err != nil {
+		return "", paths.SSHConfig{}, false
+	}
+	return *d, paths.NewSSHConfig(*config, known), true
+}
+
+// acceptRequests serves each control connection in a goroutine of its
+// own, counted in active, until the listener is closed.
+func (k *keeper) acceptRequests() {
+	for {
+		c, err := k.ln.Accept()
+		if err != nil {
+			return
 		}
-	}()
-	dctx, stopDesk := context.WithCancel(context.Background())
+		k.mu.Lock()
+		k.active++
+		k.mu.Unlock()
+		go func() {
+			k.serve(c)
+			k.mu.Lock()
+			k.active--
+			k.mu.Unlock()
+		}()
+	}
+}
+
+// serveDesk serves the desktop's namespace (Desk, when set) until stop
+// is called; done is closed once it has returned.
+func (k *keeper) serveDesk() (stop func(), done <-chan struct{}) {
+	ctx, stop := context.WithCancel(context.Background())
 	deskDone := make(chan struct{})
 	go func() {
 		defer close(deskDone)
 		if Desk == nil {
 			return
 		}
-		if err := Desk(dctx, *dir, k.fleet, log); err != nil {
-			log.Error("ollie-remote keeper: the desktop's namespace", "err", err)
+		if err := Desk(ctx, k.dir, k.fleet, k.log); err != nil {
+			k.log.Error("ollie-remote keeper: the desktop's namespace", "err", err)
 		}
 	}()
-	// A keeper holding no host and answering nothing has no reason to stay
-	// (an up that failed everywhere leaves one behind otherwise).
-	go func() {
-		idle := 0
-		for range time.Tick(time.Second) {
-			k.mu.Lock()
-			empty := len(k.hosts) == 0 && k.active == 0
-			k.mu.Unlock()
-			if idle = map[bool]int{true: idle + 1, false: 0}[empty]; idle >= 10 {
-				k.once.Do(func() { close(k.quit) })
-				return
-			}
+	return stop, deskDone
+}
+
+// quitWhenIdle ends the keeper once it has held no host and answered
+// nothing for ten seconds: such a keeper has no reason to stay (an up
+// that failed everywhere leaves one behind otherwise).
+func (k *keeper) quitWhenIdle() {
+	idle := 0
+	for range time.Tick(time.Second) {
+		k.mu.Lock()
+		empty := len(k.hosts) == 0 && k.active == 0
+		k.mu.Unlock()
+		if idle = map[bool]int{true: idle + 1, false: 0}[empty]; idle >= 10 {
+			k.once.Do(func() { close(k.quit) })
+			return
 		}
-	}()
+	}
+}
+
+// waitQuit returns once the keeper is told to quit or gets SIGINT or
+// SIGTERM.
+func (k *keeper) waitQuit() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	select {
 	case <-k.quit:
 	case s := <-sigs:
-		log.Info("ollie-remote keeper: signal", "signal", s)
+		k.log.Info("ollie-remote keeper: signal", "signal", s)
 	}
-	ln.Close()
+}
+
+// shutdown stops taking requests, lets those in progress finish, stops
+// the desktop's namespace and lets every host go.
+func (k *keeper) shutdown(sock string, stopDesk func(), deskDone <-chan struct{}) {
+	k.ln.Close()
 	os.Remove(sock)
 	// The request that emptied the keeper (the last down) still owes its
 	// client an answer: let the requests in progress finish first.
@@ -183,7 +221,6 @@ func Main(args []string) int {
 		h.close()
 	}
 	k.mu.Unlock()
-	return 0
 }
 
 // Ensure starts the keeper of the ssh configuration s in the
