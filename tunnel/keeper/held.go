@@ -94,24 +94,11 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 		return "", nil, err
 	}
 	k.mu.Lock()
-	if h := k.hosts[req.Host]; h != nil {
-		k.mu.Unlock()
-		progress("already up")
-		if req.Models != nil {
-			if err := h.waitModels(ctx, k.startModels(h, req.Models), progress); err != nil {
-				return h.sock, nil, err
-			}
-		}
-		if req.Bundle == nil {
-			return h.sock, nil, nil
-		}
-		r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, progress)
-		if r.Err != "" {
-			return h.sock, &r, errors.New(r.Err)
-		}
-		return h.sock, &r, nil
-	}
+	held := k.hosts[req.Host]
 	k.mu.Unlock()
+	if held != nil {
+		return k.upAgain(ctx, held, req, progress)
+	}
 
 	opts := tunnel.Options{ConfigFile: req.Config, KnownHosts: req.Known, AcceptNew: req.AcceptNew, Override: req.Override, Log: k.log.With("host", req.Host)}
 	th := tunnel.NewHost(req.Host, opts)
@@ -170,6 +157,25 @@ func (k *keeper) up(ctx context.Context, req Request, progress func(string)) (st
 		}
 	}
 	return h.sock, dr, nil
+}
+
+// upAgain is up for a host already held: it gives the host the desktop's
+// model and deploys the bundle, when asked to, over the connection held.
+func (k *keeper) upAgain(ctx context.Context, h *heldHost, req Request, progress func(string)) (string, *deploy.Result, error) {
+	progress("already up")
+	if req.Models != nil {
+		if err := h.waitModels(ctx, k.startModels(h, req.Models), progress); err != nil {
+			return h.sock, nil, err
+		}
+	}
+	if req.Bundle == nil {
+		return h.sock, nil, nil
+	}
+	r := h.deploy(ctx, req.Bundle, req.Keep, req.Deadlines, progress)
+	if r.Err != "" {
+		return h.sock, &r, errors.New(r.Err)
+	}
+	return h.sock, &r, nil
 }
 
 // dial reaches the host's namespace over the current connection. On a
