@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,28 +22,85 @@ import (
 	"ollie/ns/client"
 )
 
-const shellHelp = `ollie shell: paths are relative to the working directory; / is the root.
-  cd [DIR]                  change directory (default /)
-  pwd                       print the working directory
-  ls [-l] [PATH...]         list directories
-  cat FILE...               print files; streams are followed until they end or ^C
-  echo [-n] TEXT > FILE     write TEXT and a newline to FILE as one request (>> too)
-  rdwr FILE [TEXT...]       send TEXT and a newline as a request to FILE, print the reply
-  rdwrs FILE [FILTER...]    subscribe to FILE with FILTER, print items as they come until ^C
-  stat PATH...              print metadata
-  chat [-profile P] [-model M] [AGENT]  talk to an agent (default: this directory's
-                            agent, else the chat agent of the session named after
-                            the directory ollie started in); /help there
-  help                      this help; cat /help prints the namespace reference
-  exit [N]                  leave the shell
-ls, cat and stat take globs (* ? [...] within one element, 'host/*/name'):
+const (
+	shellHelpHead = `ollie shell: paths are relative to the working directory; / is the root.
+`
+	shellHelpTail = `ls, cat and stat take globs (* ? [...] within one element, 'host/*/name'):
 each file matched in lexical order, each line prefixed with its path.
 Quote with '...' or "..."; # starts a comment. ^C interrupts a command; ^D leaves.
 Control characters the server sent are shown escaped (\x1b); content only on a terminal.
 `
+	shellHelpColumn = 28 // where the text of each command's help starts
+)
 
-// shellCommands are the shell's commands, for completion.
-var shellCommands = []string{"cat", "cd", "chat", "echo", "exit", "help", "ls", "pwd", "rdwr", "rdwrs", "stat"}
+// A shellCommand is one command of the shell. shellTable declares them
+// all: the help text and the dispatch are both read from it.
+type shellCommand struct {
+	name     string
+	synopsis string // as help shows it
+	help     string // what it does; help indents its further lines under the first
+	run      func(sh *ollieShell, ctx context.Context, call shellCall) error
+}
+
+// shellTable is in the order help lists the commands.
+var shellTable = []shellCommand{
+	{"cd", "cd [DIR]", "change directory (default /)", (*ollieShell).cd},
+	{"pwd", "pwd", "print the working directory", (*ollieShell).pwd},
+	{"ls", "ls [-l] [PATH...]", "list directories", (*ollieShell).ls},
+	{"cat", "cat FILE...", "print files; streams are followed until they end or ^C", (*ollieShell).cat},
+	{"echo", "echo [-n] TEXT > FILE", "write TEXT and a newline to FILE as one request (>> too)", (*ollieShell).echo},
+	{"rdwr", "rdwr FILE [TEXT...]", "send TEXT and a newline as a request to FILE, print the reply", (*ollieShell).rdwr},
+	{"rdwrs", "rdwrs FILE [FILTER...]", "subscribe to FILE with FILTER, print items as they come until ^C", (*ollieShell).rdwr},
+	{"stat", "stat PATH...", "print metadata", (*ollieShell).stat},
+	{"chat", "chat [-profile P] [-model M] [AGENT]", "talk to an agent (default: this directory's\n" +
+		"agent, else the chat agent of the session named after\n" +
+		"the directory ollie started in); /help there", (*ollieShell).chat},
+	{"help", "help", "this help; cat /help prints the namespace reference", (*ollieShell).help},
+	{"exit", "exit [N]", "leave the shell", (*ollieShell).exit},
+}
+
+// shellHelp is the help command's text, made from shellTable by init:
+// the table holds the help command, so the text cannot be made in the
+// table's own initialization.
+var shellHelp string
+
+func init() {
+	var b strings.Builder
+	b.WriteString(shellHelpHead)
+	for _, c := range shellTable {
+		writeCommandHelp(&b, shellHelpColumn, false, c.synopsis, c.help)
+	}
+	b.WriteString(shellHelpTail)
+	shellHelp = b.String()
+}
+
+// shellCommands are the shell's command names in lexical order, for completion.
+var shellCommands = func() []string {
+	var names []string
+	for _, c := range shellTable {
+		names = append(names, c.name)
+	}
+	slices.Sort(names)
+	return names
+}()
+
+// writeCommandHelp writes one command's entry in a help text: the
+// synopsis indented by two spaces, then from column col the help, its
+// further lines indented to col. A synopsis too long for its column is
+// followed by two spaces, or with wrap by the help on lines of its own.
+func writeCommandHelp(b *strings.Builder, col int, wrap bool, synopsis, help string) {
+	b.WriteString("  " + synopsis)
+	indent := strings.Repeat(" ", col)
+	switch gap := col - 2 - len(synopsis); {
+	case gap >= 2:
+		b.WriteString(strings.Repeat(" ", gap))
+	case wrap:
+		b.WriteString("\n" + indent)
+	default:
+		b.WriteString("  ")
+	}
+	b.WriteString(strings.ReplaceAll(help, "\n", "\n"+indent) + "\n")
+}
 
 // An ollieShell runs command lines against one connection to the namespace.
 type ollieShell struct {
@@ -250,182 +308,231 @@ func (sh *ollieShell) abs(p string) string {
 	return path.Join(sh.cwd, p)
 }
 
-// command runs one parsed command.
-func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
+// A shellCall is a command line parsed: the command, its arguments and
+// the redirection of its output, if any.
+type shellCall struct {
+	name     string
+	args     []string
+	redirect string // ">" or ">>", or "" for none
+	target   string // the file redirect names
+}
+
+// parseCall reads a command line's words as a shellCall.
+func parseCall(words []shellWord) (shellCall, error) {
 	if words[0].op != "" {
-		return fmt.Errorf("syntax error: %s with no command", words[0].op)
+		return shellCall{}, fmt.Errorf("syntax error: %s with no command", words[0].op)
 	}
-	name := words[0].text
-	var args []string
-	var redirect, target string
+	call := shellCall{name: words[0].text}
 	for i := 1; i < len(words); i++ {
 		w := words[i]
 		if w.op == "" {
-			args = append(args, w.text)
+			call.args = append(call.args, w.text)
 			continue
 		}
-		if redirect != "" || i+1 == len(words) || words[i+1].op != "" {
-			return fmt.Errorf("syntax error: %s takes one file", w.op)
+		if call.redirect != "" || i+1 == len(words) || words[i+1].op != "" {
+			return shellCall{}, fmt.Errorf("syntax error: %s takes one file", w.op)
 		}
-		redirect, target = w.op, words[i+1].text
+		call.redirect, call.target = w.op, words[i+1].text
 		i++
 	}
-	if redirect != "" && name != "echo" {
-		return fmt.Errorf("%s: only echo writes with %s (try rdwr or echo)", name, redirect)
-	}
-	out := sh.stdout
+	return call, nil
+}
 
-	switch name {
-	case "help":
-		io.WriteString(out, shellHelp)
-	case "exit":
-		switch len(args) {
-		case 0:
-			if sh.interactive {
-				return shellExit(ollieExitOK)
-			}
-			return shellExit(sh.status())
-		case 1:
-			n, err := strconv.Atoi(args[0])
-			if err != nil || n < 0 || n > 255 {
-				return fmt.Errorf("exit: %q is not a status from 0 to 255", args[0])
-			}
-			return shellExit(n)
-		}
-		return errors.New("usage: exit [N]")
-	case "pwd":
-		fmt.Fprintln(out, termsafe.Line(sh.cwd))
-	case "cd":
-		if len(args) > 1 {
-			return errors.New("usage: cd [DIR]")
-		}
-		dir := "/"
-		if len(args) == 1 {
-			if client.HasGlob(args[0]) {
-				return errors.New("cd: a glob in cd: name one directory")
-			}
-			dir = sh.abs(args[0])
-		}
-		d, err := sh.conn.Stat(ctx, dir)
-		if err != nil {
-			return err
-		}
-		if d.Qid.Type&plan9.QTDIR == 0 {
-			return fmt.Errorf("cd: %s: not a directory", dir)
-		}
-		sh.cwd = dir
-	case "ls":
-		long := false
-		if len(args) > 0 && args[0] == "-l" {
-			long, args = true, args[1:]
-		}
-		if len(args) == 0 {
-			args = []string{"."}
-		}
-		var failed error
-		for i, a := range args {
-			if len(args) > 1 {
-				if i > 0 {
-					fmt.Fprintln(out)
-				}
-				fmt.Fprintf(out, "%s:\n", termsafe.Line(a))
-			}
-			var err error
-			if client.HasGlob(a) {
-				err = sh.glob(ctx, "ls", a, long, out)
-			} else {
-				err = ollieLs(ctx, sh.conn, sh.abs(a), a, long, out)
-			}
-			if err != nil {
-				if ctx.Err() != nil || errors.Is(err, client.ErrConnLost) {
-					return err
-				}
-				if !errors.Is(err, errReported) {
-					ollieError(sh.stderr, err)
-				}
-				failed = err
-			}
-		}
-		if failed != nil {
-			sh.failed = true
-		}
-	case "cat":
-		if len(args) == 0 {
-			return errors.New("usage: cat FILE...")
-		}
-		content, flush := sh.content()
-		defer flush()
-		for _, a := range args {
-			if client.HasGlob(a) {
-				if err := sh.glob(ctx, "read", a, false, content); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := sh.conn.Follow(ctx, sh.abs(a), content); err != nil {
-				return err
-			}
-		}
-	case "echo":
-		nl := "\n"
-		if len(args) > 0 && args[0] == "-n" {
-			nl, args = "", args[1:]
-		}
-		text := strings.Join(args, " ") + nl
-		if redirect == "" {
-			io.WriteString(out, text)
-			return nil
-		}
-		if client.HasGlob(target) {
-			return errors.New("echo: " + globRefused("echo"))
-		}
-		// Every write to a namespace file is one request: > and >>
-		// both send it, the server keeps no file contents to truncate.
-		return sh.conn.Write(ctx, sh.abs(target), []byte(text))
-	case "rdwr", "rdwrs":
-		if len(args) == 0 {
-			return fmt.Errorf("usage: %s FILE [TEXT...]", name)
-		}
-		if client.HasGlob(args[0]) {
-			return errors.New(name + ": " + globRefused(name))
-		}
-		var req []byte
-		if len(args) > 1 {
-			req = []byte(strings.Join(args[1:], " ") + "\n")
-		}
-		content, flush := sh.content()
-		defer flush()
-		if name == "rdwrs" {
-			return sh.conn.Subscribe(ctx, sh.abs(args[0]), req, content)
-		}
-		reply, err := sh.conn.RdWr(ctx, sh.abs(args[0]), req)
-		content.Write(reply)
+// command runs one parsed command.
+func (sh *ollieShell) command(ctx context.Context, words []shellWord) error {
+	call, err := parseCall(words)
+	if err != nil {
 		return err
-	case "stat":
-		if len(args) == 0 {
-			return errors.New("usage: stat PATH...")
+	}
+	if call.redirect != "" && call.name != "echo" {
+		return fmt.Errorf("%s: only echo writes with %s (try rdwr or echo)", call.name, call.redirect)
+	}
+	i := slices.IndexFunc(shellTable, func(c shellCommand) bool { return c.name == call.name })
+	if i < 0 {
+		return fmt.Errorf("%s: unknown command (type help)", call.name)
+	}
+	return shellTable[i].run(sh, ctx, call)
+}
+
+func (sh *ollieShell) help(ctx context.Context, call shellCall) error {
+	io.WriteString(sh.stdout, shellHelp)
+	return nil
+}
+
+func (sh *ollieShell) exit(ctx context.Context, call shellCall) error {
+	switch len(call.args) {
+	case 0:
+		if sh.interactive {
+			return shellExit(ollieExitOK)
 		}
-		for i, a := range args {
+		return shellExit(sh.status())
+	case 1:
+		n, err := strconv.Atoi(call.args[0])
+		if err != nil || n < 0 || n > 255 {
+			return fmt.Errorf("exit: %q is not a status from 0 to 255", call.args[0])
+		}
+		return shellExit(n)
+	}
+	return errors.New("usage: exit [N]")
+}
+
+func (sh *ollieShell) pwd(ctx context.Context, call shellCall) error {
+	fmt.Fprintln(sh.stdout, termsafe.Line(sh.cwd))
+	return nil
+}
+
+func (sh *ollieShell) cd(ctx context.Context, call shellCall) error {
+	if len(call.args) > 1 {
+		return errors.New("usage: cd [DIR]")
+	}
+	dir := "/"
+	if len(call.args) == 1 {
+		if client.HasGlob(call.args[0]) {
+			return errors.New("cd: a glob in cd: name one directory")
+		}
+		dir = sh.abs(call.args[0])
+	}
+	d, err := sh.conn.Stat(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if d.Qid.Type&plan9.QTDIR == 0 {
+		return fmt.Errorf("cd: %s: not a directory", dir)
+	}
+	sh.cwd = dir
+	return nil
+}
+
+// ls lists each of its arguments in turn: one that fails is reported and
+// the rest are still listed, unless the command was interrupted or the
+// connection lost.
+func (sh *ollieShell) ls(ctx context.Context, call shellCall) error {
+	args, out := call.args, sh.stdout
+	long := false
+	if len(args) > 0 && args[0] == "-l" {
+		long, args = true, args[1:]
+	}
+	if len(args) == 0 {
+		args = []string{"."}
+	}
+	var failed error
+	for i, a := range args {
+		if len(args) > 1 {
 			if i > 0 {
 				fmt.Fprintln(out)
 			}
-			var err error
-			if client.HasGlob(a) {
-				err = sh.glob(ctx, "stat", a, false, out)
-			} else {
-				err = ollieStat(ctx, sh.conn, sh.abs(a), out)
-			}
-			if err != nil {
+			fmt.Fprintf(out, "%s:\n", termsafe.Line(a))
+		}
+		var err error
+		if client.HasGlob(a) {
+			err = sh.glob(ctx, "ls", a, long, out)
+		} else {
+			err = ollieLs(ctx, sh.conn, sh.abs(a), a, long, out)
+		}
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, client.ErrConnLost) {
 				return err
 			}
+			if !errors.Is(err, errReported) {
+				ollieError(sh.stderr, err)
+			}
+			failed = err
 		}
-	case "chat":
-		// A script's lines are its own commands, not prompts.
-		return errors.New("chat: talks to a person at a terminal; from a script, run ollie chat with the prompts on its standard input")
-	default:
-		return fmt.Errorf("%s: unknown command (type help)", name)
+	}
+	if failed != nil {
+		sh.failed = true
 	}
 	return nil
+}
+
+func (sh *ollieShell) cat(ctx context.Context, call shellCall) error {
+	if len(call.args) == 0 {
+		return errors.New("usage: cat FILE...")
+	}
+	content, flush := sh.content()
+	defer flush()
+	for _, a := range call.args {
+		if client.HasGlob(a) {
+			if err := sh.glob(ctx, "read", a, false, content); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := sh.conn.Follow(ctx, sh.abs(a), content); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sh *ollieShell) echo(ctx context.Context, call shellCall) error {
+	args := call.args
+	nl := "\n"
+	if len(args) > 0 && args[0] == "-n" {
+		nl, args = "", args[1:]
+	}
+	text := strings.Join(args, " ") + nl
+	if call.redirect == "" {
+		io.WriteString(sh.stdout, text)
+		return nil
+	}
+	if client.HasGlob(call.target) {
+		return errors.New("echo: " + globRefused("echo"))
+	}
+	// Every write to a namespace file is one request: > and >>
+	// both send it, the server keeps no file contents to truncate.
+	return sh.conn.Write(ctx, sh.abs(call.target), []byte(text))
+}
+
+// rdwr is rdwr and rdwrs: one request and its reply, or a subscription.
+func (sh *ollieShell) rdwr(ctx context.Context, call shellCall) error {
+	name, args := call.name, call.args
+	if len(args) == 0 {
+		return fmt.Errorf("usage: %s FILE [TEXT...]", name)
+	}
+	if client.HasGlob(args[0]) {
+		return errors.New(name + ": " + globRefused(name))
+	}
+	var req []byte
+	if len(args) > 1 {
+		req = []byte(strings.Join(args[1:], " ") + "\n")
+	}
+	content, flush := sh.content()
+	defer flush()
+	if name == "rdwrs" {
+		return sh.conn.Subscribe(ctx, sh.abs(args[0]), req, content)
+	}
+	reply, err := sh.conn.RdWr(ctx, sh.abs(args[0]), req)
+	content.Write(reply)
+	return err
+}
+
+func (sh *ollieShell) stat(ctx context.Context, call shellCall) error {
+	if len(call.args) == 0 {
+		return errors.New("usage: stat PATH...")
+	}
+	for i, a := range call.args {
+		if i > 0 {
+			fmt.Fprintln(sh.stdout)
+		}
+		var err error
+		if client.HasGlob(a) {
+			err = sh.glob(ctx, "stat", a, false, sh.stdout)
+		} else {
+			err = ollieStat(ctx, sh.conn, sh.abs(a), sh.stdout)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chat refuses: at a terminal repl runs the chat before the line reaches
+// command.
+func (sh *ollieShell) chat(ctx context.Context, call shellCall) error {
+	// A script's lines are its own commands, not prompts.
+	return errors.New("chat: talks to a person at a terminal; from a script, run ollie chat with the prompts on its standard input")
 }
 
 // glob runs ls, read or stat on the files pattern matches (globCmd),
