@@ -135,16 +135,10 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		return false
 	}
 	now := time.Now()
-	h.mu.Lock()
-	d := &h.daemon
-	if d.supervisor != "" || d.stopped || now.Before(d.notBefore) ||
-		!d.checked.IsZero() && now.Sub(d.checked) < checkEvery {
-		h.mu.Unlock()
+	sock, due := h.dueForLook(now)
+	if !due {
 		return false
 	}
-	d.checked = now
-	sock := h.remoteSock
-	h.mu.Unlock()
 
 	// One start at a time per host: dial starts it too.
 	h.startMu.Lock()
@@ -156,77 +150,140 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		// Let go, or the connection dropped: nothing said of the daemon.
 		return false
 	}
-	var pid, panicked, last, verb, started string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		k, v, _ := strings.Cut(l, " ")
-		switch k {
-		case "pid":
-			pid = v
-		case "panic":
-			panicked = v
-		case "log":
-			last = v
-		case "stopped", "running", "started":
-			verb, started = k, v
-		}
-	}
-	if err == nil && verb == "stopped" {
+	seen := parseRevive(out)
+	if err == nil && seen.verb == "stopped" {
 		h.mu.Lock()
-		d.stopped = true
+		h.daemon.stopped = true
 		h.mu.Unlock()
 		log.Info("ollie-remote: olliesrv shut down on the host; the keeper does not start it (the next ollie -H or deploy does)")
 		return false
 	}
-	if err == nil && verb == "running" {
+	if err == nil && seen.verb == "running" {
 		// Slow, or started by someone else: it holds its lock.
 		return false
 	}
 	if err != nil {
 		// Another olliesrv start (ollie on the host, say) may have
 		// won the race for the lock: then one runs, and nothing failed.
-		sctx, cancel := deploy.Within(ctx, h.deadlines.ForStep())
-		out, aerr := c.RunLimit(sctx, deploy.Sh(startScript), nil, deploy.MaxSmallReply)
-		cancel()
-		again, rest, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-		switch {
-		case aerr == nil && again == "running":
+		switch again, rest := h.startAgain(ctx, c); again {
+		case "running":
 			return false
-		case aerr == nil && again == "started":
-			err, started = nil, rest
+		case "started":
+			err, seen.started = nil, rest
 		}
 	}
-	var cause string
+	cause := termsafe.Field(h.deathCause(err, seen), maxCause)
+	restarts, loop := h.recordStart(now, sock, err, cause, seen.started)
 	if err != nil {
+		log.Warn("ollie-remote: olliesrv on the host is gone and did not start again", "cause", cause)
+	} else {
+		log.Info("ollie-remote: olliesrv on the host died; started it again", "restarts", restarts, "cause", cause, "now", seen.started)
+	}
+	if loop != nil {
+		log.Warn(fmt.Sprintf("ollie-remote: olliesrv on the host is in a crash loop: it died %d times in %v; starting it again less often, up to every %v", loop.deaths, loop.over.Round(time.Second), maxBackoff),
+			"cause", cause, "next_in", loop.next)
+	}
+	return err == nil
+}
+
+// dueForLook reports whether revive is to look at the daemon now, and on
+// which socket: not while systemd runs it, once it was stopped on
+// purpose, in a crash loop's wait, or within checkEvery of the last look.
+func (h *heldHost) dueForLook(now time.Time) (sock string, due bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := &h.daemon
+	if d.supervisor != "" || d.stopped || now.Before(d.notBefore) ||
+		!d.checked.IsZero() && now.Sub(d.checked) < checkEvery {
+		return "", false
+	}
+	d.checked = now
+	return h.remoteSock, true
+}
+
+// reviveReport is what reviveScript printed: the dead daemon's pid, its
+// panic and its log's last line, and what starting it again did (verb:
+// stopped, running or started; started: the rest of that line).
+type reviveReport struct {
+	pid, panicked, last, verb, started string
+}
+
+func parseRevive(out []byte) reviveReport {
+	var r reviveReport
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		switch k {
+		case "pid":
+			r.pid = v
+		case "panic":
+			r.panicked = v
+		case "log":
+			r.last = v
+		case "stopped", "running", "started":
+			r.verb, r.started = k, v
+		}
+	}
+	return r
+}
+
+// startAgain runs olliesrv start once more and returns the first word
+// it printed (running, started) and the rest of its line; "" when it
+// failed too.
+func (h *heldHost) startAgain(ctx context.Context, c *tunnel.Client) (verb, rest string) {
+	sctx, cancel := deploy.Within(ctx, h.deadlines.ForStep())
+	defer cancel()
+	out, err := c.RunLimit(sctx, deploy.Sh(startScript), nil, deploy.MaxSmallReply)
+	if err != nil {
+		return "", ""
+	}
+	verb, rest, _ = strings.Cut(strings.TrimSpace(string(out)), " ")
+	return verb, rest
+}
+
+// deathCause says why the keeper started the daemon again, or failed to,
+// given startErr, what starting it said.
+func (h *heldHost) deathCause(startErr error, seen reviveReport) string {
+	if startErr != nil {
 		// olliesrv start's words (its own "olliesrv start:" first): the
 		// new daemon exited at once, and the tail of its log.
-		cause = deploy.RemoteError("starting it again failed", err).Error()
-	} else if d.failed > 0 {
+		return deploy.RemoteError("starting it again failed", startErr).Error()
+	}
+	h.mu.Lock()
+	failed, lastCause := h.daemon.failed, h.daemon.cause
+	h.mu.Unlock()
+	if failed > 0 {
 		// The log ends with the failed starts' words, and the daemon
 		// that died first is long gone.
-		h.mu.Lock()
-		cause = fmt.Sprintf("started after %d failed %s; the last: %s", d.failed, plural(d.failed, "start", "starts"), d.cause)
-		h.mu.Unlock()
-	} else {
-		cause = "olliesrv"
-		if pid != "" {
-			cause += " (pid " + pid + ")"
-		}
-		cause += " died without shutting down"
-		switch {
-		case panicked != "":
-			cause += ": " + panicked
-		case last != "" && !strings.HasPrefix(last, "time=") || strings.Contains(last, "level=ERROR"):
-			// Words on standard error, or an error logged: what a
-			// daemon that exits says last. A log line of its work
-			// says nothing of a SIGKILL.
-			cause += "; its log ends: " + last
-		default:
-			cause += " (killed: SIGKILL, or the out-of-memory killer)"
-		}
+		return fmt.Sprintf("started after %d failed %s; the last: %s", failed, plural(failed, "start", "starts"), lastCause)
 	}
-	cause = termsafe.Field(cause, maxCause)
+	cause := "olliesrv"
+	if seen.pid != "" {
+		cause += " (pid " + seen.pid + ")"
+	}
+	cause += " died without shutting down"
+	switch last := seen.last; {
+	case seen.panicked != "":
+		cause += ": " + seen.panicked
+	case last != "" && !strings.HasPrefix(last, "time=") || strings.Contains(last, "level=ERROR"):
+		// Words on standard error, or an error logged: what a
+		// daemon that exits says last. A log line of its work
+		// says nothing of a SIGKILL.
+		cause += "; its log ends: " + last
+	default:
+		cause += " (killed: SIGKILL, or the out-of-memory killer)"
+	}
+	return cause
+}
+
+// recordStart notes a start the keeper tried at now, failed with
+// startErr or not, in the daemon's state, and returns the restarts so
+// far and the crash loop to report, if this start is the first seen in
+// one.
+func (h *heldHost) recordStart(now time.Time, sock string, startErr error, cause, started string) (restarts int, loop *crashLoop) {
 	h.mu.Lock()
-	if err != nil {
+	defer h.mu.Unlock()
+	d := &h.daemon
+	if startErr != nil {
 		d.failed++
 	} else {
 		d.failed = 0
@@ -238,6 +295,21 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 		}
 	}
 	d.cause, d.at = cause, now
+	return d.restarts, d.countTry(now)
+}
+
+// crashLoop is a crash loop as first seen: deaths within over, and the
+// wait before the next start.
+type crashLoop struct {
+	deaths int
+	over   time.Duration
+	next   time.Duration
+}
+
+// countTry counts a start tried at now. From the loopStarts-th within
+// loopWindow on, the next start waits a backoff that doubles; the first
+// time it does, countTry returns the loop, to be reported.
+func (d *daemonState) countTry(now time.Time) *crashLoop {
 	if len(d.tries) > 0 && now.Sub(d.tries[len(d.tries)-1]) > loopWindow {
 		// The last one ran a while: whatever loop there was is over.
 		d.tries, d.backoff, d.loop = nil, 0, false
@@ -246,26 +318,16 @@ func (h *heldHost) revive(ctx context.Context, c *tunnel.Client, log *slog.Logge
 	for len(d.tries) > 0 && now.Sub(d.tries[0]) > loopWindow {
 		d.tries = d.tries[1:]
 	}
-	n, first := len(d.tries), d.tries[0]
-	report := false
-	if n >= loopStarts {
-		d.backoff = min(max(2*d.backoff, 2*time.Second), maxBackoff)
-		d.notBefore = time.Now().Add(d.backoff)
-		report, d.loop = !d.loop, true
+	if len(d.tries) < loopStarts {
+		return nil
 	}
-	backoff := d.backoff
-	restarts := d.restarts
-	h.mu.Unlock()
-	if err != nil {
-		log.Warn("ollie-remote: olliesrv on the host is gone and did not start again", "cause", cause)
-	} else {
-		log.Info("ollie-remote: olliesrv on the host died; started it again", "restarts", restarts, "cause", cause, "now", started)
+	d.backoff = min(max(2*d.backoff, 2*time.Second), maxBackoff)
+	d.notBefore = time.Now().Add(d.backoff)
+	if d.loop {
+		return nil
 	}
-	if report {
-		log.Warn(fmt.Sprintf("ollie-remote: olliesrv on the host is in a crash loop: it died %d times in %v; starting it again less often, up to every %v", n, now.Sub(first).Round(time.Second), maxBackoff),
-			"cause", cause, "next_in", backoff)
-	}
-	return err == nil
+	d.loop = true
+	return &crashLoop{deaths: len(d.tries), over: now.Sub(d.tries[0]), next: d.backoff}
 }
 
 // Restarts says what the keeper did for the host's daemon, for status:
