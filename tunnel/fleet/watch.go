@@ -25,8 +25,11 @@ const (
 // the host is lost, or ctx ends. Once, it reads the host's state one time
 // and returns.
 func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
-	dir := "session/" + r.Run.Session + "/"
-	agentDir := dir + "agent/" + agentName + "/"
+	w := &watcher{r: r, h: h, sock: sock, once: once, dir: "session/" + r.Run.Session + "/", lostAfter: r.Cfg.LostAfter}
+	w.agentDir = w.dir + "agent/" + agentName + "/"
+	if w.lostAfter <= 0 {
+		w.lostAfter = 2 * time.Minute
+	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if !once {
@@ -34,136 +37,179 @@ func (r *Runner) watch(ctx context.Context, h *Host, sock string, once bool) {
 		r.mu.Lock()
 		fromStart := h.Steps == 0
 		r.mu.Unlock()
-		go r.follow(wctx, h, sock, agentDir+"chat", fromStart)
+		go r.follow(wctx, h, sock, w.agentDir+"chat", fromStart)
 	}
-
-	var c *client.Conn
 	defer func() {
-		if c != nil {
-			c.Close()
+		if w.c != nil {
+			w.c.Close()
 		}
 	}()
-	lostAfter := r.Cfg.LostAfter
-	if lostAfter <= 0 {
-		lostAfter = 2 * time.Minute
-	}
-	var (
-		downSince time.Time
-		started   string // the daemon's start time, to notice a restart
-		busy      bool   // the agent was seen working since it was (re)started
-		// restarted: the daemon restarted and the agent has not been
-		// given its goal again yet. What its stats show meanwhile (a
-		// restored agent's turns, the interruption as its last error, a
-		// state seen while it was being restored) is the old turn's.
-		restarted bool
-		idleSince time.Time
-	)
 	for ctx.Err() == nil {
-		var err error
-		if c == nil {
-			c, err = dialHost(sock)
-		}
-		var st wire.Stats
-		var goal, daemon string
-		if err == nil {
-			st, goal, daemon, err = readState(ctx, c, agentDir, dir)
-		}
+		st, goal, daemon, err := w.read(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if w.unreachable(ctx, err) {
 				return
 			}
-			if isGone(err) {
-				r.fail(h, "failed", "its session or agent is gone: "+err.Error())
-				return
-			}
-			if once {
-				r.update(h, func(h *Host) { h.State = "unreachable now: " + err.Error() })
-				return
-			}
-			if c != nil {
-				c.Close()
-				c = nil
-			}
-			if downSince.IsZero() {
-				downSince = time.Now()
-			}
-			if time.Since(downSince) > lostAfter {
-				r.fail(h, "lost", fmt.Sprintf("unreachable for %s (%s); its agent may go on: fleet attach %s", lostAfter, tunnelState(ctx, r, h.Name), r.Run.ID))
-				return
-			}
-			r.update(h, func(h *Host) { h.State = "reconnecting: " + tunnelState(ctx, r, h.Name) })
-			sleep(ctx, time.Second)
 			continue
 		}
-		downSince = time.Time{}
-		if started == "" {
-			started = daemon
-		} else if daemon != started {
-			// The daemon restarted: the session is durable, but the turn
-			// it ran was interrupted. The run picks it up.
-			started, busy, restarted = daemon, false, true
-			r.update(h, func(h *Host) {
-				h.Notes = append(h.Notes, "olliesrv restarted during the run; its session was picked up")
-			})
-		}
+		w.downSince = time.Time{}
+		w.sawDaemon(daemon)
 		r.update(h, func(h *Host) {
 			h.Steps, h.ToolCalls, h.Tokens = max(h.Steps, st.Steps), max(h.ToolCalls, st.ToolCalls), max(h.Tokens, st.PromptTokens+st.CompletionTokens)
 		})
-		working := st.State == wire.StateThinking || st.State == wire.StateCalling || st.Queued > 0
-		if working && restarted {
-			// The restored agent went on with its cut turn by itself
-			// (a session's resume=auto): it needs no prompt from the run.
-			busy, restarted = true, false
-		}
-		if (working || st.Turns > 0) && !restarted {
-			busy = true
-		}
-		switch {
-		case goal == "complete" || goal == "blocked" || goal == "error":
-			r.finish(ctx, c, h, agentDir, goal, st)
+		if w.settle(ctx, st, goal) {
 			return
-		case !working && st.State != wire.StatePaused:
-			r.mu.Lock()
-			interrupted := r.interrupted
-			r.mu.Unlock()
-			if interrupted {
-				r.finish(ctx, c, h, agentDir, "interrupted", st)
-				return
-			}
-			if busy || once && st.Turns > 0 {
-				result := "done"
-				if st.LastError != "" {
-					result = "error"
-				}
-				r.finish(ctx, c, h, agentDir, result, st)
-				return
-			}
-			// Idle, never seen working: the goal is not given yet, or the
-			// daemon restarted and interrupted a turn that did not go on
-			// by itself (resume=manual). Give it again after a moment.
-			if once {
-				r.update(h, func(h *Host) { h.State = "idle" })
-				return
-			}
-			if idleSince.IsZero() {
-				idleSince = time.Now()
-			} else if time.Since(idleSince) > 3*time.Second {
-				idleSince = time.Time{}
-				g, _ := readSmall(ctx, c, dir+"goal")
-				prompt := restartPrompt(strings.TrimSpace(string(g)))
-				if err := c.Write(ctx, agentDir+"prompt", []byte(prompt)); err == nil {
-					busy, restarted = true, false
-				}
-			}
-		default:
-			idleSince = time.Time{}
 		}
 		r.update(h, func(h *Host) { h.State = stateWord(st, r.Cfg.Waiting, h.Name) })
 		if once {
 			return
 		}
-		waitChange(ctx, c, agentDir+"statewait", time.Second)
+		waitChange(ctx, w.c, w.agentDir+"statewait", time.Second)
 	}
+}
+
+// watcher is one host's watch: the connection it reads the host on and
+// what it has seen of the host's agent so far.
+type watcher struct {
+	r         *Runner
+	h         *Host
+	sock      string
+	once      bool
+	dir       string // the run's session, in the host's namespace
+	agentDir  string
+	lostAfter time.Duration
+
+	c         *client.Conn // nil while the host is not reached
+	downSince time.Time
+	started   string // the daemon's start time, to notice a restart
+	busy      bool   // the agent was seen working since it was (re)started
+	// restarted: the daemon restarted and the agent has not been
+	// given its goal again yet. What its stats show meanwhile (a
+	// restored agent's turns, the interruption as its last error, a
+	// state seen while it was being restored) is the old turn's.
+	restarted bool
+	idleSince time.Time
+}
+
+// read reads the host's state, reaching the host first when it is not.
+func (w *watcher) read(ctx context.Context) (st wire.Stats, goal, daemon string, err error) {
+	if w.c == nil {
+		if w.c, err = dialHost(w.sock); err != nil {
+			return st, "", "", err
+		}
+	}
+	return readState(ctx, w.c, w.agentDir, w.dir)
+}
+
+// unreachable deals with a read that failed, and reports whether the
+// watch is over: ctx ended, the session is gone, it was one look, or the
+// host has not answered for lostAfter. Otherwise it lets the connection
+// go and waits a second before the next try.
+func (w *watcher) unreachable(ctx context.Context, err error) (over bool) {
+	r := w.r
+	if ctx.Err() != nil {
+		return true
+	}
+	if isGone(err) {
+		r.fail(w.h, "failed", "its session or agent is gone: "+err.Error())
+		return true
+	}
+	if w.once {
+		r.update(w.h, func(h *Host) { h.State = "unreachable now: " + err.Error() })
+		return true
+	}
+	if w.c != nil {
+		w.c.Close()
+		w.c = nil
+	}
+	if w.downSince.IsZero() {
+		w.downSince = time.Now()
+	}
+	if time.Since(w.downSince) > w.lostAfter {
+		r.fail(w.h, "lost", fmt.Sprintf("unreachable for %s (%s); its agent may go on: fleet attach %s", w.lostAfter, tunnelState(ctx, r, w.h.Name), r.Run.ID))
+		return true
+	}
+	r.update(w.h, func(h *Host) { h.State = "reconnecting: " + tunnelState(ctx, r, h.Name) })
+	sleep(ctx, time.Second)
+	return false
+}
+
+// sawDaemon notes the daemon's start time, and that it restarted when
+// the time changed.
+func (w *watcher) sawDaemon(daemon string) {
+	if w.started == "" {
+		w.started = daemon
+	} else if daemon != w.started {
+		// The daemon restarted: the session is durable, but the turn
+		// it ran was interrupted. The run picks it up.
+		w.started, w.busy, w.restarted = daemon, false, true
+		w.r.update(w.h, func(h *Host) {
+			h.Notes = append(h.Notes, "olliesrv restarted during the run; its session was picked up")
+		})
+	}
+}
+
+// settle judges the agent's state and reports whether the host's part
+// of the run is over, recording its result then.
+func (w *watcher) settle(ctx context.Context, st wire.Stats, goal string) (over bool) {
+	working := st.State == wire.StateThinking || st.State == wire.StateCalling || st.Queued > 0
+	if working && w.restarted {
+		// The restored agent went on with its cut turn by itself
+		// (a session's resume=auto): it needs no prompt from the run.
+		w.busy, w.restarted = true, false
+	}
+	if (working || st.Turns > 0) && !w.restarted {
+		w.busy = true
+	}
+	switch {
+	case goal == "complete" || goal == "blocked" || goal == "error":
+		w.r.finish(ctx, w.c, w.h, w.agentDir, goal, st)
+		return true
+	case !working && st.State != wire.StatePaused:
+		return w.idle(ctx, st)
+	default:
+		w.idleSince = time.Time{}
+	}
+	return false
+}
+
+// idle is settle for an agent that does not work: its turn ended, the
+// run was interrupted, or it has not been given its goal (again) yet.
+func (w *watcher) idle(ctx context.Context, st wire.Stats) (over bool) {
+	r := w.r
+	r.mu.Lock()
+	interrupted := r.interrupted
+	r.mu.Unlock()
+	if interrupted {
+		r.finish(ctx, w.c, w.h, w.agentDir, "interrupted", st)
+		return true
+	}
+	if w.busy || w.once && st.Turns > 0 {
+		result := "done"
+		if st.LastError != "" {
+			result = "error"
+		}
+		r.finish(ctx, w.c, w.h, w.agentDir, result, st)
+		return true
+	}
+	// Idle, never seen working: the goal is not given yet, or the
+	// daemon restarted and interrupted a turn that did not go on
+	// by itself (resume=manual). Give it again after a moment.
+	if w.once {
+		r.update(w.h, func(h *Host) { h.State = "idle" })
+		return true
+	}
+	if w.idleSince.IsZero() {
+		w.idleSince = time.Now()
+	} else if time.Since(w.idleSince) > 3*time.Second {
+		w.idleSince = time.Time{}
+		g, _ := readSmall(ctx, w.c, w.dir+"goal")
+		prompt := restartPrompt(strings.TrimSpace(string(g)))
+		if err := w.c.Write(ctx, w.agentDir+"prompt", []byte(prompt)); err == nil {
+			w.busy, w.restarted = true, false
+		}
+	}
+	return false
 }
 
 // stateWord is a working agent's state for people.
