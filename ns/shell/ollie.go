@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -44,21 +45,17 @@ const (
 	ollieExitInterrupted = 130
 )
 
-const ollieUsage = `usage: ollie [-a ADDR | -H HOST] [-u UNAME] [COMMAND ARGS]
+const (
+	ollieUsageHead = `usage: ollie [-a ADDR | -H HOST] [-u UNAME] [COMMAND ARGS]
 
 Commands:
-  ls [-l] [PATH]  list a directory (default /)
-  read PATH       print a file; a stream is followed until it ends or ^C
-  write PATH      write standard input to PATH as one request
-  rdwr PATH       send standard input as a request to PATH, print the reply
-  rdwrs PATH      send standard input as a filter to PATH, print the items
-                  as they come until ^C
-  stat PATH       print a file's metadata
-  chat [-profile P] [-model M] [AGENT-PATH]
-                  talk to an agent (default: the agent "chat" of the session
-                  named after this directory, made if need be); /help there
-  help            print this help (read /help for the namespace reference)
+`
+	ollieUsageColumn = 18 // where the text of each command's help starts
+)
 
+// ollieUsageTail follows the commands in the usage text; %s is the
+// default namespace.
+const ollieUsageTail = `
 PATH may be a glob for ls, read and stat: *, ? and [...] ([^...] negates)
 match within one element of the path, against the names its directory
 lists (\ quotes them), so 'host/*/session/*/agent/*/state' names every
@@ -98,84 +95,196 @@ Exit status:
   130  interrupted (SIGINT or SIGTERM)
 `
 
+// An ollieSubcommand is one command of ollie's. ollieTable declares them
+// all: the usage text and Run's dispatch are both read from it.
+type ollieSubcommand struct {
+	name     string
+	synopsis string // as the usage shows it; after "usage: ollie " it is the usage error
+	help     string // what it does; the usage indents its further lines under the first
+	// alone runs a command that is not one request on a connection (help, chat).
+	alone func(o ollieOptions, args []string, stdin io.Reader, stdout, stderr io.Writer) int
+	// args reads the command's arguments; nil means one PATH.
+	args  func(args []string) (path string, long bool, ok bool)
+	glob  bool // PATH may be a glob
+	input bool // standard input is the request
+	do    func(rq *ollieRequest) error
+}
+
+// ollieTable is in the order the usage lists the commands.
+var ollieTable = []ollieSubcommand{
+	{name: "ls", synopsis: "ls [-l] [PATH]", help: "list a directory (default /)",
+		args: lsArgs, glob: true, do: (*ollieRequest).ls},
+	{name: "read", synopsis: "read PATH", help: "print a file; a stream is followed until it ends or ^C",
+		glob: true, do: (*ollieRequest).read},
+	{name: "write", synopsis: "write PATH", help: "write standard input to PATH as one request",
+		input: true, do: (*ollieRequest).write},
+	{name: "rdwr", synopsis: "rdwr PATH", help: "send standard input as a request to PATH, print the reply",
+		input: true, do: (*ollieRequest).rdwr},
+	{name: "rdwrs", synopsis: "rdwrs PATH", help: "send standard input as a filter to PATH, print the items\nas they come until ^C",
+		input: true, do: (*ollieRequest).rdwrs},
+	{name: "stat", synopsis: "stat PATH", help: "print a file's metadata",
+		glob: true, do: (*ollieRequest).stat},
+	{name: "chat", synopsis: "chat [-profile P] [-model M] [AGENT-PATH]",
+		help: "talk to an agent (default: the agent \"chat\" of the session\n" +
+			"named after this directory, made if need be); /help there",
+		alone: ollieChat},
+	{name: "help", synopsis: "help", help: "print this help (read /help for the namespace reference)",
+		alone: ollieHelp},
+}
+
+// ollieUsage is the usage text, a format for the default namespace, made
+// from ollieTable by init: the table holds the help command, which prints
+// it, so the text cannot be made in the table's own initialization.
+var ollieUsage string
+
+func init() {
+	var b strings.Builder
+	b.WriteString(ollieUsageHead)
+	for _, c := range ollieTable {
+		writeCommandHelp(&b, ollieUsageColumn, true, c.synopsis, c.help)
+	}
+	b.WriteString(ollieUsageTail)
+	ollieUsage = b.String()
+}
+
+// ollieOptions are ollie's flags: which namespace, and as whom.
+type ollieOptions struct {
+	addr  string // -a, or the socket of -H's tunnel
+	host  string // -H
+	uname string
+	start bool
+}
+
+func (o ollieOptions) dial() (*client.Conn, error) { return dialOrStart(o.addr, o.uname, o.start) }
+
 // Main is the ollie command on the process's own stdin, stdout and stderr.
 func Main(args []string) int { return Run(args, os.Stdin, os.Stdout, os.Stderr) }
 
 // Run runs the ollie command with args (without the program name) and
 // returns its exit status.
 func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, args, status, done := parseOllieFlags(args, stdout, stderr)
+	if done {
+		return status
+	}
+	if len(args) == 0 {
+		return runShell(o.addr, o.uname, o.start, stdin, stdout, stderr)
+	}
+	name, args := args[0], args[1:]
+	if name == "-h" || name == "--help" {
+		name = "help"
+	}
+	i := slices.IndexFunc(ollieTable, func(c ollieSubcommand) bool { return c.name == name })
+	if i < 0 {
+		return ollieUsageError(stderr, fmt.Sprintf("unknown command %q", name))
+	}
+	cmd := ollieTable[i]
+	if cmd.alone != nil {
+		return cmd.alone(o, args, stdin, stdout, stderr)
+	}
+	return o.request(cmd, args, stdin, stdout, stderr)
+}
+
+// parseOllieFlags reads ollie's flags and finds -H's tunnel; done says
+// Run is to end with status.
+func parseOllieFlags(args []string, stdout, stderr io.Writer) (o ollieOptions, rest []string, status int, done bool) {
 	fl := flag.NewFlagSet("ollie", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
-	addr := fl.String("a", "", "")
-	uname := fl.String("u", os.Getenv("OLLIE_UNAME"), "")
-	start := fl.Bool("start", false, "")
-	host := fl.String("H", "", "")
+	fl.StringVar(&o.addr, "a", "", "")
+	fl.StringVar(&o.uname, "u", os.Getenv("OLLIE_UNAME"), "")
+	fl.BoolVar(&o.start, "start", false, "")
+	fl.StringVar(&o.host, "H", "", "")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, ollieUsage, nsdir.SocketPath())
-			return ollieExitOK
+			return o, nil, ollieExitOK, true
 		}
-		return ollieUsageError(stderr, err.Error())
+		return o, nil, ollieUsageError(stderr, err.Error()), true
 	}
-	args = fl.Args()
-	if *host != "" {
-		if *addr != "" {
-			return ollieUsageError(stderr, "-a and -H name the namespace twice: give one")
-		}
-		sock, err := remoteSocket(*host)
-		if err != nil {
-			fmt.Fprintf(stderr, "ollie: %v\n", err)
-			return ollieExitNoServer
-		}
-		*addr = sock
-		if _, err := os.Stat(*addr); err != nil {
-			fmt.Fprintf(stderr, "ollie: no tunnel to %s (%s is missing): run ollie-remote up %s\n", *host, *addr, *host)
-			return ollieExitNoServer
-		}
+	if o.host == "" {
+		return o, fl.Args(), 0, false
 	}
-	if len(args) == 0 {
-		return runShell(*addr, *uname, *start, stdin, stdout, stderr)
+	if o.addr != "" {
+		return o, nil, ollieUsageError(stderr, "-a and -H name the namespace twice: give one"), true
 	}
-	cmd, args := args[0], args[1:]
+	sock, err := remoteSocket(o.host)
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie: %v\n", err)
+		return o, nil, ollieExitNoServer, true
+	}
+	o.addr = sock
+	if _, err := os.Stat(o.addr); err != nil {
+		fmt.Fprintf(stderr, "ollie: no tunnel to %s (%s is missing): run ollie-remote up %s\n", o.host, o.addr, o.host)
+		return o, nil, ollieExitNoServer, true
+	}
+	return o, fl.Args(), 0, false
+}
 
-	// Check the arguments before connecting.
-	long := false
-	switch cmd {
-	case "help", "-h", "--help":
-		fmt.Fprintf(stdout, ollieUsage, nsdir.SocketPath())
-		return ollieExitOK
-	case "ls":
-		if len(args) > 0 && args[0] == "-l" {
-			long, args = true, args[1:]
-		}
-		if len(args) > 1 {
-			return ollieUsageError(stderr, "usage: ollie ls [-l] [PATH]")
-		}
-		if len(args) == 0 {
-			args = []string{"/"}
-		}
-	case "read", "write", "rdwr", "rdwrs", "stat":
-		if len(args) != 1 {
-			return ollieUsageError(stderr, "usage: ollie "+cmd+" PATH")
-		}
-		if cmd != "read" && cmd != "stat" && client.HasGlob(args[0]) {
-			return ollieUsageError(stderr, globRefused(cmd))
-		}
-	case "chat":
-		where := ""
-		if *host != "" {
-			where = *host
-		}
-		return runChat(args, where, func() (*client.Conn, error) { return dialOrStart(*addr, *uname, *start) }, "", nil, stdin, stdout, stderr)
-	default:
-		return ollieUsageError(stderr, fmt.Sprintf("unknown command %q", cmd))
+func ollieHelp(o ollieOptions, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, ollieUsage, nsdir.SocketPath())
+	return ollieExitOK
+}
+
+func ollieChat(o ollieOptions, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runChat(args, o.host, o.dial, "", nil, stdin, stdout, stderr)
+}
+
+// onePath is the arguments of most commands: one PATH.
+func onePath(args []string) (path string, long bool, ok bool) {
+	if len(args) != 1 {
+		return "", false, false
 	}
-	name := args[0]
+	return args[0], false, true
+}
+
+// lsArgs is ls's arguments: -l, then a PATH, / if none.
+func lsArgs(args []string) (path string, long bool, ok bool) {
+	if len(args) > 0 && args[0] == "-l" {
+		long, args = true, args[1:]
+	}
+	switch len(args) {
+	case 0:
+		return "/", long, true
+	case 1:
+		return args[0], long, true
+	}
+	return "", false, false
+}
+
+// An ollieRequest is what a command of ollie's works with: one path on
+// one connection.
+type ollieRequest struct {
+	c       *client.Conn
+	name    string // the path
+	long    bool   // ls -l
+	input   []byte // standard input, for a command that sends it
+	ctx     context.Context
+	rctx    context.Context    // ctx, bounded by requestTimeout
+	rcancel context.CancelFunc // lifts the bound, for a command that waits as long as the person does
+	content io.Writer          // a file's content goes here (contentWriter)
+	stdout  io.Writer
+}
+
+// request runs cmd as one request on a connection of its own; ^C or
+// SIGTERM flushes it.
+func (o ollieOptions) request(cmd ollieSubcommand, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Check the arguments before connecting.
+	parse := cmd.args
+	if parse == nil {
+		parse = onePath
+	}
+	name, long, ok := parse(args)
+	if !ok {
+		return ollieUsageError(stderr, "usage: ollie "+cmd.synopsis)
+	}
+	if !cmd.glob && client.HasGlob(name) {
+		return ollieUsageError(stderr, globRefused(cmd.name))
+	}
 
 	// Read the request before catching signals, so that ^C while typing
 	// it ends ollie as usual.
 	var input []byte
-	if cmd == "write" || cmd == "rdwr" || cmd == "rdwrs" {
+	if cmd.input {
 		var err error
 		if input, err = io.ReadAll(stdin); err != nil {
 			fmt.Fprintf(stderr, "ollie: reading standard input: %v\n", err)
@@ -183,7 +292,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 
-	c, err := dialOrStart(*addr, *uname, *start)
+	c, err := o.dial()
 	if err != nil {
 		return ollieDialError(stderr, err)
 	}
@@ -196,38 +305,20 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	context.AfterFunc(ctx, stop)
 	// A person waits on these: a host that answers nothing must not hold
 	// them (see requestTimeout).
-	server := *addr
-	if *host != "" {
-		server = *host
+	server := o.addr
+	if o.host != "" {
+		server = o.host
 	}
 	rctx, rcancel := bounded(ctx, c, server, requestTimeout())
 	defer rcancel()
 
 	content, flush := contentWriter(stdout)
-	switch {
-	case client.HasGlob(name):
+	if client.HasGlob(name) {
 		step := func() (context.Context, context.CancelFunc) { return bounded(ctx, c, server, requestTimeout()) }
-		err = globCmd(ctx, step, c, cmd, name, client.Clean(name), "/", long, content, stdout, stderr)
-	case cmd == "ls":
-		err = ollieLs(rctx, c, name, name, long, stdout)
-	case cmd == "read":
-		if _, err = c.Stat(rctx, name); err == nil {
-			// The read itself waits as long as the person does: a
-			// stream (chat) may be silent for as long as a tool runs.
-			rcancel()
-			err = c.Follow(ctx, name, content)
-		}
-	case cmd == "write":
-		err = c.Write(rctx, name, input)
-	case cmd == "rdwr":
-		var reply []byte
-		reply, err = c.RdWr(rctx, name, input)
-		content.Write(reply)
-	case cmd == "rdwrs":
-		rcancel() // a subscription waits for events as long as the person does
-		err = c.Subscribe(ctx, name, input, content)
-	case cmd == "stat":
-		err = ollieStat(rctx, c, name, stdout)
+		err = globCmd(ctx, step, c, cmd.name, name, client.Clean(name), "/", long, content, stdout, stderr)
+	} else {
+		rq := &ollieRequest{c: c, name: name, long: long, input: input, ctx: ctx, rctx: rctx, rcancel: rcancel, content: content, stdout: stdout}
+		err = cmd.do(rq)
 	}
 	if te := timedOut(rctx); te != nil && err != nil {
 		err = te
@@ -235,6 +326,35 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	flush()
 	return ollieReport(ctx, err, stderr)
 }
+
+func (rq *ollieRequest) ls() error {
+	return ollieLs(rq.rctx, rq.c, rq.name, rq.name, rq.long, rq.stdout)
+}
+
+func (rq *ollieRequest) read() error {
+	if _, err := rq.c.Stat(rq.rctx, rq.name); err != nil {
+		return err
+	}
+	// The read itself waits as long as the person does: a stream (chat)
+	// may be silent for as long as a tool runs.
+	rq.rcancel()
+	return rq.c.Follow(rq.ctx, rq.name, rq.content)
+}
+
+func (rq *ollieRequest) write() error { return rq.c.Write(rq.rctx, rq.name, rq.input) }
+
+func (rq *ollieRequest) rdwr() error {
+	reply, err := rq.c.RdWr(rq.rctx, rq.name, rq.input)
+	rq.content.Write(reply)
+	return err
+}
+
+func (rq *ollieRequest) rdwrs() error {
+	rq.rcancel() // a subscription waits for events as long as the person does
+	return rq.c.Subscribe(rq.ctx, rq.name, rq.input, rq.content)
+}
+
+func (rq *ollieRequest) stat() error { return ollieStat(rq.rctx, rq.c, rq.name, rq.stdout) }
 
 func ollieUsageError(stderr io.Writer, msg string) int {
 	fmt.Fprintf(stderr, "ollie: %s\nrun 'ollie help' for usage\n", termsafe.Line(msg))
