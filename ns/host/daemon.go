@@ -86,6 +86,40 @@ func Start(cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	d, err := listen(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.closeListeners()
+			d.lock.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.StateDir, 0700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	// Tool output past what the model is shown: ours and private, swept of
+	// what dead daemons left, removed at Shutdown.
+	if d.spill, err = toolsrv.OpenSpillArea(cfg.StateDir, cfg.Log); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.spill.Close()
+		}
+	}()
+	if err := d.build(cfg); err != nil {
+		return nil, err
+	}
+	d.serve(cfg)
+	return d, nil
+}
+
+// listen takes the namespace's lock and opens its listeners: the 9P
+// socket, the approval gate's socket and, if asked for, TCP. On error
+// nothing is left open.
+func listen(cfg Config) (_ *Daemon, err error) {
 	sock := filepath.Join(cfg.Dir, nsdir.Service)
 	if len(sock) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is %d bytes, over the %d-byte limit of Unix sockets: set NAMESPACE to a shorter directory", sock, len(sock), maxSocketPath)
@@ -110,50 +144,40 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", sock, err)
 	}
+	d := &Daemon{Socket: sock, lock: lock, unixL: unixL, log: cfg.Log, killed: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			d.closeListeners()
+		}
+	}()
 	if err := os.Chmod(sock, 0600); err != nil {
-		unixL.Close()
 		return nil, fmt.Errorf("chmod %s: %w", sock, err)
 	}
-	d := &Daemon{Socket: sock, lock: lock, unixL: unixL, log: cfg.Log, killed: make(chan struct{})}
 	// The approval gate: each session's toolsrv asks it (OLLIE_ELEVATE_SOCKET).
 	elevate := filepath.Join(cfg.Dir, "elevate")
 	os.Remove(elevate) // ours: we hold the lock
-	d.gateL, err = net.Listen("unix", elevate)
-	if err != nil {
-		unixL.Close()
+	if d.gateL, err = net.Listen("unix", elevate); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", elevate, err)
 	}
 	os.Chmod(elevate, 0600)
 	if cfg.TCP != "" {
-		d.tcpL, err = net.Listen("tcp", cfg.TCP)
-		if err != nil {
-			unixL.Close()
+		if d.tcpL, err = net.Listen("tcp", cfg.TCP); err != nil {
 			return nil, fmt.Errorf("listen on tcp %s: %w", cfg.TCP, err)
 		}
 		d.TCP = d.tcpL.Addr()
 		cfg.Log.Warn("olliesrv: serving UNAUTHENTICATED 9P on TCP: anyone who can connect reads what is world-readable", "addr", d.TCP)
 	}
+	return d, nil
+}
 
+// build makes the approval gate, the namespace with the sessions restored
+// from cfg.StateDir, and the 9P server of it.
+func (d *Daemon) build(cfg Config) error {
 	host, _ := os.Hostname()
 	bus := &ns.Bus{}
 	if cfg.Backends == nil && cfg.Registry != nil {
 		cfg.Backends = lookupIn(cfg.Registry)
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0700); err != nil {
-		d.closeListeners()
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
-	// Tool output past what the model is shown: ours and private, swept of
-	// what dead daemons left, removed at Shutdown.
-	if d.spill, err = toolsrv.OpenSpillArea(cfg.StateDir, cfg.Log); err != nil {
-		d.closeListeners()
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			d.spill.Close()
-		}
-	}()
 	gate := broker.NewGate(cfg.Log)
 	gate.Publish = bus.Publish
 	if exe, err := os.Executable(); err == nil {
@@ -164,12 +188,13 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	gate.Dir = cfg.Dir
 	gate.Sweep()
 	d.gate = gate
-	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill, tools: &toolsrv.Pool{Elevate: elevate, Namespace: cfg.Dir, Spill: d.spill.Dir}, gate: gate,
-		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry, seenFiles: backendFiles(cfg.Registry), loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
+	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill,
+		tools: &toolsrv.Pool{Elevate: filepath.Join(cfg.Dir, "elevate"), Namespace: cfg.Dir, Spill: d.spill.Dir}, gate: gate,
+		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry,
+		seenFiles: backendFiles(cfg.Registry), loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")
 	if err != nil {
-		d.closeListeners()
-		return nil, err
+		return err
 	}
 	d.ns.tree = tree
 	d.ns.always = cfg.AlwaysFile
@@ -179,12 +204,17 @@ func Start(cfg Config) (_ *Daemon, err error) {
 	// is a member of its session's group and of the group of the agents
 	// it made, no other.
 	d.srv = &ns.Server{Tree: tree, Log: cfg.Log, Trace: cfg.Trace, Identify: d.ns.agents.identify, InGroup: d.ns.agents.member}
+	return nil
+}
 
-	go gate.Serve(d.gateL)
+// serve starts answering on every listener; a listener that fails ends
+// the daemon.
+func (d *Daemon) serve(cfg Config) {
+	go d.gate.Serve(d.gateL)
 	d.serving.Add(1)
 	go func() {
 		defer d.serving.Done()
-		if err := d.srv.ServeUnix(unixL); !errors.Is(err, ns.ErrServerClosed) {
+		if err := d.srv.ServeUnix(d.unixL); !errors.Is(err, ns.ErrServerClosed) {
 			cfg.Log.Error("olliesrv: unix listener failed", "err", err)
 			d.kill()
 		}
@@ -199,8 +229,7 @@ func Start(cfg Config) (_ *Daemon, err error) {
 			}
 		}()
 	}
-	cfg.Log.Info("olliesrv: serving", "socket", sock, "version", cfg.Version, "pid", os.Getpid())
-	return d, nil
+	cfg.Log.Info("olliesrv: serving", "socket", d.Socket, "version", cfg.Version, "pid", os.Getpid())
 }
 
 // lookupIn finds backends in reg, the default one by "".
