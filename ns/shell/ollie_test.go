@@ -43,6 +43,40 @@ func newOllieNS(t *testing.T) *ollieNS {
 	ended := stream.NewStream(0)
 	ended.Write([]byte("all of it\n"))
 	ended.Close()
+	tree, err := ns.NewTree(n.root(ended), "owner", "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n.srv = srv
+
+	// t.TempDir paths can be too long for a socket address.
+	dir, err := os.MkdirTemp("", "ollie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Setenv("NAMESPACE", dir)
+	t.Setenv("OLLIE_UNAME", "")
+	n.sock = filepath.Join(dir, nsdir.Service)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: n.sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.ServeUnix(l)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return n
+}
+
+// root is the tree served: a file of each kind, and a directory of
+// entries made on the fly. ended is a stream already ended.
+func (n *ollieNS) root(ended *stream.Stream) *ns.Node {
 	text := func(s string) func(context.Context, *ns.Call) ([]byte, error) {
 		return func(context.Context, *ns.Call) ([]byte, error) { return []byte(s), nil }
 	}
@@ -60,7 +94,7 @@ func newOllieNS(t *testing.T) *ollieNS {
 			return ns.Entry{}, false
 		},
 	}
-	root := ns.Dir("", 0555, "",
+	return ns.Dir("", 0555, "",
 		ns.ReadFile("hello", 0444, "A greeting.", text("hello\n")),
 		ns.ReadFile("whoami", 0444, "The attached user.", func(ctx context.Context, c *ns.Call) ([]byte, error) {
 			return []byte(c.User + "\n"), nil
@@ -94,35 +128,6 @@ func newOllieNS(t *testing.T) *ollieNS {
 			),
 		),
 	)
-	tree, err := ns.NewTree(root, "owner", "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	n.srv = srv
-
-	// t.TempDir paths can be too long for a socket address.
-	dir, err := os.MkdirTemp("", "ollie")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	t.Setenv("NAMESPACE", dir)
-	t.Setenv("OLLIE_UNAME", "")
-	n.sock = filepath.Join(dir, nsdir.Service)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: n.sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.ServeUnix(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return n
 }
 
 func (n *ollieNS) logged() []string {
@@ -271,7 +276,11 @@ ollie: syntax error: unterminated '
 	if got := n.logged(); !slices.Equal(got, []string{"hello world\n", `quoted  "text"`}) {
 		t.Errorf("log received %q", got)
 	}
+}
 
+// A script's status is its exit's, else 1 if a command failed.
+func TestOllieScriptStatus(t *testing.T) {
+	newOllieNS(t)
 	for _, tc := range []struct {
 		script string
 		status int
