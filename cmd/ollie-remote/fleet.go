@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
@@ -48,6 +47,49 @@ Exit status: 0 when every host finished, 1 when any failed or was
 unreachable, 2 on usage errors.
 `
 
+// fleetFlags are the flags every fleet command takes.
+type fleetFlags struct {
+	targets                   []string
+	inv, profile, model       string
+	follow, json, askBecome   bool
+	jobs                      int
+	lostAfter, connectTimeout time.Duration
+}
+
+func (f *fleetFlags) watch() watchOptions {
+	return watchOptions{follow: f.follow, json: f.json, askBecome: f.askBecome}
+}
+
+// parseFleetFlags reads sub's flags; false on a usage error, which it
+// has reported.
+func parseFleetFlags(c *common, jSet bool, sub string, args []string, stderr io.Writer) (*fleetFlags, []string, bool) {
+	f := &fleetFlags{}
+	fl := flag.NewFlagSet("ollie-remote fleet "+sub, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() { fmt.Fprint(stderr, fleetUsage); fl.PrintDefaults() }
+	fl.Func("H", "hosts to run on: names, 'patterns', @FILE, @GROUP (repeatable)", func(s string) error { f.targets = append(f.targets, s); return nil })
+	fl.StringVar(&f.inv, "i", "", "Ansible `inventory` (file or directory) to take hosts and groups from")
+	fl.StringVar(&f.profile, "profile", "", "agent `profile` for every host's agent")
+	fl.StringVar(&f.model, "model", "", "`model` for every host's agent")
+	fl.IntVar(&f.jobs, "j", 32, "hosts connected to and set up at once")
+	fl.BoolVar(&f.follow, "follow", false, "stream every host's chat, each line prefixed by its host")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object per host at the end, nothing while it runs")
+	fl.StringVar(&c.modelVia, "model-via", c.modelVia, "give the hosts this desktop's model through the tunnel: desktop, or desktop:BACKEND; its API key stays here")
+	fl.IntVar(&c.modelConcurrent, "model-concurrent", c.modelConcurrent, "with -model-via: model requests at once per host (default 4)")
+	fl.IntVar(&c.runTokens, "run-tokens", c.runTokens, "with -model-via: tokens the run may spend through the desktop, all hosts together (default: no cap)")
+	fl.BoolVar(&f.askBecome, "ask-become-pass", false, "ask the sudo password once for the run (Ansible's -K); otherwise each host asks")
+	fl.BoolVar(&c.acceptNew, "accept-new", c.acceptNew, "add the key of a host seen for the first time to known_hosts")
+	fl.DurationVar(&f.lostAfter, "lost-after", 2*time.Minute, "report a host lost when it stays unreachable this long")
+	fl.DurationVar(&f.connectTimeout, "connect-timeout", 2*time.Minute, "give up connecting to (and deploying to) a host after this long")
+	if err := fl.Parse(args); err != nil {
+		return nil, nil, false
+	}
+	if jSet && !flagGiven(fl, "j") {
+		f.jobs = c.parallel
+	}
+	return f, fl.Args(), true
+}
+
 // fleetMain is "ollie-remote fleet": it takes its own flags, and handles
 // Ctrl-C itself (once interrupts the agents, twice detaches).
 func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) int {
@@ -56,111 +98,29 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	sub, args := args[0], args[1:]
-	fl := flag.NewFlagSet("ollie-remote fleet "+sub, flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	fl.Usage = func() { fmt.Fprint(stderr, fleetUsage); fl.PrintDefaults() }
-	var targets []string
-	fl.Func("H", "hosts to run on: names, 'patterns', @FILE, @GROUP (repeatable)", func(s string) error { targets = append(targets, s); return nil })
-	invFile := fl.String("i", "", "Ansible `inventory` (file or directory) to take hosts and groups from")
-	profile := fl.String("profile", "", "agent `profile` for every host's agent")
-	model := fl.String("model", "", "`model` for every host's agent")
-	jobs := fl.Int("j", 32, "hosts connected to and set up at once")
-	follow := fl.Bool("follow", false, "stream every host's chat, each line prefixed by its host")
-	asJSON := fl.Bool("json", false, "print one JSON object per host at the end, nothing while it runs")
-	fl.StringVar(&c.modelVia, "model-via", c.modelVia, "give the hosts this desktop's model through the tunnel: desktop, or desktop:BACKEND; its API key stays here")
-	fl.IntVar(&c.modelConcurrent, "model-concurrent", c.modelConcurrent, "with -model-via: model requests at once per host (default 4)")
-	fl.IntVar(&c.runTokens, "run-tokens", c.runTokens, "with -model-via: tokens the run may spend through the desktop, all hosts together (default: no cap)")
-	askBecome := fl.Bool("ask-become-pass", false, "ask the sudo password once for the run (Ansible's -K); otherwise each host asks")
-	fl.BoolVar(&c.acceptNew, "accept-new", c.acceptNew, "add the key of a host seen for the first time to known_hosts")
-	lostAfter := fl.Duration("lost-after", 2*time.Minute, "report a host lost when it stays unreachable this long")
-	connectTimeout := fl.Duration("connect-timeout", 2*time.Minute, "give up connecting to (and deploying to) a host after this long")
-	if err := fl.Parse(args); err != nil {
+	f, rest, ok := parseFleetFlags(c, jSet, sub, args, stderr)
+	if !ok {
 		return 2
-	}
-	rest := fl.Args()
-	if jSet && !flagGiven(fl, "j") {
-		*jobs = c.parallel
 	}
 	store, err := fleet.DefaultStore()
 	if err != nil {
 		fmt.Fprintln(stderr, "ollie-remote fleet:", err)
 		return 2
 	}
-	cfg := fleet.Config{SSH: c.ssh(), AcceptNew: c.acceptNew, Keep: c.keep, Deadlines: c.deadlines, Jobs: *jobs,
-		ConnectTimeout: *connectTimeout, LostAfter: *lostAfter}
+	cfg := fleet.Config{SSH: c.ssh(), AcceptNew: c.acceptNew, Keep: c.keep, Deadlines: c.deadlines, Jobs: f.jobs,
+		ConnectTimeout: f.connectTimeout, LostAfter: f.lostAfter}
 	switch sub {
 	case "run":
-		if len(targets) == 0 && len(rest) > 0 {
-			// fleet run h1 h2 h3 'check disks': every leading word that
-			// names known hosts is a target, not the goal's start.
-			var held []string
-			if r, err := keeper.Call(context.Background(), c.request("list", ""), nil); err == nil {
-				for _, h := range r.Held {
-					held = append(held, h.Host)
-				}
-			}
-			targets, rest = inventory.SplitTargets(context.Background(), rest, inventory.Options{Inventory: *invFile, SSHConfig: c.config}, held)
-		}
-		goal := strings.TrimSpace(strings.Join(rest, " "))
-		if len(targets) == 0 || goal == "" {
-			fmt.Fprintln(stderr, "usage: ollie-remote fleet run [-H] TARGETS GOAL (ollie-remote fleet help)")
-			return 2
-		}
-		hosts, groupsOf, varsOf, source, err := resolveTargets(context.Background(), targets, *invFile, c)
-		if err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-			return 2
-		}
-		b, err := deploy.LoadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
-		if err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-			return 1
-		}
-		cfg.Bundle = b
-		c.model = *model
-		rules, err := models.LoadRules(models.RulesFile())
-		if err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-			return 2
-		}
-		rs := routes{}
-		for _, h := range hosts {
-			choice := c.choose(h.Name, groupsOf[h.Name], varsOf[h.Name], rules)
-			if h.Route, err = rs.get(choice); err != nil {
-				fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
-				return 2
-			}
-			if h.Route != nil {
-				h.Model = &fleet.ModelSpec{Via: choice.Via, Model: choice.Model, Concurrent: choice.Concurrent, RunTokens: choice.RunTokens}
-			}
-		}
-		run := fleet.NewRun(goal, targets, hosts)
-		run.Source, run.Profile, run.Model, run.SSH = source, *profile, *model, cfg.SSH
-		if err := store.Save(run); err != nil {
-			fmt.Fprintf(stderr, "ollie-remote fleet: keeping the run: %v\n", err)
-			return 1
-		}
-		return watchRun(run, cfg, store, true, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
+		return fleetRun(c, f, rest, cfg, store, stdout, stderr)
 	case "attach":
-		run, code := loadRun(store, rest, &cfg, stderr)
-		if run == nil {
-			return code
-		}
-		// The desktop's model goes to each host again: the keeper may be
-		// new (a reboot), and the key is only ever in memory.
-		rs := routes{}
-		for _, h := range run.Hosts {
-			if m := h.Model; m != nil {
-				var err error
-				if h.Route, err = rs.get(models.Choice{Via: m.Via, Model: m.Model, Concurrent: m.Concurrent, RunTokens: m.RunTokens, Why: "run " + run.ID}); err != nil {
-					fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
-					return 1
-				}
-			}
-		}
-		return watchRun(run, cfg, store, false, watchOptions{follow: *follow, json: *asJSON, askBecome: *askBecome}, stdout, stderr)
+		return fleetAttach(f, rest, cfg, store, stdout, stderr)
 	case "ls":
-		return fleetList(store, stdout, stderr)
+		runs, err := store.List()
+		if err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		}
+		fleet.WriteRuns(stdout, runs)
+		return 0
 	case "status", "stop":
 		run, code := loadRun(store, rest, &cfg, stderr)
 		if run == nil {
@@ -169,7 +129,7 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		if sub == "status" {
-			return fleetStatus(ctx, run, cfg, store, *asJSON, stdout, stderr)
+			return fleetStatus(ctx, run, cfg, store, f.json, stdout, stderr)
 		}
 		return fleetStop(ctx, run, cfg, store, stdout, stderr)
 	case "help":
@@ -178,6 +138,83 @@ func fleetMain(c *common, jSet bool, args []string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintf(stderr, "ollie-remote fleet: unknown command %q (run, ls, status, attach, stop)\n", sub)
 	return 2
+}
+
+// fleetRun is "fleet run": the run made, kept, and watched.
+func fleetRun(c *common, f *fleetFlags, rest []string, cfg fleet.Config, store fleet.Store, stdout, stderr io.Writer) int {
+	targets := f.targets
+	if len(targets) == 0 && len(rest) > 0 {
+		// fleet run h1 h2 h3 'check disks': every leading word that
+		// names known hosts is a target, not the goal's start.
+		var held []string
+		if r, err := keeper.Call(context.Background(), c.request("list", ""), nil); err == nil {
+			for _, h := range r.Held {
+				held = append(held, h.Host)
+			}
+		}
+		targets, rest = inventory.SplitTargets(context.Background(), rest, inventory.Options{Inventory: f.inv, SSHConfig: c.config}, held)
+	}
+	goal := strings.TrimSpace(strings.Join(rest, " "))
+	if len(targets) == 0 || goal == "" {
+		fmt.Fprintln(stderr, "usage: ollie-remote fleet run [-H] TARGETS GOAL (ollie-remote fleet help)")
+		return 2
+	}
+	hosts, groupsOf, varsOf, source, err := resolveTargets(context.Background(), targets, f.inv, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		return 2
+	}
+	b, err := deploy.LoadBundle(c.binDir, c.dataDir, runtime.GOOS+"/"+runtime.GOARCH)
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		return 1
+	}
+	cfg.Bundle = b
+	c.model = f.model
+	rules, err := models.LoadRules(models.RulesFile())
+	if err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
+		return 2
+	}
+	rs := routes{}
+	for _, h := range hosts {
+		choice := c.choose(h.Name, groupsOf[h.Name], varsOf[h.Name], rules)
+		if h.Route, err = rs.get(choice); err != nil {
+			fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
+			return 2
+		}
+		if h.Route != nil {
+			h.Model = &fleet.ModelSpec{Via: choice.Via, Model: choice.Model, Concurrent: choice.Concurrent, RunTokens: choice.RunTokens}
+		}
+	}
+	run := fleet.NewRun(goal, targets, hosts)
+	run.Source, run.Profile, run.Model, run.SSH = source, f.profile, f.model, cfg.SSH
+	if err := store.Save(run); err != nil {
+		fmt.Fprintf(stderr, "ollie-remote fleet: keeping the run: %v\n", err)
+		return 1
+	}
+	return watchRun(run, cfg, store, true, f.watch(), stdout, stderr)
+}
+
+// fleetAttach is "fleet attach RUN": watching a run again.
+func fleetAttach(f *fleetFlags, rest []string, cfg fleet.Config, store fleet.Store, stdout, stderr io.Writer) int {
+	run, code := loadRun(store, rest, &cfg, stderr)
+	if run == nil {
+		return code
+	}
+	// The desktop's model goes to each host again: the keeper may be
+	// new (a reboot), and the key is only ever in memory.
+	rs := routes{}
+	for _, h := range run.Hosts {
+		if m := h.Model; m != nil {
+			var err error
+			if h.Route, err = rs.get(models.Choice{Via: m.Via, Model: m.Model, Concurrent: m.Concurrent, RunTokens: m.RunTokens, Why: "run " + run.ID}); err != nil {
+				fmt.Fprintf(stderr, "ollie-remote fleet: %s: %s\n", termsafe.Line(h.Name), termsafe.Line(err.Error()))
+				return 1
+			}
+		}
+	}
+	return watchRun(run, cfg, store, false, f.watch(), stdout, stderr)
 }
 
 func flagGiven(fl *flag.FlagSet, name string) bool {
@@ -254,10 +291,6 @@ func printRunHeader(w io.Writer, run *fleet.Run) {
 
 type watchOptions struct{ follow, json, askBecome bool }
 
-// detachWindow is how long after a first Ctrl-C a second one detaches
-// rather than finding the agents interrupted already.
-const detachWindow = time.Second
-
 // watchRun starts or attaches to a run and watches it to its end, with the
 // live view on a terminal. While it watches, and the person is at a
 // terminal, it is the desktop's terminal broker: the run's approvals are
@@ -305,34 +338,7 @@ func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh bool, o
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	detached := make(chan struct{})
-	go func() {
-		// A second Ctrl-C within detachWindow of the first detaches
-		// instead: the agents are interrupted only once it has passed,
-		// so a quick double Ctrl-C leaves them working, as it says.
-		interrupted := false
-		var interrupt <-chan time.Time
-		for {
-			select {
-			case s := <-sigs:
-				if s == os.Interrupt && !interrupted {
-					interrupted = true
-					say(fmt.Sprintf("interrupting every agent of run %s (Ctrl-C again to detach and leave them working)", run.ID))
-					interrupt = time.After(detachWindow)
-					continue
-				}
-				say(fmt.Sprintf("detached: the agents go on; ollie-remote fleet attach %s", run.ID))
-				close(detached)
-				detach()
-				return
-			case <-interrupt:
-				interrupt = nil
-				go r.Interrupt(ctx)
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	detached := fleet.Interrupts(ctx, sigs, run.ID, say, func() { r.Interrupt(ctx) }, detach)
 	if live != nil {
 		live.Start()
 	}
@@ -400,28 +406,4 @@ func runBroker(run *fleet.Run, askBecome bool, pause, resume func(), stderr io.W
 		tty.Close()
 	}()
 	return rb, 0
-}
-
-func fleetList(store fleet.Store, stdout, stderr io.Writer) int {
-	runs, err := store.List()
-	if err != nil {
-		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-	}
-	if len(runs) == 0 {
-		fmt.Fprintln(stdout, "no fleet runs: ollie-remote fleet run TARGETS GOAL")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tCREATED\tSTATE\tHOSTS\tFINISHED\tGOAL")
-	for _, r := range runs {
-		done := 0
-		for _, h := range r.Hosts {
-			if h.Finished() {
-				done++
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Created.Local().Format("2006-01-02 15:04"), r.State, len(r.Hosts), done, termsafe.Field(r.Goal, 60))
-	}
-	tw.Flush()
-	return 0
 }

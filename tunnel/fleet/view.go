@@ -390,3 +390,23 @@ func ExitCode(run *Run) int {
 	}
 	return 0
 }
+
+// WriteRuns writes the runs a desktop keeps, one row each, for fleet ls.
+func WriteRuns(w io.Writer, runs []*Run) {
+	if len(runs) == 0 {
+		fmt.Fprintln(w, "no fleet runs: ollie-remote fleet run TARGETS GOAL")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tCREATED\tSTATE\tHOSTS\tFINISHED\tGOAL")
+	for _, r := range runs {
+		done := 0
+		for _, h := range r.Hosts {
+			if h.Finished() {
+				done++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Created.Local().Format("2006-01-02 15:04"), r.State, len(r.Hosts), done, termsafe.Field(r.Goal, 60))
+	}
+	tw.Flush()
+}
