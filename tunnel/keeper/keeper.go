@@ -91,6 +91,9 @@ func Main(args []string) int {
 		log.Error("ollie-remote keeper", "err", err)
 		return 1
 	}
+	// Closing the file, or its finalizer once nothing refers to it,
+	// would let the lock go: it stays open until the keeper returns.
+	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		log.Error("ollie-remote keeper: another keeper runs", "err", err)
 		return 1
