@@ -450,57 +450,11 @@ func asChatRequest(req *api.ChatRequest, msgs []api.Message) *ChatRequest {
 // call: it arrives as text, as Ollama's parser leaves it.
 func (s *Server) playOllama(w http.ResponseWriter, r *http.Request, req *api.ChatRequest, promptTokens, n int, resp Response) {
 	if resp.Status != 0 {
-		for k, vs := range resp.Header {
-			w.Header()[k] = vs
-		}
-		if w.Header().Get("Content-Type") == "" {
-			w.Header().Set("Content-Type", "application/json")
-		}
-		w.WriteHeader(resp.Status)
-		w.Write([]byte(resp.Body))
+		writeVerbatim(w, resp)
 		return
 	}
-
-	text := append([]string(nil), resp.Text...)
-	var calls []api.ToolCall
-	for i, c := range resp.ToolCalls {
-		args := api.NewToolCallFunctionArguments()
-		if err := json.Unmarshal([]byte(c.Args), &args); err != nil || !strings.HasPrefix(strings.TrimSpace(c.Args), "{") {
-			text = append(text, fmt.Sprintf(`{"name": %q, "arguments": %s}`, c.Name, c.Args))
-			continue
-		}
-		id := c.ID
-		if id == "" {
-			id = fmt.Sprintf("call_%d_%d", n, i)
-		}
-		calls = append(calls, api.ToolCall{ID: id, Function: api.ToolCallFunction{Index: len(calls), Name: c.Name, Arguments: args}})
-	}
-	finish := resp.Finish
-	if finish == "" || finish == "tool_calls" {
-		finish = "stop" // Ollama's, with or without tool calls
-	}
-	prompt, eval := promptTokens, 0
-	if resp.Usage != nil {
-		prompt, eval = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
-	} else {
-		out := len(strings.Join(text, "")) + len(strings.Join(resp.Reasoning, ""))
-		for _, c := range calls {
-			out += len(c.Function.Name) + len(c.Function.Arguments.String())
-		}
-		eval = Tokens(out) + 1
-	}
-	msg := func(m api.Message) api.ChatResponse {
-		m.Role = "assistant"
-		return api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: m}
-	}
-	last := msg(api.Message{})
-	last.Done, last.DoneReason = true, finish
-	last.Metrics = api.Metrics{
-		TotalDuration: time.Millisecond, LoadDuration: time.Microsecond,
-		PromptEvalCount: prompt, PromptEvalDuration: time.Microsecond,
-		EvalCount: eval, EvalDuration: time.Microsecond,
-	}
-
+	text, calls := nativeCalls(resp, n)
+	last := doneLine(req.Model, resp, text, calls, promptTokens)
 	if req.Stream != nil && !*req.Stream {
 		switch {
 		case resp.Reset:
@@ -516,7 +470,66 @@ func (s *Server) playOllama(w http.ResponseWriter, r *http.Request, req *api.Cha
 		}
 		return
 	}
+	s.streamOllama(w, r, req.Model, resp, text, calls, last)
+}
 
+// nativeCalls is resp's text and its calls as Ollama's, each with an ID
+// (n numbers the request); a call whose arguments are not a JSON object
+// is written at the end of the text instead.
+func nativeCalls(resp Response, n int) (text []string, calls []api.ToolCall) {
+	text = append([]string(nil), resp.Text...)
+	for i, c := range resp.ToolCalls {
+		args := api.NewToolCallFunctionArguments()
+		if err := json.Unmarshal([]byte(c.Args), &args); err != nil || !strings.HasPrefix(strings.TrimSpace(c.Args), "{") {
+			text = append(text, fmt.Sprintf(`{"name": %q, "arguments": %s}`, c.Name, c.Args))
+			continue
+		}
+		id := c.ID
+		if id == "" {
+			id = fmt.Sprintf("call_%d_%d", n, i)
+		}
+		calls = append(calls, api.ToolCall{ID: id, Function: api.ToolCallFunction{Index: len(calls), Name: c.Name, Arguments: args}})
+	}
+	return text, calls
+}
+
+// ollamaMessage is a line of the reply carrying m.
+func ollamaMessage(model string, m api.Message) api.ChatResponse {
+	m.Role = "assistant"
+	return api.ChatResponse{Model: model, CreatedAt: time.Now().UTC(), Message: m}
+}
+
+// doneLine is the reply's last line: done, its reason and the counts,
+// resp's Usage or else estimated from the prompt and the reply.
+func doneLine(model string, resp Response, text []string, calls []api.ToolCall, promptTokens int) api.ChatResponse {
+	finish := resp.Finish
+	if finish == "" || finish == "tool_calls" {
+		finish = "stop" // Ollama's, with or without tool calls
+	}
+	prompt, eval := promptTokens, 0
+	if resp.Usage != nil {
+		prompt, eval = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
+	} else {
+		out := len(strings.Join(text, "")) + len(strings.Join(resp.Reasoning, ""))
+		for _, c := range calls {
+			out += len(c.Function.Name) + len(c.Function.Arguments.String())
+		}
+		eval = Tokens(out) + 1
+	}
+	last := ollamaMessage(model, api.Message{})
+	last.Done, last.DoneReason = true, finish
+	last.Metrics = api.Metrics{
+		TotalDuration: time.Millisecond, LoadDuration: time.Microsecond,
+		PromptEvalCount: prompt, PromptEvalDuration: time.Microsecond,
+		EvalCount: eval, EvalDuration: time.Microsecond,
+	}
+	return last
+}
+
+// streamOllama answers as NDJSON: resp's Events verbatim, or a line per
+// reasoning delta, text delta and call, then the failure resp scripts or
+// last.
+func (s *Server) streamOllama(w http.ResponseWriter, r *http.Request, model string, resp Response, text []string, calls []api.ToolCall, last api.ChatResponse) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
@@ -536,30 +549,24 @@ func (s *Server) playOllama(w http.ResponseWriter, r *http.Request, req *api.Cha
 		return
 	}
 	send := func(c api.ChatResponse) bool {
-		if resp.Delay > 0 {
-			select {
-			case <-time.After(resp.Delay):
-			case <-r.Context().Done():
-				return false
-			case <-s.done:
-				return false
-			}
+		if !s.pause(r, resp.Delay) {
+			return false
 		}
 		b, _ := json.Marshal(c)
 		return line(b)
 	}
 	for _, t := range resp.Reasoning {
-		if !send(msg(api.Message{Thinking: t})) {
+		if !send(ollamaMessage(model, api.Message{Thinking: t})) {
 			return
 		}
 	}
 	for _, t := range text {
-		if !send(msg(api.Message{Content: t})) {
+		if !send(ollamaMessage(model, api.Message{Content: t})) {
 			return
 		}
 	}
 	for _, c := range calls {
-		if !send(msg(api.Message{ToolCalls: []api.ToolCall{c}})) {
+		if !send(ollamaMessage(model, api.Message{ToolCalls: []api.ToolCall{c}})) {
 			return
 		}
 	}

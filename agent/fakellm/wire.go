@@ -112,24 +112,11 @@ type toolCallDeltaFunc struct {
 // play answers req with resp; n numbers the request.
 func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, bodyLen, n int, resp Response) {
 	if resp.Status != 0 {
-		for k, vs := range resp.Header {
-			w.Header()[k] = vs
-		}
-		if w.Header().Get("Content-Type") == "" {
-			w.Header().Set("Content-Type", "application/json")
-		}
-		w.WriteHeader(resp.Status)
-		w.Write([]byte(resp.Body))
+		writeVerbatim(w, resp)
 		return
 	}
-
 	id := fmt.Sprintf("chatcmpl-fake%d", n)
-	calls := append([]Call(nil), resp.ToolCalls...)
-	for i := range calls {
-		if calls[i].ID == "" {
-			calls[i].ID = fmt.Sprintf("call_%d_%d", n, i)
-		}
-	}
+	calls := withCallIDs(resp.ToolCalls, n)
 	finish := resp.Finish
 	if finish == "" {
 		finish = "stop"
@@ -139,14 +126,8 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 	}
 	usage := resp.Usage
 	if usage == nil {
-		out := len(resp.contentOf())
-		for _, c := range calls {
-			out += len(c.Name) + len(c.Args)
-		}
-		usage = &Usage{PromptTokens: bodyLen/4 + 1, CompletionTokens: out/4 + 1}
-		usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+		usage = estimateUsage(resp, calls, bodyLen)
 	}
-
 	if !req.Stream {
 		if resp.Reset {
 			reset(w)
@@ -159,7 +140,50 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 		s.writeCompletion(w, id, req.Model, resp, calls, finish, usage)
 		return
 	}
+	s.stream(w, r, req, id, resp, calls, finish, usage)
+}
 
+// writeVerbatim answers with resp's Status, Header and Body as scripted,
+// JSON unless the Header says otherwise.
+func writeVerbatim(w http.ResponseWriter, resp Response) {
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(resp.Status)
+	w.Write([]byte(resp.Body))
+}
+
+// withCallIDs is a copy of calls with an ID made up for each that has
+// none; n numbers the request, so IDs differ across requests.
+func withCallIDs(calls []Call, n int) []Call {
+	calls = append([]Call(nil), calls...)
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", n, i)
+		}
+	}
+	return calls
+}
+
+// estimateUsage counts a token for every 4 bytes of the request body and
+// of the reply, as a reply without a scripted Usage reports.
+func estimateUsage(resp Response, calls []Call, bodyLen int) *Usage {
+	out := len(resp.contentOf())
+	for _, c := range calls {
+		out += len(c.Name) + len(c.Args)
+	}
+	usage := &Usage{PromptTokens: bodyLen/4 + 1, CompletionTokens: out/4 + 1}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	return usage
+}
+
+// stream answers as server-sent events: resp's Events verbatim, or its
+// deltas, then the failure it scripts or the finish chunk, the usage
+// chunk if asked for, and "[DONE]".
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest, id string, resp Response, calls []Call, finish string, usage *Usage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -170,64 +194,9 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 		}
 		return
 	}
-	send := func(c chunk) bool {
-		if resp.Delay > 0 {
-			select {
-			case <-time.After(resp.Delay):
-			case <-r.Context().Done():
-				return false
-			case <-s.done:
-				return false
-			}
-		}
-		c.ID, c.Object, c.Created, c.Model = id, "chat.completion.chunk", time.Now().Unix(), req.Model
-		if c.Choices == nil {
-			c.Choices = []chunkChoice{}
-		}
-		b, _ := json.Marshal(c)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
-	}
-	one := func(d delta) chunk { return chunk{Choices: []chunkChoice{{Delta: d}}} }
-
-	empty := ""
-	if !send(one(delta{Role: "assistant", Content: &empty})) {
+	cs := &chunkStream{s: s, w: w, r: r, flusher: flusher, id: id, model: req.Model, delay: resp.Delay}
+	if !cs.deltas(resp, calls) {
 		return
-	}
-	for _, t := range resp.Reasoning {
-		if !send(one(delta{ReasoningContent: t})) {
-			return
-		}
-	}
-	for i, t := range resp.Text {
-		if i == 1 && resp.Hold != nil {
-			select {
-			case <-resp.Hold:
-			case <-r.Context().Done():
-				return
-			case <-s.done:
-				return
-			}
-		}
-		if !send(one(delta{Content: &t})) {
-			return
-		}
-	}
-	for i, c := range calls {
-		first := toolCallDelta{Index: i, ID: c.ID, Type: "function", Function: toolCallDeltaFunc{Name: c.Name}}
-		if !send(one(delta{ToolCalls: []toolCallDelta{first}})) {
-			return
-		}
-		for _, frag := range fragments(c.Args, 3) {
-			if !send(one(delta{ToolCalls: []toolCallDelta{{Index: i, Function: toolCallDeltaFunc{Arguments: frag}}}})) {
-				return
-			}
-		}
 	}
 	switch {
 	case resp.StreamError != "":
@@ -244,15 +213,108 @@ func (s *Server) play(w http.ResponseWriter, r *http.Request, req *ChatRequest, 
 		s.hang(r)
 		return
 	}
-	if !send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}}}) {
+	if !cs.send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}}}) {
 		return
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		if !send(chunk{Usage: usage}) {
+		if !cs.send(chunk{Usage: usage}) {
 			return
 		}
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// chunkStream sends the chunks of one streamed reply, each flushed as it
+// is written.
+type chunkStream struct {
+	s         *Server
+	w         http.ResponseWriter
+	r         *http.Request
+	flusher   http.Flusher // nil if w cannot flush
+	id, model string
+	delay     time.Duration // before each chunk
+}
+
+// send writes c, after the delay; it reports false once the client is
+// gone or the server closed.
+func (cs *chunkStream) send(c chunk) bool {
+	if !cs.s.pause(cs.r, cs.delay) {
+		return false
+	}
+	c.ID, c.Object, c.Created, c.Model = cs.id, "chat.completion.chunk", time.Now().Unix(), cs.model
+	if c.Choices == nil {
+		c.Choices = []chunkChoice{}
+	}
+	b, _ := json.Marshal(c)
+	if _, err := fmt.Fprintf(cs.w, "data: %s\n\n", b); err != nil {
+		return false
+	}
+	if cs.flusher != nil {
+		cs.flusher.Flush()
+	}
+	return true
+}
+
+func (cs *chunkStream) delta(d delta) bool {
+	return cs.send(chunk{Choices: []chunkChoice{{Delta: d}}})
+}
+
+// deltas sends the reply itself: the role, the reasoning, the text (the
+// rest of it held back after its first chunk while resp.Hold is open),
+// then each call, its name first and its arguments in fragments. It
+// reports whether all of it went out.
+func (cs *chunkStream) deltas(resp Response, calls []Call) bool {
+	empty := ""
+	if !cs.delta(delta{Role: "assistant", Content: &empty}) {
+		return false
+	}
+	for _, t := range resp.Reasoning {
+		if !cs.delta(delta{ReasoningContent: t}) {
+			return false
+		}
+	}
+	for i, t := range resp.Text {
+		if i == 1 && resp.Hold != nil && !await(cs.s, cs.r, resp.Hold) {
+			return false
+		}
+		if !cs.delta(delta{Content: &t}) {
+			return false
+		}
+	}
+	for i, c := range calls {
+		first := toolCallDelta{Index: i, ID: c.ID, Type: "function", Function: toolCallDeltaFunc{Name: c.Name}}
+		if !cs.delta(delta{ToolCalls: []toolCallDelta{first}}) {
+			return false
+		}
+		for _, frag := range fragments(c.Args, 3) {
+			if !cs.delta(delta{ToolCalls: []toolCallDelta{{Index: i, Function: toolCallDeltaFunc{Arguments: frag}}}}) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// pause waits d before a chunk; it reports false if the client went away
+// or the server closed first.
+func (s *Server) pause(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	return await(s, r, time.After(d))
+}
+
+// await waits for c; it reports false if the client went away or the
+// server closed first.
+func await[T any](s *Server, r *http.Request, c <-chan T) bool {
+	select {
+	case <-c:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.done:
+		return false
+	}
 }
 
 func (s *Server) writeCompletion(w http.ResponseWriter, id, model string, resp Response, calls []Call, finish string, usage *Usage) {
