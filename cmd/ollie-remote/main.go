@@ -6,12 +6,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"ollie/broker/desktop"
@@ -295,22 +292,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	}
 	wg.Wait()
 	fmt.Fprintln(stdout)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tOS/ARCH\tBUILD\tSENT\tTIME\tRESULT")
-	failed, degraded := 0, 0
-	for _, r := range results {
-		result := "ok"
-		switch {
-		case r.Err != "":
-			result, failed = "FAILED", failed+1
-		case len(r.Degraded) > 0:
-			result, degraded = "ok, degraded: "+termsafe.Field(strings.Join(r.Degraded, "; "), maxHostMessage), degraded+1
-		case r.Files == 0 && len(r.Changed) <= 1:
-			result = "ok, up to date"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), cell(r.Platform), cell(r.Version), sentCell(r), r.Took.Seconds(), result)
-	}
-	tw.Flush()
+	failed, degraded := deploy.WriteResults(stdout, results)
 	if degraded > 0 {
 		fmt.Fprintf(stderr, "ollie-remote: %d of %d hosts are degraded (what to do is above)\n", degraded, len(hosts))
 	}
@@ -329,7 +311,7 @@ func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, pr
 	}
 	progress("connecting")
 	start := time.Now()
-	cl, err := dialRetrying(ctx, host, c.options(), progress)
+	cl, err := tunnel.DialRetrying(ctx, host, c.options(), progress)
 	if err != nil {
 		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
@@ -338,34 +320,6 @@ func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, pr
 	r.Host = host
 	r.Took = time.Since(start)
 	return r
-}
-
-// dialRetrying connects, trying again twice after errors that may pass (a
-// refused or reset first connect, a timeout), never after a refusal that
-// retrying cannot mend (host key, authentication, configuration).
-func dialRetrying(ctx context.Context, host string, o tunnel.Options, progress func(string)) (*tunnel.Client, error) {
-	delay := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		cl, err := tunnel.Dial(ctx, host, o)
-		var dns *net.DNSError
-		if err == nil || attempt == 3 || tunnel.Permanent(err) || ctx.Err() != nil || errors.As(err, &dns) && dns.IsNotFound {
-			return cl, err
-		}
-		progress(fmt.Sprintf("connecting failed (%v); trying again in %v", err, delay))
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		delay *= 2
-	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // maxHostMessage bounds a line of a host's words printed under its name,
@@ -377,13 +331,4 @@ const (
 
 // cell is a table cell whose text a host chose: one line, made safe (a
 // tab would shift the columns), clipped, "-" when empty.
-func cell(s string) string { return orDash(termsafe.Field(s, maxCell)) }
-
-// sentCell is what a deploy put on the wire, and what share of the files'
-// size that was when they travelled compressed.
-func sentCell(r deploy.Result) string {
-	if r.Size > 0 && r.Sent < r.Size {
-		return fmt.Sprintf("%s (%.1f%% of %s)", deploy.HumanBytes(r.Sent), 100*float64(r.Sent)/float64(r.Size), deploy.HumanBytes(r.Size))
-	}
-	return deploy.HumanBytes(r.Sent)
-}
+func cell(s string) string { return termsafe.Cell(s, maxCell) }

@@ -7,6 +7,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/tunnel"
 	"ollie/tunnel/deploy"
 )
 
@@ -18,7 +19,7 @@ import (
 func deploySystem(ctx context.Context, c *common, host string, b *deploy.Bundle, sudo *desktop.Broker, progress func(string)) deploy.Result {
 	progress("connecting")
 	start := time.Now()
-	cl, err := dialRetrying(ctx, host, c.options(), progress)
+	cl, err := tunnel.DialRetrying(ctx, host, c.options(), progress)
 	if err != nil {
 		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
