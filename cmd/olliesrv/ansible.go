@@ -8,123 +8,15 @@ package main
 // ansible.
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
-	"ollie/ansible"
-	"ollie/broker"
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
 	"ollie/ns/daemon"
 	"ollie/ns/nsdir"
 )
-
-const ansibleUsage = `usage: olliesrv ansible goal ARGSFILE   the ollie_goal module: run one agent goal, print its result as JSON
-       olliesrv ansible info ARGSFILE   the ollie_info module: this host's version, sessions, agents and tools
-       olliesrv ansible data ROOT TAR   the deploy role: make ROOT/data what TAR holds, print what changed
-`
-
-// ansibleMain prints one JSON object, as Ansible reads it: the module's
-// result (its "failed" says whether the goal failed), or, exiting 1,
-// why the module could not run.
-func ansibleMain(args []string, stdout, stderr io.Writer) int {
-	enc := json.NewEncoder(stdout)
-	if len(args) == 3 && args[0] == "data" {
-		changed, err := ansible.SyncData(args[1], args[2])
-		if changed == nil {
-			changed = []string{}
-		}
-		if err != nil {
-			enc.Encode(map[string]any{"failed": true, "changed": changed, "msg": err.Error()})
-			return 1
-		}
-		enc.Encode(map[string]any{"changed": changed})
-		return 0
-	}
-	if len(args) != 2 || (args[0] != "goal" && args[0] != "info") {
-		fmt.Fprint(stderr, ansibleUsage)
-		return 2
-	}
-	failed := func(msg string) int {
-		enc.Encode(map[string]any{"failed": true, "changed": false, "msg": msg})
-		return 1
-	}
-	raw, err := ansible.ReadArgsFile(args[1])
-	if err != nil {
-		return failed(err.Error())
-	}
-	defer broker.Zero(raw)
-	ctx := context.Background()
-	switch args[0] {
-	case "goal":
-		a, err := ansible.ParseGoalArgs(raw)
-		broker.Zero(raw)
-		if a.PasswordInFile {
-			ansible.ScrubArgsFile(args[1])
-		}
-		if err != nil {
-			return failed(err.Error())
-		}
-		if a.PasswordStdin {
-			if a.BecomePassword, err = readPasswordWithin(os.Stdin, passwordWait); err != nil {
-				return failed(err.Error())
-			}
-		}
-		c, err := ensureDaemon()
-		if err != nil {
-			broker.Zero(a.BecomePassword)
-			return failed(err.Error())
-		}
-		defer c.Close()
-		res := ansible.RunGoal(ctx, c, nsdir.NamespaceDir(), a)
-		if a.PasswordInFile {
-			res.Warnings = append(res.Warnings, "ollie_goal: become_password came in the arguments file, which Ansible wrote to disk, so it was ignored: "+
-				"run ollie.fleet.ollie_goal from the installed collection, whose action plugin gives the password on standard input")
-		}
-		enc.Encode(res)
-	case "info":
-		c, err := ensureDaemon()
-		if err != nil {
-			return failed(err.Error())
-		}
-		defer c.Close()
-		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		res := ansible.Info(ictx, c)
-		res.Version = version
-		enc.Encode(res)
-	}
-	return 0
-}
-
-// passwordWait bounds the wait for the become password on standard
-// input: the action plugin writes it at once and closes the pipe; a
-// module run with the flag but no writer (a terminal, say) fails rather
-// than hang its task.
-const passwordWait = 10 * time.Second
-
-// readPasswordWithin is ansible.ReadPassword, failing past d.
-func readPasswordWithin(r io.Reader, d time.Duration) ([]byte, error) {
-	type read struct {
-		pw  []byte
-		err error
-	}
-	ch := make(chan read, 1)
-	go func() {
-		pw, err := ansible.ReadPassword(r)
-		ch <- read{pw, err}
-	}()
-	select {
-	case x := <-ch:
-		return x.pw, x.err
-	case <-time.After(d):
-		return nil, fmt.Errorf("olliesrv ansible: _ollie_password_stdin is set but standard input did not end within %s: run ollie_goal through the collection's action plugin", d)
-	}
-}
 
 // ensureDaemon dials the host's daemon, starting it first when none
 // runs, as "olliesrv start" does.

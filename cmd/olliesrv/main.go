@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"ollie/ansible"
 	"ollie/ns/shell"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
@@ -65,7 +66,7 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 	case "restart":
 		return restartMain(args, stdout, stderr)
 	case "ansible":
-		return ansibleMain(args, stdout, stderr)
+		return ansible.Module{Version: version, Dial: ensureDaemon, Stdin: os.Stdin}.Main(args, stdout, stderr)
 	case "install":
 		return deploy.Install(args, os.Stdin, stdout, stderr)
 	case "ssh-fingerprint":
