@@ -13,9 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/term"
-
-	"ollie/broker/desktop"
 	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/fleet"
@@ -56,8 +53,8 @@ type fleetFlags struct {
 	lostAfter, connectTimeout time.Duration
 }
 
-func (f *fleetFlags) watch() watchOptions {
-	return watchOptions{follow: f.follow, json: f.json, askBecome: f.askBecome}
+func (f *fleetFlags) watch() fleet.WatchOptions {
+	return fleet.WatchOptions{Follow: f.follow, JSON: f.json, AskBecome: f.askBecome}
 }
 
 // parseFleetFlags reads sub's flags; false on a usage error, which it
@@ -193,7 +190,7 @@ func fleetRun(c *common, f *fleetFlags, rest []string, cfg fleet.Config, store f
 		fmt.Fprintf(stderr, "ollie-remote fleet: keeping the run: %v\n", err)
 		return 1
 	}
-	return watchRun(run, cfg, store, true, f.watch(), stdout, stderr)
+	return fleet.Watch(run, cfg, store, true, f.watch(), stdout, stderr)
 }
 
 // fleetAttach is "fleet attach RUN": watching a run again.
@@ -214,7 +211,7 @@ func fleetAttach(f *fleetFlags, rest []string, cfg fleet.Config, store fleet.Sto
 			}
 		}
 	}
-	return watchRun(run, cfg, store, false, f.watch(), stdout, stderr)
+	return fleet.Watch(run, cfg, store, false, f.watch(), stdout, stderr)
 }
 
 func flagGiven(fl *flag.FlagSet, name string) bool {
@@ -287,123 +284,4 @@ func fleetStop(ctx context.Context, run *fleet.Run, cfg fleet.Config, store flee
 
 func printRunHeader(w io.Writer, run *fleet.Run) {
 	fmt.Fprintf(w, "run %s (%s, session %s on each host): %s\n", run.ID, run.State, run.Session, termsafe.Field(run.Goal, 120))
-}
-
-type watchOptions struct{ follow, json, askBecome bool }
-
-// watchRun starts or attaches to a run and watches it to its end, with the
-// live view on a terminal. While it watches, and the person is at a
-// terminal, it is the desktop's terminal broker: the run's approvals are
-// asked here, grouped across hosts.
-func watchRun(run *fleet.Run, cfg fleet.Config, store fleet.Store, fresh bool, o watchOptions, stdout, stderr io.Writer) int {
-	follow, asJSON := o.follow, o.json
-	out, tty := stdout.(*os.File)
-	tty = tty && term.IsTerminal(int(out.Fd())) && !follow && !asJSON
-	var live *fleet.Live
-	var obs fleet.Observer
-	var pause, resume func()
-	say := func(s string) { fmt.Fprintln(stderr, termsafe.Line(s)) }
-	switch {
-	case asJSON:
-		obs = fleet.Quiet{}
-	case tty:
-		live = &fleet.Live{Out: stdout, Run: run, Width: func() (int, int) {
-			c, r, _ := term.GetSize(int(out.Fd()))
-			return c, r
-		}}
-		obs, say, pause, resume = live, live.Say, live.Pause, live.Resume
-	default:
-		lines := &fleet.Lines{Out: stdout, Chat: follow}
-		lines.Width(run)
-		obs, pause, resume = lines, lines.Pause, lines.Resume
-	}
-	rb, code := runBroker(run, o.askBecome, pause, resume, stderr)
-	if code != 0 {
-		return code
-	}
-	if rb != nil {
-		defer rb.Close()
-		cfg.Waiting = rb.Waiting
-	}
-	if !asJSON {
-		verb := "started"
-		if !fresh {
-			verb = "attached to"
-		}
-		fmt.Fprintf(stdout, "fleet run %s %s on %d hosts (hosts from %s); session %s on each\n", run.ID, verb, len(run.Hosts), run.Source, run.Session)
-	}
-	r := &fleet.Runner{Run: run, Cfg: cfg, Store: store, Obs: obs}
-	ctx, detach := context.WithCancel(context.Background())
-	defer detach()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	detached := fleet.Interrupts(ctx, sigs, run.ID, say, func() { r.Interrupt(ctx) }, detach)
-	if live != nil {
-		live.Start()
-	}
-	var err error
-	if fresh {
-		err = r.Start(ctx)
-	} else {
-		err = r.Attach(ctx)
-	}
-	if live != nil {
-		live.Stop()
-	}
-	select {
-	case <-detached:
-		return 0
-	default:
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-		return 1
-	}
-	if asJSON {
-		fleet.WriteJSON(stdout, run)
-	} else {
-		fmt.Fprintln(stdout)
-		fleet.WriteTable(stdout, run)
-	}
-	return fleet.ExitCode(run)
-}
-
-// runBroker answers the run's approvals on the person's terminal, when
-// there is one (the controlling terminal, and standard input on it), and
-// asks the sudo password once with -ask-become-pass. Another terminal
-// broker already running keeps them; the run says so and goes on.
-func runBroker(run *fleet.Run, askBecome bool, pause, resume func(), stderr io.Writer) (*desktop.RunBroker, int) {
-	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
-	if err != nil || !term.IsTerminal(int(os.Stdin.Fd())) {
-		if tty != nil {
-			tty.Close()
-		}
-		if askBecome {
-			fmt.Fprintln(stderr, "ollie-remote fleet: -ask-become-pass needs a terminal to ask on")
-			return nil, 2
-		}
-		return nil, 0
-	}
-	var hosts []string
-	for _, h := range run.Hosts {
-		hosts = append(hosts, h.Name)
-	}
-	rb, err := desktop.StartRunBroker(context.Background(), desktop.RunConfig{Session: run.Session, Hosts: hosts, In: tty, Out: tty,
-		Pause: pause, Resume: resume, AskBecomePass: askBecome})
-	switch {
-	case errors.Is(err, desktop.ErrBrokerElsewhere):
-		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-		tty.Close()
-		return nil, 0
-	case err != nil:
-		fmt.Fprintf(stderr, "ollie-remote fleet: %s\n", termsafe.Line(err.Error()))
-		tty.Close()
-		return nil, 1
-	}
-	go func() {
-		<-rb.Done()
-		tty.Close()
-	}()
-	return rb, 0
 }
