@@ -1,14 +1,22 @@
 package ansible
 
+// "olliesrv ansible goal|info ARGSFILE": the collection's module files
+// are two-line wrappers that exec the deployed olliesrv with Ansible's
+// arguments file; ollie_goal's action plugin runs the same wrapper with
+// the become password on standard input.
+
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/termsafe"
 	"ollie/ns/client"
+	"ollie/ns/daemon"
 	"ollie/ns/nsdir"
 )
 
@@ -22,7 +30,8 @@ const Usage = `usage: olliesrv ansible goal ARGSFILE   the ollie_goal module: ru
 type Module struct {
 	// Version is this host's olliesrv version, given in ollie_info's result.
 	Version string
-	// Dial connects to the host's daemon, starting it when none runs.
+	// Dial connects to the host's daemon, starting it when none runs
+	// (DialDaemon).
 	Dial func() (*client.Conn, error)
 	// Stdin is where ollie_goal's action plugin writes the become password.
 	Stdin io.Reader
@@ -124,4 +133,24 @@ func readPasswordWithin(r io.Reader, d time.Duration) ([]byte, error) {
 	case <-time.After(d):
 		return nil, fmt.Errorf("olliesrv ansible: _ollie_password_stdin is set but standard input did not end within %s: run ollie_goal through the collection's action plugin", d)
 	}
+}
+
+// DialDaemon dials the host's daemon, starting it first when none runs,
+// as "olliesrv start" does: the running binary is the olliesrv that
+// serves it.
+func DialDaemon() (*client.Conn, error) {
+	if daemon.PID() == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := daemon.StartDetached(exe, 15*time.Second); err != nil {
+			return nil, fmt.Errorf("olliesrv ansible: starting the daemon: %s", termsafe.Line(err.Error()))
+		}
+	}
+	c, err := client.DialTimeout(nsdir.SocketPath(), "", 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("olliesrv ansible: %w", err)
+	}
+	return c, nil
 }

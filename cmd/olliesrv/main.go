@@ -66,7 +66,7 @@ func olliesrvMain(args []string, stdout, stderr io.Writer) int {
 	case "restart":
 		return restartMain(args, stdout, stderr)
 	case "ansible":
-		return ansible.Module{Version: version, Dial: ensureDaemon, Stdin: os.Stdin}.Main(args, stdout, stderr)
+		return ansible.Module{Version: version, Dial: ansible.DialDaemon, Stdin: os.Stdin}.Main(args, stdout, stderr)
 	case "install":
 		return deploy.Install(args, os.Stdin, stdout, stderr)
 	case "ssh-fingerprint":
