@@ -506,7 +506,9 @@ func TestStarterShell(t *testing.T) {
 // approveAll approves every elevation: a broker whose user says yes.
 type approveAll struct{}
 
-func (approveAll) Approve(context.Context, *broker.Request) (broker.Grant, error) { return approveAll{}, nil }
+func (approveAll) Approve(context.Context, *broker.Request) (broker.Grant, error) {
+	return approveAll{}, nil
+}
 
 func (approveAll) Password(context.Context, int, string) ([]byte, error) {
 	return nil, errors.New("approveAll has no password")

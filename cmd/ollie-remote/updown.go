@@ -158,9 +158,6 @@ func statusMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 	return 0
 }
 
-
-
-
 // deployThroughKeeper deploys over the connection up holds, if the keeper
 // of deploy's ssh configuration holds the host.
 func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string)) (deploy.Result, bool) {
@@ -176,4 +173,3 @@ func deployThroughKeeper(ctx context.Context, c *common, host string, b *deploy.
 	}
 	return *r.Result, true
 }
-
