@@ -12,6 +12,7 @@ import (
 	"ollie/ns/nsdir"
 	"ollie/ns/sshd"
 	"ollie/toolsrv"
+	"ollie/tunnel/deploy"
 	"os"
 	"os/signal"
 	"syscall"
@@ -125,7 +126,7 @@ func serveMain(args []string, stderr io.Writer) int {
 // Every descriptor is close-on-exec, so the lock and the sockets are
 // free for the new process to take.
 func reexec(log *slog.Logger) int {
-	exe, err := deployedOrSelf()
+	exe, err := deploy.CurrentOrSelf()
 	if err == nil {
 		err = syscall.Exec(exe, os.Args, os.Environ())
 	}
@@ -136,7 +137,7 @@ func reexec(log *slog.Logger) int {
 // execDeployed runs the deployed binary in place of this one when it is
 // another file; it returns only when it is this one, or cannot run.
 func execDeployed(log *slog.Logger) {
-	exe := deployedBinary()
+	exe := deploy.Current()
 	if exe == "" {
 		return
 	}

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"ollie/ns/shell"
 	"ollie/ns/sshd"
@@ -25,30 +24,7 @@ func adminCommand(args []string) (*exec.Cmd, error) {
 	if home, err := os.UserHomeDir(); err == nil {
 		uploads = deploy.Root(home)
 	}
-	return sshd.AdminCommand(args, uploads, deployedOrSelf)
-}
-
-// deployedOrSelf is the binary ollie-remote deploy made current on this
-// host, else the running one.
-func deployedOrSelf() (string, error) {
-	if exe := deployedBinary(); exe != "" {
-		return exe, nil
-	}
-	return os.Executable()
-}
-
-// deployedBinary is ~/.local/share/ollie/current/olliesrv when it is an
-// executable file, else "".
-func deployedBinary() string {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
-	}
-	exe := filepath.Join(deploy.Root(home), "current", "olliesrv")
-	if fi, err := os.Stat(exe); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0100 == 0 {
-		return ""
-	}
-	return exe
+	return sshd.AdminCommand(args, uploads, deploy.CurrentOrSelf)
 }
 
 // sshFingerprintMain prints the listener's host key fingerprint as

@@ -47,6 +47,28 @@ type Probe struct {
 // Root is where deploy installs under a home.
 func Root(home string) string { return filepath.Join(home, ".local", "share", "ollie") }
 
+// Current is the olliesrv that deploy made current for this user
+// (Root/current/olliesrv) when it is an executable file, else "".
+func Current() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	exe := filepath.Join(Root(home), "current", "olliesrv")
+	if fi, err := os.Stat(exe); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0100 == 0 {
+		return ""
+	}
+	return exe
+}
+
+// CurrentOrSelf is Current, else the running binary.
+func CurrentOrSelf() (string, error) {
+	if exe := Current(); exe != "" {
+		return exe, nil
+	}
+	return os.Executable()
+}
+
 // probe describes this host as the running binary sees it.
 func probe(versions []string) (*Probe, error) {
 	home, err := os.UserHomeDir()
