@@ -100,16 +100,7 @@ func (h *Host) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
 		return
 	}
 	defer h.sessions.Done()
-	ch, reqs, err := conn.OpenChannel("forwarded-streamlocal@openssh.com", ssh.Marshal(&struct {
-		SocketPath string
-		Reserved0  string
-	}{SocketPath: path}))
-	if err != nil {
-		c.Close()
-		return
-	}
-	go ssh.DiscardRequests(reqs)
-	sshfwd.Splice(ch, c)
+	sshfwd.Reverse(conn, path, c)
 }
 
 func (h *Host) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {

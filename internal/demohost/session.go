@@ -7,7 +7,7 @@ package demohost
 
 import (
 	"io"
-	"os"
+	"ollie/internal/sshfwd"
 	"os/exec"
 	"strings"
 	"sync"
@@ -102,7 +102,7 @@ func (s *session) request(req *ssh.Request) {
 	case "signal":
 		var sig struct{ Name string }
 		if ssh.Unmarshal(req.Payload, &sig) == nil {
-			if n, ok := signals[ssh.Signal(sig.Name)]; ok {
+			if n, ok := sshfwd.Signals[ssh.Signal(sig.Name)]; ok {
 				s.signal(n)
 			}
 		}
@@ -162,7 +162,7 @@ func (s *session) wait() {
 	st, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case st.Signaled():
-		s.exit(0, signalName(st.Signal()))
+		s.exit(0, sshfwd.SignalName(st.Signal()))
 	case s.cmd.ProcessState != nil:
 		s.exit(s.cmd.ProcessState.ExitCode(), "")
 	default:
@@ -220,22 +220,4 @@ func (s *session) closed() {
 		}
 	}
 	s.signal(syscall.SIGKILL)
-}
-
-// signals are the names RFC 4254 gives signals.
-var signals = map[ssh.Signal]syscall.Signal{
-	ssh.SIGABRT: syscall.SIGABRT, ssh.SIGALRM: syscall.SIGALRM, ssh.SIGFPE: syscall.SIGFPE,
-	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGILL: syscall.SIGILL, ssh.SIGINT: syscall.SIGINT,
-	ssh.SIGKILL: syscall.SIGKILL, ssh.SIGPIPE: syscall.SIGPIPE, ssh.SIGQUIT: syscall.SIGQUIT,
-	ssh.SIGSEGV: syscall.SIGSEGV, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGUSR1: syscall.SIGUSR1,
-	ssh.SIGUSR2: syscall.SIGUSR2,
-}
-
-func signalName(n os.Signal) string {
-	for name, sig := range signals {
-		if sig == n {
-			return string(name)
-		}
-	}
-	return "KILL"
 }

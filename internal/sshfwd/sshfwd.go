@@ -1,13 +1,17 @@
 // Package sshfwd is what both of ollie's SSH servers (the appliance
-// listener, ns/sshd, and make demo's hosts, internal/demohost) need to
-// carry stream-local forwards: copying a channel and a socket both ways,
-// and the sockets listened on for each connection.
+// listener, ns/sshd, and make demo's hosts, internal/demohost) share of
+// SSH's own protocol: stream-local forwards (copying a channel and a
+// socket both ways, a forwarded connection carried back to the client,
+// the sockets listened on for each connection) and the signal names of
+// RFC 4254.
 package sshfwd
 
 import (
 	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -96,4 +100,41 @@ func (f *Forwards) CloseAll() {
 	for _, c := range conns {
 		f.Remove(c, "")
 	}
+}
+
+// Reverse carries c, a connection to a socket the client asked to have
+// forwarded (streamlocal-forward@openssh.com at path), back to the client
+// on a channel of its own, until both ends are done.
+func Reverse(conn *ssh.ServerConn, path string, c *net.UnixConn) {
+	ch, reqs, err := conn.OpenChannel("forwarded-streamlocal@openssh.com", ssh.Marshal(&struct {
+		SocketPath string
+		Reserved0  string
+	}{SocketPath: path}))
+	if err != nil {
+		c.Close()
+		return
+	}
+	go ssh.DiscardRequests(reqs)
+	Splice(ch, c)
+}
+
+// Signals are the names RFC 4254 gives the signals a client may send to
+// a session's command.
+var Signals = map[ssh.Signal]syscall.Signal{
+	ssh.SIGABRT: syscall.SIGABRT, ssh.SIGALRM: syscall.SIGALRM, ssh.SIGFPE: syscall.SIGFPE,
+	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGILL: syscall.SIGILL, ssh.SIGINT: syscall.SIGINT,
+	ssh.SIGKILL: syscall.SIGKILL, ssh.SIGPIPE: syscall.SIGPIPE, ssh.SIGQUIT: syscall.SIGQUIT,
+	ssh.SIGSEGV: syscall.SIGSEGV, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGUSR1: syscall.SIGUSR1,
+	ssh.SIGUSR2: syscall.SIGUSR2,
+}
+
+// SignalName is n's RFC 4254 name, for the exit-signal a session sends
+// when its command died of n; KILL for one RFC 4254 does not name.
+func SignalName(n os.Signal) string {
+	for name, sig := range Signals {
+		if sig == n {
+			return string(name)
+		}
+	}
+	return "KILL"
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"ollie/internal/sshfwd"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,7 +123,7 @@ func (ss *session) request(req *ssh.Request) {
 	case "signal":
 		var sig struct{ Name string }
 		if ssh.Unmarshal(req.Payload, &sig) == nil {
-			if n, ok := signals[ssh.Signal(sig.Name)]; ok {
+			if n, ok := sshfwd.Signals[ssh.Signal(sig.Name)]; ok {
 				ss.signal(n)
 			}
 		}
@@ -360,7 +361,7 @@ func (ss *session) wait() {
 	st, _ := ss.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case st.Signaled():
-		ss.exit(0, signalName(st.Signal()))
+		ss.exit(0, sshfwd.SignalName(st.Signal()))
 	case ss.cmd.ProcessState != nil:
 		ss.exit(ss.cmd.ProcessState.ExitCode(), "")
 	default:
@@ -416,22 +417,4 @@ func (ss *session) closed() {
 		}
 	}
 	ss.signal(syscall.SIGKILL)
-}
-
-// signals are the names RFC 4254 gives signals.
-var signals = map[ssh.Signal]syscall.Signal{
-	ssh.SIGABRT: syscall.SIGABRT, ssh.SIGALRM: syscall.SIGALRM, ssh.SIGFPE: syscall.SIGFPE,
-	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGILL: syscall.SIGILL, ssh.SIGINT: syscall.SIGINT,
-	ssh.SIGKILL: syscall.SIGKILL, ssh.SIGPIPE: syscall.SIGPIPE, ssh.SIGQUIT: syscall.SIGQUIT,
-	ssh.SIGSEGV: syscall.SIGSEGV, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGUSR1: syscall.SIGUSR1,
-	ssh.SIGUSR2: syscall.SIGUSR2,
-}
-
-func signalName(n os.Signal) string {
-	for name, sig := range signals {
-		if sig == n {
-			return string(name)
-		}
-	}
-	return "KILL"
 }
