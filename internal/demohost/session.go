@@ -7,7 +7,6 @@ package demohost
 
 import (
 	"io"
-	"ollie/internal/sshfwd"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	gliderssh "github.com/gliderlabs/ssh"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
+
+	"ollie/internal/sshfwd"
 )
 
 // session is one session channel: at most one exec or subsystem.
