@@ -3,7 +3,6 @@ package ansible
 // ollie_goal: a session per play run, its goal set and waited for.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,7 +16,6 @@ import (
 
 	"ollie/agent/wire"
 	"ollie/ns/client"
-	"ollie/ns/words"
 )
 
 // What the module reads from the daemon is bounded, as fleet's watch.
@@ -28,7 +26,7 @@ const (
 )
 
 // agentName is the run's one agent, as in ollie-remote fleet run.
-const agentName = "a"
+const agentName = wire.GoalAgent
 
 // GoalResult is ollie_goal's result, the module's JSON.
 type GoalResult struct {
@@ -99,7 +97,7 @@ func RunGoal(ctx context.Context, c *client.Conn, nsDir string, a GoalArgs) (res
 		}
 	}()
 
-	if _, err := c.RdWr(ctx, dir+"agent/new", []byte(agentRequest(a.Profile, a.Model))); err != nil {
+	if _, err := c.RdWr(ctx, dir+"agent/new", []byte(wire.NewAgent(agentName, a.Profile, a.Model))); err != nil {
 		return fail("ollie_goal: making its agent: %v", err)
 	}
 	if err := c.Write(ctx, dir+"goal", []byte(a.Goal)); err != nil {
@@ -202,37 +200,13 @@ func register(ctx context.Context, c *client.Conn, nsDir string, ap *Approver) (
 	}, nil
 }
 
-// agentRequest is what agent/new is written, values quoted as the
-// daemon's parser takes them.
-func agentRequest(profile, model string) string {
-	req := "name=" + agentName
-	if profile != "" {
-		req += " profile=" + words.Quote(profile)
-	}
-	if model != "" {
-		req += " model=" + words.Quote(model)
-	}
-	return req
-}
-
 // lastAnswer is the agent's last message with text, from its log.
 func lastAnswer(ctx context.Context, c *client.Conn, name string) string {
 	b, err := c.ReadLimit(ctx, name, maxLog)
 	if err != nil {
 		return ""
 	}
-	lines := bytes.Split(b, []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		var m struct{ Role, Content string }
-		if json.Unmarshal(lines[i], &m) == nil && m.Role == "assistant" && strings.TrimSpace(m.Content) != "" {
-			s := strings.TrimSpace(m.Content)
-			if len(s) > maxAnswer {
-				s = s[:maxAnswer]
-			}
-			return s
-		}
-	}
-	return ""
+	return wire.LastAnswer(b, maxAnswer)
 }
 
 func randomHex(n int) string {

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"ollie/agent/wire"
 	"ollie/internal/paths"
 	"ollie/ns/client"
-	"ollie/ns/words"
 	"ollie/tunnel/deploy"
 	"ollie/tunnel/keeper"
 	"ollie/tunnel/models"
@@ -66,7 +66,7 @@ type Runner struct {
 	promptLines map[string]bool // lines of the prompts the run gives (injected)
 }
 
-const agentName = "a"
+const agentName = wire.GoalAgent
 
 // Start deploys to every host, holds it, creates its session and agent and
 // gives the goal, then watches until every host is done or ctx ends (a
@@ -289,7 +289,7 @@ func (r *Runner) setUp(ctx context.Context, h *Host, fresh bool) (string, bool) 
 	sess := "session/" + r.Run.Session
 	steps := []struct{ file, req string }{
 		{"session/new", "name=" + r.Run.Session},
-		{sess + "/agent/new", agentRequest(r.Run.Profile, r.Run.Model)},
+		{sess + "/agent/new", wire.NewAgent(agentName, r.Run.Profile, r.Run.Model)},
 	}
 	for _, s := range steps {
 		if _, err := c.RdWr(ctx, s.file, []byte(s.req)); err != nil {
@@ -323,19 +323,6 @@ func (r *Runner) modelUsage() *models.Usage {
 	}
 	u := rep.Runs[r.Run.Session]
 	return &u
-}
-
-// agentRequest is what agent/new is written: values quoted as the host's
-// parser takes them.
-func agentRequest(profile, model string) string {
-	req := "name=" + agentName
-	if profile != "" {
-		req += " profile=" + words.Quote(profile)
-	}
-	if model != "" {
-		req += " model=" + words.Quote(model)
-	}
-	return req
 }
 
 func dialHost(sock string) (*client.Conn, error) { return client.DialTimeout(sock, "", 10*time.Second) }

@@ -13,6 +13,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/agent/fakellm"
+	"ollie/agent/wire"
 	"ollie/internal/nstest"
 	"ollie/ns/client"
 	"ollie/ns/host"
@@ -75,7 +76,7 @@ func TestFollowShowsHostsOwnLine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sess := "session/" + run.Session
-	for _, s := range []struct{ file, req string }{{"session/new", "name=" + run.Session}, {sess + "/agent/new", agentRequest("", "")}} {
+	for _, s := range []struct{ file, req string }{{"session/new", "name=" + run.Session}, {sess + "/agent/new", wire.NewAgent(agentName, "", "")}} {
 		if _, err := c.RdWr(ctx, s.file, []byte(s.req)); err != nil {
 			t.Fatal(err)
 		}

@@ -325,14 +325,7 @@ func lastAnswer(ctx context.Context, c *client.Conn, name string) string {
 	if err != nil {
 		return ""
 	}
-	lines := bytes.Split(b, []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		var m struct{ Role, Content string }
-		if json.Unmarshal(lines[i], &m) == nil && m.Role == "assistant" && strings.TrimSpace(m.Content) != "" {
-			return clip(strings.TrimSpace(m.Content), maxAnswer)
-		}
-	}
-	return ""
+	return wire.LastAnswer(b, maxAnswer)
 }
 
 func clip(s string, n int) string {
