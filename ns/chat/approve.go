@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
@@ -332,4 +333,103 @@ func (e *eventLines) Write(p []byte) (int, error) {
 			return 0, context.Cause(e.ctx)
 		}
 	}
+}
+
+// approvals hands the main loop each request of this agent's that waits
+// in bypass/pending (none while a desktop broker answers them).
+func (ch *chat) approvals(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := WatchPending(ctx, ch.opt.Dial, ch.t.id, func(p Pending) {
+			select {
+			case ch.pend <- p:
+			case <-ctx.Done():
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		// A daemon restarting is not there for a moment: its socket is
+		// gone or refuses (a DialError), then it is back.
+		var down *client.DialError
+		if errors.As(err, &down) && !client.IsUntrusted(err) {
+			err = nil
+		}
+		if err != nil && !errors.Is(err, client.ErrConnLost) && !client.IsInterrupted(err) && !strings.Contains(err.Error(), "shutting down") {
+			ch.say("[approvals will not show here: " + serverWords(err) + "]")
+			return
+		}
+		// The connection went with the daemon or the tunnel: watch again
+		// once it is back (the follower says so).
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// approve puts a request to the person: y, always or n; and when sudo
+// asks for the password (the request comes back with an attempt), the
+// password, read with no echo and never kept.
+func (ch *chat) approve(ctx context.Context, p Pending) {
+	ch.v.endTurn()
+	if ch.term == nil {
+		ch.say("── approval needed")
+		ch.say(requestText(p.Text))
+		ch.say("[answer with: echo approve | ollie write bypass/pending/" + termsafe.Line(p.ID) + " (or always, or deny)]")
+		return
+	}
+	ch.in.lineMode(true)
+	defer ch.in.lineMode(false)
+	if p.Attempt > 0 {
+		if p.Attempt > 1 {
+			ch.say("[sudo: wrong password; try again]")
+		}
+		pw, err := ch.term.ReadPassword(fmt.Sprintf("sudo password (attempt %d of 3): ", p.Attempt))
+		if err != nil {
+			Decide(ctx, ch.ctl, p.ID, "deny no password given")
+			return
+		}
+		b := []byte(pw)
+		err = GivePassword(ctx, ch.ctl, p.ID, b)
+		clear(b)
+		if err != nil {
+			ch.say("[" + serverWords(err) + "]")
+		}
+		return
+	}
+	ch.say("── approval needed")
+	ch.say(requestText(p.Text))
+	ch.term.SetPrompt("approve? [y]es, [a]lways, [n]o: ")
+	answer := ""
+	for answer == "" {
+		line, err := ch.term.ReadLine()
+		if err != nil {
+			line = "n"
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			answer = "approve"
+		case "a", "always":
+			answer = "always"
+		case "n", "no":
+			answer = "deny denied in ollie chat"
+		}
+	}
+	if err := Decide(ctx, ch.ctl, p.ID, answer); err != nil {
+		ch.say("[" + serverWords(err) + "]")
+	}
+}
+
+// requestText is a request's file as the chat shows it: the request, made
+// safe, without the file's own lines on how to answer by writing to it,
+// which the chat does for the person (y/a/n, or the line it prints).
+func requestText(text string) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		if strings.HasSuffix(l, " to this file to answer") || strings.HasPrefix(l, "password: write ") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return termsafe.Text(strings.Join(keep, "\n"))
 }
