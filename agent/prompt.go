@@ -16,8 +16,11 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultPromptTimeout bounds each prompt command when [PromptEnv.Timeout] is zero.
-const DefaultPromptTimeout = 5 * time.Second
+// DefaultPromptTimeout bounds each prompt command when [PromptEnv.Timeout]
+// is zero. It is a bound against a command that hangs, not a speed
+// expected: a busy host (where agents are wanted most) once took over 5 s
+// to run the starter profile's context.sh, and the agent did not start.
+const DefaultPromptTimeout = 20 * time.Second
 
 // MaxPromptSize bounds a resolved system prompt, in bytes: far more than any
 // model's context should spend on instructions, small enough that a command
