@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test ./ns/client -run '^$$' -fuzz '^FuzzServerReplies$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./broker -run '^$$' -fuzz '^FuzzConverse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 	$(GO) test ./ns/words -run '^$$' -fuzz '^FuzzQuote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
+	$(GO) test ./ns/ninep -run '^$$' -fuzz '^FuzzReadMessage$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 200x
 
 # Every benchmark, each beside its peer (raw socket, bare exec, bare HTTP,
 # parallel-ssh, ansible); figures and their commands are in
