@@ -322,13 +322,5 @@ func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, pr
 	return r
 }
 
-// maxHostMessage bounds a line of a host's words printed under its name,
-// and maxCell a table cell a host chose.
-const (
-	maxHostMessage = deploy.MaxHostMessage
-	maxCell        = 64
-)
-
-// cell is a table cell whose text a host chose: one line, made safe (a
-// tab would shift the columns), clipped, "-" when empty.
-func cell(s string) string { return termsafe.Cell(s, maxCell) }
+// maxHostMessage bounds a line of a host's words printed under its name.
+const maxHostMessage = deploy.MaxHostMessage

@@ -58,13 +58,17 @@ func Text(s string) string { q, _ := clean(s, true, false, -1); return q }
 // n). n below 4 is taken as 4.
 func Field(s string, n int) string { q, _ := clean(s, false, false, max(n, 4)); return q }
 
-// Cell is a table cell whose text another host chose: Field(s, n), or
-// "-" when s is empty, so that a column never looks shifted.
-func Cell(s string, n int) string {
+// CellWidth bounds a table cell whose text another host chose.
+const CellWidth = 64
+
+// Cell is a table cell whose text another host chose: Field(s,
+// CellWidth), or "-" when s is empty, so that a column never looks
+// shifted.
+func Cell(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return Field(s, n)
+	return Field(s, CellWidth)
 }
 
 // Ellipsis ends a Field that was cut.

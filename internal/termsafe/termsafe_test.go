@@ -204,3 +204,17 @@ func TestUnquoted(t *testing.T) {
 		t.Errorf("Unquoted(%s) = %s, want %s", line, got, want)
 	}
 }
+
+// TestCell: an empty cell shows "-", a long one is clipped to CellWidth,
+// and a tab (which would shift the columns) is made visible.
+func TestCell(t *testing.T) {
+	if got := Cell(""); got != "-" {
+		t.Errorf("Cell(\"\") = %q", got)
+	}
+	if got := Cell(strings.Repeat("x", 200)); len(got) > CellWidth {
+		t.Errorf("Cell of 200 bytes is %d bytes, want at most %d", len(got), CellWidth)
+	}
+	if got := Cell("a\tb"); strings.Contains(got, "\t") {
+		t.Errorf("Cell kept a tab: %q", got)
+	}
+}

@@ -9,9 +9,6 @@ import (
 	"ollie/internal/termsafe"
 )
 
-// maxCell bounds a table cell whose text a host chose.
-const maxCell = 64
-
 // WriteResults writes the table a deploy ends with, a row per host, and
 // counts the hosts that failed and those that are degraded (ssh HOST
 // ollie does not find the command, -system was not approved): not a
@@ -29,7 +26,7 @@ func WriteResults(w io.Writer, results []Result) (failed, degraded int) {
 		case r.Files == 0 && len(r.Changed) <= 1:
 			result = "ok, up to date"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), termsafe.Cell(r.Platform, maxCell), termsafe.Cell(r.Version, maxCell),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fs\t%s\n", termsafe.Line(r.Host), termsafe.Cell(r.Platform), termsafe.Cell(r.Version),
 			sentCell(r), r.Took.Seconds(), result)
 	}
 	tw.Flush()

@@ -69,12 +69,12 @@ func heldStatus(ctx context.Context, r StatusRow, info HeldInfo) StatusRow {
 
 // WriteStatus writes the status table, every host's word made safe.
 func WriteStatus(w io.Writer, rows []StatusRow) {
-	const maxCell, maxMessage = 64, deploy.MaxHostMessage
+	const maxMessage = deploy.MaxHostMessage
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tVERSION\tUPTIME\tSESSIONS\tAGENTS\tAPPROVALS\tMODEL\tTUNNEL")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.Host), termsafe.Cell(r.Version, maxCell), r.Uptime,
-			termsafe.Cell(r.Sessions, maxCell), termsafe.Cell(r.Agents, maxCell),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Line(r.Host), termsafe.Cell(r.Version), r.Uptime,
+			termsafe.Cell(r.Sessions), termsafe.Cell(r.Agents),
 			termsafe.Line(r.Approvals), termsafe.Field(r.Models, maxMessage), termsafe.Field(r.Tunnel, maxMessage))
 	}
 	tw.Flush()
