@@ -181,10 +181,6 @@ func (r *Runner) update(h *Host, f func(h *Host)) {
 	}
 }
 
-func (r *Runner) setState(h *Host, state string) {
-	r.update(h, func(h *Host) { h.State = state })
-}
-
 func (r *Runner) fail(h *Host, result, why string) {
 	r.update(h, func(h *Host) {
 		h.Result, h.State, h.Detail = result, result, why
