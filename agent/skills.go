@@ -23,7 +23,7 @@ type SkillInfo struct {
 	Description string
 }
 
-// Skills is how an agent reaches the skills its host offers; ns/host
+// Skills is how an agent reaches the skills its host offers; host
 // hands it one over package skills, which the loop does not link.
 type Skills interface {
 	// Offered lists the skills on offer on the host now.

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/host/daemon"
 	"ollie/internal/termsafe"
 	"ollie/ns/client"
-	"ollie/ns/daemon"
 	"ollie/ns/nsdir"
 )
 

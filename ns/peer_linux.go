@@ -17,7 +17,7 @@ import (
 // every Landlock-sandboxed process carries and cannot shed. A sandboxed
 // peer whose parent is the server's own process is one the server
 // started to read only (the appliance listener's read-only sessions,
-// ns/sshd): Remote, so that however many there are they take none of
+// appliance): Remote, so that however many there are they take none of
 // the connections agents' tools need. No tool is the daemon's child
 // (toolsrv's child starts them, through a helper), and no process
 // chooses its parent.

@@ -9,7 +9,7 @@
 // The package parses and resolves; it trusts the files on its search path as
 // the tools path is trusted (they are the operator's), but bounds their size
 // and refuses what it does not understand. Agents reach skills through
-// agent.Skills, which ns/host implements over Catalog.
+// agent.Skills, which host implements over Catalog.
 package skills
 
 import (

@@ -12,7 +12,7 @@ import (
 // TestCallerCwdWithinSession drives the runner itself with a caller whose
 // directory lies outside the session's: plainly, through a symlink in the
 // session's directory, through a chain of them, and through "..". Each
-// is refused before the tool runs, by RunFor and by StartFor. ns/host
+// is refused before the tool runs, by RunFor and by StartFor. host
 // checks an agent's directory too, which hides a runner that stopped
 // checking from the end-to-end tests; this is the runner's own check.
 func TestCallerCwdWithinSession(t *testing.T) {

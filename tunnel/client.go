@@ -245,7 +245,7 @@ func (c *Client) Target() *Target { return c.target }
 // wrap. Session channels opened on it do not count against MaxSessions.
 func (c *Client) SSH() *ssh.Client { return c.conn }
 
-// ApplianceVersion is how ollie's own SSH listener (ns/sshd) names itself
+// ApplianceVersion is how ollie's own SSH listener (appliance) names itself
 // in the SSH version exchange.
 const ApplianceVersion = "SSH-2.0-ollie"
 

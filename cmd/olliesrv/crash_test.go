@@ -28,7 +28,7 @@ import (
 // TestCrashDuringTool (e2e_test.go).
 //
 // What the design does with the prompt that was running (read from
-// ns/host/durable.go and agent/durable.go, and asserted here) in a
+// host/durable.go and agent/durable.go, and asserted here) in a
 // session made resume=manual: a prompt already dequeued is not run again.
 // Its user message stays in the history (the model sees it as context with
 // the next prompt), and the chat of the restored agent says "[interrupted:

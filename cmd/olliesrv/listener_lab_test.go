@@ -3,7 +3,7 @@ package main
 // The appliance listener with real clients against the real daemon:
 // sshfs mounting the namespace through the sftp subsystem, and the chat
 // on a pty over OpenSSH's ssh -tt, the agent answered by the scripted
-// model server. ns/sftpns and ns/sshd test the same clients against
+// model server. appliance/sftpns and appliance test the same clients against
 // fixtures; here everything is the built olliesrv.
 
 import (

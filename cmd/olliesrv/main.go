@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 
 	"ollie/ansible"
-	"ollie/ns/shell"
+	"ollie/shell"
 	"ollie/toolsrv"
 	"ollie/toolsrv/sandbox"
 	"ollie/tunnel/deploy"

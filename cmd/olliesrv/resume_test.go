@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/host"
 	"ollie/internal/nstest"
-	"ollie/ns/host"
 )
 
 // TestCrashGoesOn (issue 30): in a session made without resume= (auto),

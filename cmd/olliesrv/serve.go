@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"ollie/agent/backend"
+	"ollie/appliance"
 	"ollie/broker"
-	"ollie/ns/host"
+	"ollie/host"
 	"ollie/ns/nsdir"
-	"ollie/ns/sshd"
 	"ollie/toolsrv"
 	"ollie/tunnel/deploy"
 	"os"
@@ -74,7 +74,7 @@ func serveMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
 		return 1
 	}
-	var sshSrv *sshd.Server
+	var sshSrv *appliance.Server
 	var sshFailed <-chan error
 	if *sshAddr != "" {
 		if sshSrv, sshFailed, err = startSSH(*sshAddr, cfg.Dir, log); err != nil {

@@ -1,6 +1,6 @@
 package main
 
-// The appliance listener's wiring (ns/sshd): olliesrv -ssh ADDR, the
+// The appliance listener's wiring (appliance): olliesrv -ssh ADDR, the
 // ssh-fingerprint command, and the read-only re-exec its commands use.
 
 import (
@@ -12,19 +12,19 @@ import (
 	"os"
 	"os/exec"
 
-	"ollie/ns/shell"
-	"ollie/ns/sshd"
+	"ollie/appliance"
+	"ollie/shell"
 	"ollie/tunnel/deploy"
 )
 
-// adminCommand runs an admin key's "olliesrv ARGS" as sshd.AdminCommand
+// adminCommand runs an admin key's "olliesrv ARGS" as appliance.AdminCommand
 // allows, with uploads only where deploy installs.
 func adminCommand(args []string) (*exec.Cmd, error) {
 	var uploads string
 	if home, err := os.UserHomeDir(); err == nil {
 		uploads = deploy.Root(home)
 	}
-	return sshd.AdminCommand(args, uploads, deploy.CurrentOrSelf)
+	return appliance.AdminCommand(args, uploads, deploy.CurrentOrSelf)
 }
 
 // sshFingerprintMain prints the listener's host key fingerprint as
@@ -35,9 +35,9 @@ func sshFingerprintMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var fp string
-	key, err := sshd.HostKeyPath()
+	key, err := appliance.HostKeyPath()
 	if err == nil {
-		fp, err = sshd.Fingerprint(key)
+		fp, err = appliance.Fingerprint(key)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "olliesrv ssh-fingerprint: %v\n", err)
@@ -55,7 +55,7 @@ func sshReadOnlyMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: olliesrv ssh-readonly ollie ARGS... | sftp-server")
 		return 2
 	}
-	if err := sshd.ReadOnly(); err != nil {
+	if err := appliance.ReadOnly(); err != nil {
 		fmt.Fprintf(stderr, "olliesrv: %v\n", err)
 		return 1
 	}
@@ -65,13 +65,13 @@ func sshReadOnlyMain(args []string, stderr io.Writer) int {
 	return shell.Main(args[1:])
 }
 
-// sftpServerMain is the listener's sftp subsystem (sshd.ServeSFTP).
+// sftpServerMain is the listener's sftp subsystem (appliance.ServeSFTP).
 func sftpServerMain(args []string, readOnly bool, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "usage: olliesrv sftp-server (the listener runs it for the sftp subsystem)")
 		return 2
 	}
-	if err := sshd.ServeSFTP(readOnly); err != nil {
+	if err := appliance.ServeSFTP(readOnly); err != nil {
 		fmt.Fprintf(stderr, "olliesrv sftp-server: %v\n", err)
 		return 1
 	}
@@ -81,17 +81,17 @@ func sftpServerMain(args []string, readOnly bool, stderr io.Writer) int {
 // startSSH listens on addr (so that a port in use fails the start) and
 // serves the listener; failed receives Serve's error should it end
 // before Shutdown.
-func startSSH(addr, dir string, log *slog.Logger) (*sshd.Server, <-chan error, error) {
+func startSSH(addr, dir string, log *slog.Logger) (*appliance.Server, <-chan error, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("olliesrv: -ssh: %w", err)
 	}
-	srv, err := sshd.Appliance(exe, dir, adminCommand, log)
+	srv, err := appliance.Appliance(exe, dir, adminCommand, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("olliesrv: -ssh: %w", err)
 	}
 	// The host key first: a bad key file fails the start, not the first login.
-	if _, err := sshd.LoadHostKey(srv.HostKey); err != nil {
+	if _, err := appliance.LoadHostKey(srv.HostKey); err != nil {
 		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -101,7 +101,7 @@ func startSSH(addr, dir string, log *slog.Logger) (*sshd.Server, <-chan error, e
 	log.Info("olliesrv: ssh listener", "addr", ln.Addr(), "authorized_keys", srv.AuthorizedKeys)
 	failed := make(chan error, 1)
 	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, sshd.ErrServerClosed) {
+		if err := srv.Serve(ln); !errors.Is(err, appliance.ErrServerClosed) {
 			failed <- err
 		}
 	}()

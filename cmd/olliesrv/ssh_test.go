@@ -17,8 +17,8 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"ollie/appliance"
 	"ollie/internal/nstest"
-	"ollie/ns/sshd"
 
 	"ollie/internal/lab"
 )
@@ -37,7 +37,7 @@ func TestSSHFingerprint(t *testing.T) {
 	if !regexp.MustCompile(`^256 SHA256:[A-Za-z0-9+/]{43} olliesrv@\S* \(ED25519\)\n$`).MatchString(out1.String()) {
 		t.Errorf("ssh-fingerprint printed %q", out1.String())
 	}
-	key := filepath.Join(os.Getenv("XDG_STATE_HOME"), "ollie", sshd.HostKeyFile)
+	key := filepath.Join(os.Getenv("XDG_STATE_HOME"), "ollie", appliance.HostKeyFile)
 	if st, err := os.Stat(key); err != nil || st.Mode().Perm() != 0600 {
 		t.Fatalf("host key %s: %v %v, want 0600", key, st, err)
 	}
@@ -67,7 +67,7 @@ func TestBinarySSHListener(t *testing.T) {
 	os.MkdirAll(filepath.Join(conf, "ollie"), 0700)
 	var auth strings.Builder
 	keys := map[string]string{}
-	for _, k := range []struct{ name, opts string }{{"admin", ""}, {"reader", sshd.ReadOnlyOption + " "}} {
+	for _, k := range []struct{ name, opts string }{{"admin", ""}, {"reader", appliance.ReadOnlyOption + " "}} {
 		file := filepath.Join(home, k.name)
 		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", file).CombinedOutput(); err != nil {
 			lab.Need(t, false, fmt.Sprintf("ssh-keygen: %v %s", err, out))
@@ -133,7 +133,7 @@ func TestBinarySSHListener(t *testing.T) {
 	if out, code := ssh("reader", "name=no\n", "write", "session/new"); code != 1 || !strings.Contains(out, "permission denied") {
 		t.Errorf("reader write session/new: %d %q, want 1 and permission denied", code, out)
 	}
-	if out, code := ssh("admin", "", "olliesrv", "stop"); code != sshd.ExitRefused {
+	if out, code := ssh("admin", "", "olliesrv", "stop"); code != appliance.ExitRefused {
 		t.Errorf("exec of olliesrv stop: %d %q, want it refused", code, out)
 	}
 	// ollie-remote's few olliesrv commands, for an admin key only, and
@@ -141,10 +141,10 @@ func TestBinarySSHListener(t *testing.T) {
 	if out, code := ssh("admin", "", "olliesrv", "version"); code != 0 || !strings.HasPrefix(out, "olliesrv ") {
 		t.Errorf("admin exec of olliesrv version: %d %q", code, out)
 	}
-	if out, code := ssh("reader", "", "olliesrv", "version"); code != sshd.ExitRefused {
+	if out, code := ssh("reader", "", "olliesrv", "version"); code != appliance.ExitRefused {
 		t.Errorf("read-only exec of olliesrv version: %d %q, want it refused", code, out)
 	}
-	if out, code := ssh("admin", "", "olliesrv", "install", "receive", home); code != sshd.ExitRefused || !strings.Contains(out, "under ~/.local/share/ollie only") {
+	if out, code := ssh("admin", "", "olliesrv", "install", "receive", home); code != appliance.ExitRefused || !strings.Contains(out, "under ~/.local/share/ollie only") {
 		t.Errorf("admin exec of olliesrv install receive elsewhere: %d %q, want it refused", code, out)
 	}
 	// The namespace over SFTP, with OpenSSH's sftp: the admin lists and

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/host/daemon"
 	"ollie/internal/termsafe"
-	"ollie/ns/daemon"
 	"ollie/ns/nsdir"
 )
 

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"ollie/ns/daemon"
-	"ollie/ns/host"
+	"ollie/host"
+	"ollie/host/daemon"
 	"ollie/ns/nsdir"
 	"ollie/toolsrv"
 )

@@ -1,6 +1,6 @@
 // Package accept is the accept loop that ollie's 9P servers share
 // (ns.Server, tunnel/mux.Mux, tunnel/resume.Proxy), and the appliance listener
-// (ns/sshd) too.
+// (appliance) too.
 //
 // It lives once so that the three agree on what a listener's failure
 // means: out of file descriptors or a peer gone before it was accepted

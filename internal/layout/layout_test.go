@@ -32,7 +32,24 @@ var rules = []struct {
 	{"ollie/ns/words", running},
 	{"ollie/toolsrv/meta", running},
 	{"ollie/toolsrv/tool", running},
+
+	// The clients of a namespace (the chat, the ollie command, the
+	// appliance listener and its SFTP, the daemon's starter) speak 9P over a
+	// socket: none of them links the namespace that answers them.
+	{"ollie/chat", withHost},
+	{"ollie/shell", withHost},
+	{"ollie/appliance", withHost},
+	{"ollie/appliance/sftpns", withHost},
+	{"ollie/host/daemon", withHost},
+	{"ollie/ns/client", withHost},
+
+	// ns is the protocol and the server: what it serves is declared on top
+	// of it, never inside it.
+	{"ollie/ns", []string{"ollie/host", "ollie/agent", "ollie/toolsrv", "ollie/broker", "ollie/tunnel"}},
 }
+
+// withHost is running and the host's namespace built on it.
+var withHost = append(slices.Clip(running), "ollie/host")
 
 func TestDependencyRules(t *testing.T) {
 	root := moduleRoot(t)

@@ -1,5 +1,5 @@
 // Package sshfwd is what both of ollie's SSH servers (the appliance
-// listener, ns/sshd, and make demo's hosts, internal/demohost) share of
+// listener, appliance, and make demo's hosts, internal/demohost) share of
 // SSH's own protocol: stream-local forwards (copying a channel and a
 // socket both ways, a forwarded connection carried back to the client,
 // the sockets listened on for each connection) and the signal names of

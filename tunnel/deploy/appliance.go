@@ -1,6 +1,6 @@
 package deploy
 
-// Deploying to a host that has only the appliance listener (ns/sshd): no
+// Deploying to a host that has only the appliance listener (appliance): no
 // OpenSSH, so no /bin/sh to run the probe script and no filesystem SFTP
 // (the listener's sftp subsystem serves the namespace). The listener runs
 // a few "olliesrv ..." execs for an admin key instead, and this file is

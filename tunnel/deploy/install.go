@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/host/daemon"
 	"ollie/internal/paths"
-	"ollie/ns/daemon"
 )
 
 // Manifest is what a host has: the versions under the root with the

@@ -14,9 +14,9 @@ import (
 	"ollie/agent/backend"
 	"ollie/agent/fakellm"
 	"ollie/agent/wire"
+	"ollie/host"
 	"ollie/internal/nstest"
 	"ollie/ns/client"
-	"ollie/ns/host"
 )
 
 // details records each detail a host shows.

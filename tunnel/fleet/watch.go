@@ -377,7 +377,7 @@ func (r *Runner) follow(ctx context.Context, h *Host, sock, name string, fromSta
 		}
 		// A restarted daemon's stream is the old one up to its last
 		// record, then what came since: go on from where we were, or
-		// from the end of what the restart put back (ns/chat does the
+		// from the end of what the restart put back (chat does the
 		// same), so nothing is passed on twice or missed.
 		if started, restored, err := restoredChat(ctx, c, strings.TrimSuffix(name, "chat")); err == nil {
 			if daemon != "" && started != daemon && off >= 0 {
