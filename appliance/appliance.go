@@ -76,7 +76,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"ollie/internal/accept"
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 )
 
 // HostKeyFile is the host key's name in the state directory.
@@ -156,7 +156,7 @@ type Server struct {
 	limitLog         rateLog
 	startups         startups
 	intn             func(n int) int // MaxStartups' draw, in [0, n)
-	fwd              sshfwd.Forwards
+	fwd              sshsrv.Forwards
 	mu               sync.Mutex
 	closing          bool
 	listeners        map[net.Listener]struct{} // Serve's, under mu

@@ -14,7 +14,7 @@ import (
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 
 	"ollie/ns/nsdir"
 )
@@ -60,25 +60,21 @@ func mayForward(ctx gliderssh.Context) bool {
 }
 
 func (s *Server) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChannel, ctx gliderssh.Context) {
-	var msg struct {
-		SocketPath string
-		Reserved0  string
-		Reserved1  uint32
-	}
-	if err := ssh.Unmarshal(nc.ExtraData(), &msg); err != nil {
+	path, err := sshsrv.DirectPath(nc)
+	if err != nil {
 		nc.Reject(ssh.ConnectionFailed, "ollie: bad direct-streamlocal request")
 		return
 	}
 	// The path checked is the path used: the kernel would resolve a
 	// "dir/symlink/.." that Clean takes away.
-	msg.SocketPath = cleanAbs(msg.SocketPath)
+	path = cleanAbs(path)
 	if !mayForward(ctx) {
 		s.refuse(ctx, "direct-streamlocal by a key that may not forward", "")
 		nc.Reject(ssh.Prohibited, "ollie: this key may not forward sockets")
 		return
 	}
-	if !s.mayReach(msg.SocketPath) {
-		s.refuse(ctx, "direct-streamlocal to "+msg.SocketPath, "")
+	if !s.mayReach(path) {
+		s.refuse(ctx, "direct-streamlocal to "+path, "")
 		nc.Reject(ssh.Prohibited, "ollie: only the namespace socket "+filepath.Join(s.Namespace, nsdir.Service)+" may be reached")
 		return
 	}
@@ -87,69 +83,42 @@ func (s *Server) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ss
 		return
 	}
 	defer s.work.Done()
-	c, err := net.DialTimeout("unix", msg.SocketPath, 10*time.Second)
+	c, err := net.DialTimeout("unix", path, 10*time.Second)
 	if err != nil {
 		nc.Reject(ssh.ConnectionFailed, "ollie: the namespace does not answer: "+err.Error())
 		return
 	}
-	ch, reqs, err := nc.Accept()
-	if err != nil {
-		c.Close()
-		return
-	}
-	go ssh.DiscardRequests(reqs)
-	sshfwd.Splice(ch, c.(*net.UnixConn))
+	sshsrv.Accept(nc, c)
 }
 
 func (s *Server) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	var msg struct{ SocketPath string }
-	if ssh.Unmarshal(req.Payload, &msg) != nil {
-		return false, nil
-	}
-	msg.SocketPath = cleanAbs(msg.SocketPath)
-	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
+	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
 	if !ok {
 		return false, nil
 	}
+	path = cleanAbs(path)
 	if !mayForward(ctx) {
 		s.refuse(ctx, "streamlocal-forward by a key that may not forward", "")
 		return false, nil
 	}
-	if !s.mayListen(msg.SocketPath) {
-		s.refuse(ctx, "streamlocal-forward of "+msg.SocketPath, "")
+	if !s.mayListen(path) {
+		s.refuse(ctx, "streamlocal-forward of "+path, "")
 		return false, nil
 	}
-	ln, err := net.Listen("unix", msg.SocketPath)
-	if err != nil && s.staleSocket(msg.SocketPath) {
+	ln, err := net.Listen("unix", path)
+	if err != nil && s.staleSocket(path) {
 		// A socket no forward of this listener holds is what a dead
 		// listener (a restart) left: the client asking for an ollie path
 		// now may replace it. OpenSSH's client would remove it over SFTP,
 		// which here serves the namespace instead.
-		os.Remove(msg.SocketPath)
-		ln, err = net.Listen("unix", msg.SocketPath)
+		os.Remove(path)
+		ln, err = net.Listen("unix", path)
 	}
 	if err != nil {
-		s.Log.Info("sshd: streamlocal-forward", "path", msg.SocketPath, "err", err)
+		s.Log.Info("sshd: streamlocal-forward", "path", path, "err", err)
 		return false, nil
 	}
-	if !s.fwd.Add(conn, msg.SocketPath, ln) {
-		ln.Close()
-		return false, nil
-	}
-	go func() {
-		<-ctx.Done()
-		s.fwd.Remove(conn, "")
-	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.forwarded(conn, msg.SocketPath, c.(*net.UnixConn))
-		}
-	}()
-	return true, nil
+	return s.fwd.Hold(ctx, conn, path, ln, func(c *net.UnixConn) { s.forwarded(conn, path, c) }), nil
 }
 
 // staleSocket reports whether path is a socket that no connection of
@@ -170,18 +139,13 @@ func (s *Server) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
 		return
 	}
 	defer s.work.Done()
-	sshfwd.Reverse(conn, path, c)
+	sshsrv.Reverse(conn, path, c)
 }
 
 func (s *Server) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	var msg struct{ SocketPath string }
-	if ssh.Unmarshal(req.Payload, &msg) != nil {
-		return false, nil
-	}
-	msg.SocketPath = cleanAbs(msg.SocketPath)
-	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
+	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
 	if !ok {
 		return false, nil
 	}
-	return s.fwd.Remove(conn, msg.SocketPath), nil
+	return s.fwd.Remove(conn, cleanAbs(path)), nil
 }

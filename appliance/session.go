@@ -25,7 +25,7 @@ import (
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 )
 
 // Subcommands are the ollie commands an exec may run.
@@ -47,8 +47,7 @@ type session struct {
 	term    string
 	size    *pty.Winsize // nil: no pty requested
 	ptmx    *os.File     // the pty's master while a command runs on it
-	cmd     *exec.Cmd
-	exited  bool // cmd was reaped: its pid may belong to another process now
+	cmd     *sshsrv.Command
 }
 
 func (s *Server) session(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChannel, ctx gliderssh.Context) {
@@ -78,7 +77,7 @@ func (s *Server) session(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChann
 	if err != nil {
 		return
 	}
-	ss := &session{s: s, ctx: ctx, login: l, ch: ch}
+	ss := &session{s: s, ctx: ctx, login: l, ch: ch, cmd: &sshsrv.Command{Ch: ch}}
 	for req := range reqs {
 		ss.request(req)
 	}
@@ -124,8 +123,8 @@ func (ss *session) request(req *ssh.Request) {
 	case "signal":
 		var sig struct{ Name string }
 		if ssh.Unmarshal(req.Payload, &sig) == nil {
-			if n, ok := sshfwd.Signals[ssh.Signal(sig.Name)]; ok {
-				ss.signal(n)
+			if n, ok := sshsrv.Signals[ssh.Signal(sig.Name)]; ok {
+				ss.cmd.Signal(n)
 			}
 		}
 		reply(true)
@@ -203,7 +202,7 @@ func (ss *session) start(req *ssh.Request, reply func(bool)) {
 		// answers a command it cannot run: the client shows both.
 		reply(true)
 		fmt.Fprintf(ss.ch.Stderr(), "ollie: %s\n", refusal)
-		ss.exit(ExitRefused, "")
+		sshsrv.Exit(ss.ch, ExitRefused, "")
 		return
 	}
 	if cmd == nil {
@@ -214,7 +213,7 @@ func (ss *session) start(req *ssh.Request, reply func(bool)) {
 		ss.s.Log.Warn("sshd: starting a command", "cmd", cmd.Args, "err", err)
 		reply(true)
 		fmt.Fprintf(ss.ch.Stderr(), "ollie: the listener could not start %s\n", cmd.Args[0])
-		ss.exit(ExitRefused, "")
+		sshsrv.Exit(ss.ch, ExitRefused, "")
 		return
 	}
 	reply(true)
@@ -306,34 +305,18 @@ func (ss *session) run(cmd *exec.Cmd) error {
 		if err != nil {
 			return err
 		}
-		ss.ptmx, ss.cmd = ptmx, cmd
+		ss.ptmx = ptmx
+		ss.cmd.Started(cmd)
 		go func() {
 			io.Copy(ptmx, ss.ch)
 		}()
 		return nil
 	}
-	cmd.Stdout, cmd.Stderr = ss.ch, ss.ch.Stderr()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background child holding stdout open does not hold the channel
-	// open for long once the command itself has exited.
-	cmd.WaitDelay = 2 * time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ss.cmd = cmd
-	go func() {
-		io.Copy(stdin, ss.ch)
-		stdin.Close()
-	}()
-	return nil
+	return ss.cmd.Start(cmd)
 }
 
-// wait reports the command's end to the client: exit-status, or
-// exit-signal for a command killed by a signal.
+// wait reports the command's end to the client once what it wrote on
+// its pty has passed.
 func (ss *session) wait() {
 	var out chan struct{}
 	if ss.ptmx != nil {
@@ -345,77 +328,27 @@ func (ss *session) wait() {
 			close(out)
 		}()
 	}
-	err := ss.cmd.Wait()
-	if out != nil {
-		select {
-		case <-out:
-		case <-time.After(2 * time.Second):
+	ss.cmd.Wait(func() {
+		if out != nil {
+			select {
+			case <-out:
+			case <-time.After(2 * time.Second):
+			}
 		}
-	}
-	ss.mu.Lock()
-	ss.exited = true
-	if ss.ptmx != nil {
-		ss.ptmx.Close()
-		ss.ptmx = nil
-	}
-	ss.mu.Unlock()
-	st, _ := ss.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case st.Signaled():
-		ss.exit(0, sshfwd.SignalName(st.Signal()))
-	case ss.cmd.ProcessState != nil:
-		ss.exit(ss.cmd.ProcessState.ExitCode(), "")
-	default:
+		ss.mu.Lock()
+		if ss.ptmx != nil {
+			ss.ptmx.Close()
+			ss.ptmx = nil
+		}
+		ss.mu.Unlock()
+	}, func(err error) {
 		ss.s.Log.Warn("sshd: command", "err", err)
-		ss.exit(255, "")
-	}
+	})
 }
 
-// exit ends the channel as sshd does: EOF, the status, close.
-func (ss *session) exit(code int, signal string) {
-	ss.ch.CloseWrite()
-	if signal != "" {
-		ss.ch.SendRequest("exit-signal", false, ssh.Marshal(&struct {
-			Signal     string
-			CoreDumped bool
-			Error      string
-			Lang       string
-		}{Signal: signal}))
-	} else {
-		ss.ch.SendRequest("exit-status", false, ssh.Marshal(&struct{ Status uint32 }{uint32(code)}))
-	}
-	ss.ch.Close()
-}
-
-// signal sends n to the command's process group while the command runs.
-func (ss *session) signal(n syscall.Signal) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.cmd != nil && ss.cmd.Process != nil && !ss.exited {
-		syscall.Kill(-ss.cmd.Process.Pid, n)
-	}
-}
-
-// closed ends what the channel carried: a command still running gets
+// closed ends what the command left running once the channel closed:
 // SIGHUP and SIGTERM, and SIGKILL if it is still there a second later.
 func (ss *session) closed() {
 	ss.ch.Close()
-	ss.mu.Lock()
-	running := ss.cmd != nil && !ss.exited
-	ss.mu.Unlock()
-	if !running {
-		return
-	}
-	ss.signal(syscall.SIGHUP)
-	ss.signal(syscall.SIGTERM)
-	for range 20 {
-		time.Sleep(50 * time.Millisecond)
-		ss.mu.Lock()
-		done := ss.exited
-		ss.mu.Unlock()
-		if done {
-			return
-		}
-	}
-	ss.signal(syscall.SIGKILL)
+	ss.cmd.Hangup(syscall.SIGHUP, syscall.SIGTERM)
 }

@@ -36,7 +36,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"golang.org/x/crypto/ssh/knownhosts"
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 )
 
 // Options adjust the hosts of a fleet. The zero value is usable.
@@ -73,7 +73,7 @@ type Host struct {
 	log       *slog.Logger
 	srv       *gliderssh.Server
 	served    chan struct{} // closed when Serve returns
-	fwd       sshfwd.Forwards
+	fwd       sshsrv.Forwards
 
 	mu       sync.Mutex
 	closing  bool

@@ -15,7 +15,7 @@ import (
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 )
 
 // socketPath makes a path relative to the home absolute, as sshd does with
@@ -28,12 +28,8 @@ func (h *Host) socketPath(p string) string {
 }
 
 func (h *Host) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChannel, _ gliderssh.Context) {
-	var msg struct {
-		SocketPath string
-		Reserved0  string
-		Reserved1  uint32
-	}
-	if err := ssh.Unmarshal(nc.ExtraData(), &msg); err != nil {
+	path, err := sshsrv.DirectPath(nc)
+	if err != nil {
 		nc.Reject(ssh.ConnectionFailed, "demohost: bad direct-streamlocal request: "+err.Error())
 		return
 	}
@@ -42,54 +38,26 @@ func (h *Host) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.
 		return
 	}
 	defer h.sessions.Done()
-	c, err := net.DialTimeout("unix", h.socketPath(msg.SocketPath), 10*time.Second)
+	c, err := net.DialTimeout("unix", h.socketPath(path), 10*time.Second)
 	if err != nil {
 		nc.Reject(ssh.ConnectionFailed, err.Error())
 		return
 	}
-	ch, reqs, err := nc.Accept()
-	if err != nil {
-		c.Close()
-		return
-	}
-	go ssh.DiscardRequests(reqs)
-	sshfwd.Splice(ch, c.(*net.UnixConn))
+	sshsrv.Accept(nc, c)
 }
 
 func (h *Host) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	var msg struct{ SocketPath string }
-	if ssh.Unmarshal(req.Payload, &msg) != nil {
-		return false, nil
-	}
-	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
+	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
 	if !ok {
 		return false, nil
 	}
 	// As sshd without StreamLocalBindUnlink: an existing file is in the way.
-	path := h.socketPath(msg.SocketPath)
-	ln, err := net.Listen("unix", path)
+	ln, err := net.Listen("unix", h.socketPath(path))
 	if err != nil {
 		h.log.Info("demohost: streamlocal-forward", "path", path, "err", err)
 		return false, nil
 	}
-	if !h.fwd.Add(conn, msg.SocketPath, ln) {
-		ln.Close()
-		return false, nil
-	}
-	go func() {
-		<-ctx.Done()
-		h.fwd.Remove(conn, "")
-	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go h.forwarded(conn, msg.SocketPath, c.(*net.UnixConn))
-		}
-	}()
-	return true, nil
+	return h.fwd.Hold(ctx, conn, path, ln, func(c *net.UnixConn) { h.forwarded(conn, path, c) }), nil
 }
 
 // forwarded carries one connection to a forwarded socket back to the
@@ -100,17 +68,13 @@ func (h *Host) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
 		return
 	}
 	defer h.sessions.Done()
-	sshfwd.Reverse(conn, path, c)
+	sshsrv.Reverse(conn, path, c)
 }
 
 func (h *Host) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	var msg struct{ SocketPath string }
-	if ssh.Unmarshal(req.Payload, &msg) != nil {
-		return false, nil
-	}
-	conn, ok := ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
+	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
 	if !ok {
 		return false, nil
 	}
-	return h.fwd.Remove(conn, msg.SocketPath), nil
+	return h.fwd.Remove(conn, path), nil
 }

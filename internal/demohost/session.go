@@ -6,18 +6,16 @@ package demohost
 // command left running, and gliderlabs keeps that stream to itself.
 
 import (
-	"io"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
-	"ollie/internal/sshfwd"
+	"ollie/internal/sshsrv"
 )
 
 // session is one session channel: at most one exec or subsystem.
@@ -26,10 +24,10 @@ type session struct {
 	ch  ssh.Channel
 	env []string
 
+	cmd *sshsrv.Command
+
 	mu      sync.Mutex
 	started bool
-	cmd     *exec.Cmd    // nil until exec
-	exited  bool         // cmd was reaped: its pid may belong to another process now
 	sftp    *sftp.Server // nil unless the sftp subsystem runs
 }
 
@@ -43,7 +41,7 @@ func (h *Host) session(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.NewChannel
 	if err != nil {
 		return
 	}
-	s := &session{h: h, ch: ch}
+	s := &session{h: h, ch: ch, cmd: &sshsrv.Command{Ch: ch}}
 	for req := range reqs {
 		s.request(req)
 	}
@@ -76,7 +74,7 @@ func (s *session) request(req *ssh.Request) {
 		if err := s.exec(cmd.Command); err != nil {
 			s.ch.Stderr().Write([]byte("demohost: " + err.Error() + "\n"))
 			reply(true)
-			s.exit(127, "")
+			sshsrv.Exit(s.ch, 127, "")
 			return
 		}
 		reply(true)
@@ -98,13 +96,13 @@ func (s *session) request(req *ssh.Request) {
 		reply(true)
 		go func() {
 			srv.Serve()
-			s.exit(0, "")
+			sshsrv.Exit(s.ch, 0, "")
 		}()
 	case "signal":
 		var sig struct{ Name string }
 		if ssh.Unmarshal(req.Payload, &sig) == nil {
-			if n, ok := sshfwd.Signals[ssh.Signal(sig.Name)]; ok {
-				s.signal(n)
+			if n, ok := sshsrv.Signals[ssh.Signal(sig.Name)]; ok {
+				s.cmd.Signal(n)
 			}
 		}
 		reply(true)
@@ -125,100 +123,29 @@ func (s *session) start() bool {
 	return true
 }
 
-// exec starts command under /bin/sh in the host's home, in a process group
-// of its own so that closing the channel can end all of it.
+// exec starts command under /bin/sh in the host's home.
 func (s *session) exec(command string) error {
 	cmd := exec.Command("/bin/sh", "-c", command)
 	cmd.Dir = s.h.Home
 	cmd.Env = append(s.h.Env(), s.env...)
-	cmd.Stdout, cmd.Stderr = s.ch, s.ch.Stderr()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A background child holding stdout open does not hold the channel
-	// open for long once the command itself has exited.
-	cmd.WaitDelay = 2 * time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	s.cmd = cmd
-	go func() {
-		io.Copy(stdin, s.ch)
-		stdin.Close()
-	}()
-	return nil
+	return s.cmd.Start(cmd)
 }
 
-// wait reports the command's end to the client: exit-status, or
-// exit-signal for a command killed by a signal.
 func (s *session) wait() {
-	err := s.cmd.Wait()
-	s.mu.Lock()
-	s.exited = true
-	s.mu.Unlock()
-	st, _ := s.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	switch {
-	case st.Signaled():
-		s.exit(0, sshfwd.SignalName(st.Signal()))
-	case s.cmd.ProcessState != nil:
-		s.exit(s.cmd.ProcessState.ExitCode(), "")
-	default:
+	s.cmd.Wait(nil, func(err error) {
 		s.ch.Stderr().Write([]byte("demohost: " + err.Error() + "\n"))
-		s.exit(255, "")
-	}
+	})
 }
 
-// exit ends the channel as sshd does: EOF, the status, close.
-func (s *session) exit(code int, signal string) {
-	s.ch.CloseWrite()
-	if signal != "" {
-		s.ch.SendRequest("exit-signal", false, ssh.Marshal(&struct {
-			Signal     string
-			CoreDumped bool
-			Error      string
-			Lang       string
-		}{Signal: signal}))
-	} else {
-		s.ch.SendRequest("exit-status", false, ssh.Marshal(&struct{ Status uint32 }{uint32(code)}))
-	}
-	s.ch.Close()
-}
-
-// signal sends n to the command's process group while the command runs.
-func (s *session) signal(n syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil && !s.exited {
-		syscall.Kill(-s.cmd.Process.Pid, n)
-	}
-}
-
-// closed ends what the channel carried: a command still running gets
-// SIGTERM, and SIGKILL if it is still there a second later.
+// closed ends what the channel carried: the sftp server, or a command
+// still running (SIGTERM, and SIGKILL a second later).
 func (s *session) closed() {
 	s.ch.Close()
 	s.mu.Lock()
-	srv, running := s.sftp, s.cmd != nil && !s.exited
+	srv := s.sftp
 	s.mu.Unlock()
 	if srv != nil {
 		srv.Close()
 	}
-	if !running {
-		return
-	}
-	s.signal(syscall.SIGTERM)
-	for range 20 {
-		time.Sleep(50 * time.Millisecond)
-		s.mu.Lock()
-		done := s.exited
-		s.mu.Unlock()
-		if done {
-			return
-		}
-	}
-	s.signal(syscall.SIGKILL)
+	s.cmd.Hangup(syscall.SIGTERM)
 }

@@ -1,20 +1,60 @@
-// Package sshfwd is what both of ollie's SSH servers (the appliance
-// listener, appliance, and make demo's hosts, internal/demohost) share of
-// SSH's own protocol: stream-local forwards (copying a channel and a
-// socket both ways, a forwarded connection carried back to the client,
-// the sockets listened on for each connection) and the signal names of
-// RFC 4254.
-package sshfwd
+// Package sshsrv is what both of ollie's SSH servers (the appliance
+// listener, package appliance, and make demo's hosts, internal/demohost)
+// share of SSH's own protocol: a session's command run as sshd runs it
+// (its process group, its signals, its end reported as exit-status or
+// exit-signal, what it left running ended when the channel closes),
+// stream-local forwards both ways, and the signal names of RFC 4254. Each
+// server keeps its own policy (which commands, which paths, which
+// requests); this package keeps the protocol.
+package sshsrv
 
 import (
+	"context"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"syscall"
 
+	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 )
+
+// DirectPath is the socket a direct-streamlocal@openssh.com channel asks
+// to reach, as the client sent it.
+func DirectPath(nc ssh.NewChannel) (string, error) {
+	var msg struct {
+		SocketPath string
+		Reserved0  string
+		Reserved1  uint32
+	}
+	err := ssh.Unmarshal(nc.ExtraData(), &msg)
+	return msg.SocketPath, err
+}
+
+// Accept takes the channel nc and carries it to c, the connection to the
+// socket it asked for, until both ends are done.
+func Accept(nc ssh.NewChannel, c net.Conn) {
+	ch, reqs, err := nc.Accept()
+	if err != nil {
+		c.Close()
+		return
+	}
+	go ssh.DiscardRequests(reqs)
+	Splice(ch, c.(*net.UnixConn))
+}
+
+// ForwardRequest is what a streamlocal-forward@openssh.com request, or
+// its cancel, asks for: the socket path as the client sent it, and the
+// connection it came on.
+func ForwardRequest(ctx gliderssh.Context, req *ssh.Request) (path string, conn *ssh.ServerConn, ok bool) {
+	var msg struct{ SocketPath string }
+	if ssh.Unmarshal(req.Payload, &msg) != nil {
+		return "", nil, false
+	}
+	conn, ok = ctx.Value(gliderssh.ContextKeyConn).(*ssh.ServerConn)
+	return msg.SocketPath, conn, ok
+}
 
 // Splice copies both ways, passing each side's EOF on, until both ends
 // are done; then it closes both.
@@ -56,6 +96,30 @@ func (f *Forwards) Add(conn *ssh.ServerConn, path string, ln net.Listener) bool 
 		return false
 	}
 	f.ls[conn][path] = ln
+	return true
+}
+
+// Hold keeps ln as conn's forward of path until conn ends or the client
+// cancels it, handing carry each connection accepted on it. It is false,
+// and ln closed, when conn forwards path already.
+func (f *Forwards) Hold(ctx context.Context, conn *ssh.ServerConn, path string, ln net.Listener, carry func(*net.UnixConn)) bool {
+	if !f.Add(conn, path, ln) {
+		ln.Close()
+		return false
+	}
+	go func() {
+		<-ctx.Done()
+		f.Remove(conn, "")
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go carry(c.(*net.UnixConn))
+		}
+	}()
 	return true
 }
 
