@@ -1,17 +1,18 @@
-// Package accept is the accept loop that ollie's 9P servers share
-// (ns.Server, tunnel/mux.Mux, tunnel/resume.Proxy), and the appliance listener
-// (appliance) too.
+// Package accept is the accept loop and the life (listeners, connections,
+// closing) that ollie's 9P servers share (ns.Server, tunnel/mux.Mux,
+// tunnel/resume.Proxy), and the appliance listener too.
 //
 // It lives once so that the three agree on what a listener's failure
 // means: out of file descriptors or a peer gone before it was accepted
 // passes, and the server backs off rather than stop serving; and on how a
 // connection accepted as the server shuts down is closed rather than left
-// unserved or unwaited for. Each server keeps its own state (its lock, its
-// closed flag, its listeners, its wait group) and its own answers; the
-// loop only works on them.
+// unserved or unwaited for. A server whose lock guards only that keeps a
+// Group; one whose lock guards more (ns.Server, the appliance) keeps the
+// state itself and hands Loop pointers to it.
 package accept
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -124,4 +125,112 @@ func temporary(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout() ||
 		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
+}
+
+// A Group is the part of a server's life that does not depend on what it
+// serves: its listeners, the connections it serves (of type C, the
+// server's own), and its closing. A proxy in front of 9P keeps one
+// (tunnel/mux.Mux, tunnel/resume.Proxy); ns.Server and the appliance keep
+// their state in fields their other locks share, and use Loop. The zero
+// value is ready.
+type Group[C comparable] struct {
+	once      sync.Once
+	ctx       context.Context
+	cancel    context.CancelFunc
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[C]struct{}
+	wg        sync.WaitGroup
+}
+
+func (g *Group[C]) init() {
+	g.once.Do(func() {
+		g.ctx, g.cancel = context.WithCancel(context.Background())
+		g.listeners = map[net.Listener]struct{}{}
+		g.conns = map[C]struct{}{}
+	})
+}
+
+// Context ends when the group is closed.
+func (g *Group[C]) Context() context.Context {
+	g.init()
+	return g.ctx
+}
+
+// Serve is Loop.Serve over the group: it accepts on l until the group is
+// closed (returning errClosed, and closing l) or l fails for good.
+func (g *Group[C]) Serve(l net.Listener, errClosed error, admit func(c net.Conn) (serve func())) error {
+	g.init()
+	lp := Loop{
+		Mu: &g.mu, Closed: &g.closed, Listeners: g.listeners, WG: &g.wg,
+		Done: g.ctx.Done(), ErrClosed: errClosed, CloseLate: true,
+	}
+	return lp.Serve(l, admit)
+}
+
+// Join counts c in until Leave, unless the group is closed: then it is
+// false and c is the caller's to close.
+func (g *Group[C]) Join(c C) bool {
+	g.init()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	g.wg.Add(1)
+	return true
+}
+
+// Leave counts out a c that Join counted in.
+func (g *Group[C]) Leave(c C) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+	g.wg.Done()
+}
+
+// Closed reports whether Close was called.
+func (g *Group[C]) Closed() bool {
+	g.init()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// Close closes the group: no listener or connection is taken in after it,
+// the listeners are closed, Context ends, and the connections counted in
+// now are returned for the server to end as it ends them.
+func (g *Group[C]) Close() []C {
+	g.init()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.cancel()
+	for l := range g.listeners {
+		l.Close()
+	}
+	conns := make([]C, 0, len(g.conns))
+	for c := range g.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// Wait waits until every connection counted in has left and every
+// connection Serve accepted has been served, or for ctx.
+func (g *Group[C]) Wait(ctx context.Context) error {
+	g.init()
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"9fans.net/go/plan9"
@@ -67,22 +66,7 @@ type Mux struct {
 
 	Log *slog.Logger // nil: discard
 
-	once      sync.Once
-	ctx       context.Context
-	cancel    context.CancelFunc
-	mu        sync.Mutex
-	closed    bool
-	listeners map[net.Listener]struct{}
-	sessions  map[*session]struct{}
-	wg        sync.WaitGroup
-}
-
-func (m *Mux) init() {
-	m.once.Do(func() {
-		m.ctx, m.cancel = context.WithCancel(context.Background())
-		m.listeners = map[net.Listener]struct{}{}
-		m.sessions = map[*session]struct{}{}
-	})
+	life accept.Group[*session]
 }
 
 func (m *Mux) maxMsize() uint32 {
@@ -124,20 +108,9 @@ func (m *Mux) log() *slog.Logger {
 // It always returns a non-nil error: ErrServerClosed after Shutdown, else
 // the listener's.
 func (m *Mux) Serve(ln net.Listener) error {
-	m.init()
-	lp := accept.Loop{
-		Mu: &m.mu, Closed: &m.closed, Listeners: m.listeners, WG: &m.wg,
-		Done: m.ctx.Done(), ErrClosed: ErrServerClosed, CloseLate: true,
-	}
-	return lp.Serve(ln, func(c net.Conn) func() {
+	return m.life.Serve(ln, ErrServerClosed, func(c net.Conn) func() {
 		return func() { m.ServeConn(c) }
 	})
-}
-
-func (m *Mux) isClosed() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closed
 }
 
 // ServeConn serves one client connection until it ends, then closes c and
@@ -145,25 +118,14 @@ func (m *Mux) isClosed() bool {
 // ErrServerClosed after Shutdown, or what ended the conversation: a
 // malformed message from the client, or the local tree's connection lost.
 func (m *Mux) ServeConn(c net.Conn) error {
-	m.init()
 	s := newSession(m, c)
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	if !m.life.Join(s) {
 		c.Close()
 		return ErrServerClosed
 	}
-	m.sessions[s] = struct{}{}
-	m.wg.Add(1)
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		delete(m.sessions, s)
-		m.mu.Unlock()
-		m.wg.Done()
-	}()
+	defer m.life.Leave(s)
 	err := s.run()
-	if m.isClosed() {
+	if m.life.Closed() {
 		return ErrServerClosed
 	}
 	return err
@@ -173,26 +135,8 @@ func (m *Mux) ServeConn(c net.Conn) error {
 // connections to the local tree and the mounts made for them, and waits
 // for their goroutines to end, or for ctx.
 func (m *Mux) Shutdown(ctx context.Context) error {
-	m.init()
-	m.mu.Lock()
-	m.closed = true
-	m.cancel()
-	for l := range m.listeners {
-		l.Close()
-	}
-	for s := range m.sessions {
+	for _, s := range m.life.Close() {
 		s.cc.Close()
 	}
-	m.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		m.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return m.life.Wait(ctx)
 }

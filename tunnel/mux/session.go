@@ -83,7 +83,7 @@ func newSession(m *Mux, c net.Conn) *session {
 		ops:    map[uint16]*op{},
 		mounts: map[string]*slot{},
 	}
-	s.ctx, s.end = context.WithCancel(m.ctx)
+	s.ctx, s.end = context.WithCancel(m.life.Context())
 	return s
 }
 

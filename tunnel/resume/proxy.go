@@ -59,14 +59,7 @@ type Proxy struct {
 	// dropped and dialled again after a back-off. 0 means 10 s.
 	HandshakeTimeout time.Duration
 
-	once      sync.Once
-	ctx       context.Context
-	cancel    context.CancelFunc
-	mu        sync.Mutex
-	closed    bool
-	listeners map[net.Listener]struct{}
-	sessions  map[*session]struct{}
-	wg        sync.WaitGroup // ServeConn calls running
+	life accept.Group[*session]
 
 	stateMu   sync.Mutex
 	lastState string
@@ -106,14 +99,6 @@ func (p *Proxy) handshakeTimeout() time.Duration {
 	return p.HandshakeTimeout
 }
 
-func (p *Proxy) init() {
-	p.once.Do(func() {
-		p.ctx, p.cancel = context.WithCancel(context.Background())
-		p.listeners = map[net.Listener]struct{}{}
-		p.sessions = map[*session]struct{}{}
-	})
-}
-
 func (p *Proxy) log() *slog.Logger {
 	if p.Log == nil {
 		return slog.New(slog.DiscardHandler)
@@ -139,12 +124,7 @@ func (p *Proxy) state(s string) {
 // Serve accepts client connections on l and serves each with ServeConn.
 // It returns nil after Close, or the listener's error.
 func (p *Proxy) Serve(l net.Listener) error {
-	p.init()
-	lp := accept.Loop{
-		Mu: &p.mu, Closed: &p.closed, Listeners: p.listeners, WG: &p.wg,
-		Done: p.ctx.Done(), ErrClosed: nil, CloseLate: true,
-	}
-	return lp.Serve(l, func(c net.Conn) func() {
+	return p.life.Serve(l, nil, func(c net.Conn) func() {
 		return func() { p.ServeConn(c) }
 	})
 }
@@ -153,23 +133,12 @@ func (p *Proxy) Serve(l net.Listener) error {
 // goes away, its session cannot be resumed, or the proxy is closed. It
 // closes c.
 func (p *Proxy) ServeConn(c net.Conn) {
-	p.init()
 	s := newSession(p, c)
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.life.Join(s) {
 		c.Close()
 		return
 	}
-	p.sessions[s] = struct{}{}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.sessions, s)
-		p.mu.Unlock()
-		p.wg.Done()
-	}()
+	defer p.life.Leave(s)
 	s.run()
 }
 
@@ -177,17 +146,8 @@ func (p *Proxy) ServeConn(c net.Conn) {
 // and every server connection, and waits for the client connections'
 // goroutines to end. It returns nil.
 func (p *Proxy) Close() error {
-	p.init()
-	p.mu.Lock()
-	p.closed = true
-	p.cancel()
-	for l := range p.listeners {
-		l.Close()
-	}
-	for s := range p.sessions {
+	for _, s := range p.life.Close() {
 		s.shut()
 	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return nil
+	return p.life.Wait(context.Background())
 }

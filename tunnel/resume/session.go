@@ -160,7 +160,7 @@ func newSession(p *Proxy, c net.Conn) *session {
 		pending: map[uint16]*req{},
 		fids:    map[uint32]*fid{},
 	}
-	s.ctx, s.cancel = context.WithCancel(p.ctx)
+	s.ctx, s.cancel = context.WithCancel(p.life.Context())
 	return s
 }
 
