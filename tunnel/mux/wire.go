@@ -40,105 +40,20 @@ func malformed(err error) error {
 	return err
 }
 
-// decode parses a whole 9P2000 message strictly: every field present,
-// nothing left over, counts within the protocol's bounds. Unlike
-// plan9.UnmarshalFcall it prints nothing, so that a peer sending garbage
-// cannot fill a log. Data and Stat alias f.
+// decode is ninep.Decode with its failures the mux's malformed message.
 func decode(f []byte) (*plan9.Fcall, error) {
-	h, p, ok := ninep.Split(f)
-	if !ok {
-		return nil, errMalformed
-	}
-	m := &plan9.Fcall{Type: h.Type, Tag: h.Tag}
-	switch m.Type {
-	case plan9.Tversion, plan9.Rversion:
-		m.Msize = p.U32()
-		m.Version = p.Str()
-	case plan9.Tauth:
-		m.Afid = p.U32()
-		m.Uname, m.Aname = p.Str(), p.Str()
-	case plan9.Tattach:
-		m.Fid, m.Afid = p.U32(), p.U32()
-		m.Uname, m.Aname = p.Str(), p.Str()
-	case plan9.Tflush:
-		m.Oldtag = p.U16()
-	case plan9.Twalk:
-		m.Fid, m.Newfid = p.U32(), p.U32()
-		n := int(p.U16())
-		if n > plan9.MAXWELEM {
-			return nil, fmt.Errorf("%w: walk of %d names", errMalformed, n)
-		}
-		m.Wname = make([]string, n)
-		for i := range m.Wname {
-			m.Wname[i] = p.Str()
-		}
-	case plan9.Topen:
-		m.Fid, m.Mode = p.U32(), p.U8()
-	case plan9.Tcreate:
-		m.Fid = p.U32()
-		m.Name = p.Str()
-		m.Perm = plan9.Perm(p.U32())
-		m.Mode = p.U8()
-	case plan9.Tread:
-		m.Fid, m.Offset, m.Count = p.U32(), p.U64(), p.U32()
-	case plan9.Twrite:
-		m.Fid, m.Offset = p.U32(), p.U64()
-		m.Data = p.Take(int(p.U32()))
-	case plan9.Tclunk, plan9.Tremove, plan9.Tstat:
-		m.Fid = p.U32()
-	case plan9.Twstat:
-		m.Fid = p.U32()
-		m.Stat = p.Take(int(p.U16()))
-	case plan9.Rerror:
-		m.Ename = p.Str()
-	case plan9.Rflush, plan9.Rclunk, plan9.Rremove, plan9.Rwstat:
-	case plan9.Rauth:
-		m.Aqid = p.Qid()
-	case plan9.Rattach:
-		m.Qid = p.Qid()
-	case plan9.Rwalk:
-		n := int(p.U16())
-		if n > plan9.MAXWELEM {
-			return nil, fmt.Errorf("%w: walk of %d qids", errMalformed, n)
-		}
-		m.Wqid = make([]plan9.Qid, n)
-		for i := range m.Wqid {
-			m.Wqid[i] = p.Qid()
-		}
-	case plan9.Ropen, plan9.Rcreate:
-		m.Qid = p.Qid()
-		m.Iounit = p.U32()
-	case plan9.Rread:
-		m.Data = p.Take(int(p.U32()))
-	case plan9.Rwrite:
-		m.Count = p.U32()
-	case plan9.Rstat:
-		m.Stat = p.Take(int(p.U16()))
-	default:
-		return nil, fmt.Errorf("%w: type %d", errMalformed, m.Type)
-	}
-	if !p.Done() {
-		return nil, fmt.Errorf("%w: %s of %d bytes", errMalformed, typeName(m.Type), len(f))
+	m, err := ninep.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	return m, nil
 }
 
-// typeName names a message type for errors and logs.
-func typeName(t uint8) string {
-	if t >= plan9.Tversion && t < plan9.Tmax {
-		names := [...]string{"Tversion", "Rversion", "Tauth", "Rauth", "Tattach", "Rattach",
-			"Terror", "Rerror", "Tflush", "Rflush", "Twalk", "Rwalk", "Topen", "Ropen",
-			"Tcreate", "Rcreate", "Tread", "Rread", "Twrite", "Rwrite", "Tclunk", "Rclunk",
-			"Tremove", "Rremove", "Tstat", "Rstat", "Twstat", "Rwstat"}
-		return names[t-plan9.Tversion]
-	}
-	return fmt.Sprintf("type %d", t)
-}
-
-// isRequest reports whether t is a T-message a client may send.
-func isRequest(t uint8) bool {
-	return t >= plan9.Tversion && t < plan9.Tmax && t%2 == 0 && t != plan9.Terror
-}
+// typeName and isRequest are ninep's, named here for brevity.
+var (
+	typeName  = ninep.TypeName
+	isRequest = ninep.IsRequest
+)
 
 // Offsets into an encoded Dir (size[2] type[2] dev[4] qid[13] ...): the
 // qid's path, patched in place for a mount's qids.

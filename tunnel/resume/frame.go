@@ -125,60 +125,23 @@ func resendable(typ uint8) bool {
 // parseT checks that f is a well-formed 9P2000 request and returns what
 // the proxy tracks of it.
 func parseT(f []byte) (tmsg, error) {
-	var m tmsg
-	h, p, ok := ninep.Split(f)
-	if !ok {
-		return m, errMalformed
+	fc, err := ninep.Decode(f)
+	if err != nil {
+		return tmsg{}, fmt.Errorf("%w: %v", errMalformed, err)
 	}
-	m.typ, m.tag = h.Type, h.Tag
-	switch m.typ {
-	case plan9.Tversion:
-		m.msize = p.U32()
-		p.Str() // version: the server judges it
-	case plan9.Tauth:
-		m.fid = p.U32()
-		m.uname, m.aname = p.Str(), p.Str()
-	case plan9.Tattach:
-		m.fid, m.afid = p.U32(), p.U32()
-		m.uname, m.aname = p.Str(), p.Str()
-	case plan9.Tflush:
-		m.oldtag = p.U16()
-	case plan9.Twalk:
-		m.fid, m.newfid = p.U32(), p.U32()
-		n := int(p.U16())
-		if n > plan9.MAXWELEM {
-			return m, errMalformed
-		}
-		if n > 0 {
-			m.names = make([]string, n)
-			for i := range m.names {
-				m.names[i] = p.Str()
-			}
-		}
-	case plan9.Topen:
-		m.fid, m.mode = p.U32(), p.U8()
-	case plan9.Tcreate:
-		m.fid = p.U32()
-		m.name = p.Str()
-		p.U32() // perm
-		m.mode = p.U8()
-	case plan9.Tread:
-		m.fid = p.U32()
-		p.Skip(12) // offset, count
-	case plan9.Twrite:
-		m.fid = p.U32()
-		p.Skip(8)
-		p.Skip(int(p.U32()))
-	case plan9.Tclunk, plan9.Tremove, plan9.Tstat:
-		m.fid = p.U32()
-	case plan9.Twstat:
-		m.fid = p.U32()
-		p.Skip(int(p.U16()))
-	default:
-		return m, fmt.Errorf("%w: type %d", errMalformed, m.typ)
+	if !ninep.IsRequest(fc.Type) {
+		return tmsg{}, fmt.Errorf("%w: %s from a client", errMalformed, ninep.TypeName(fc.Type))
 	}
-	if !p.Done() {
-		return m, errMalformed
+	m := tmsg{
+		typ: fc.Type, tag: fc.Tag, msize: fc.Msize, oldtag: fc.Oldtag,
+		fid: fc.Fid, afid: fc.Afid, newfid: fc.Newfid,
+		uname: fc.Uname, aname: fc.Aname, name: fc.Name, mode: fc.Mode,
+	}
+	if fc.Type == plan9.Tauth {
+		m.fid, m.afid = fc.Afid, 0 // the fid a Tauth makes is its afid
+	}
+	if len(fc.Wname) > 0 {
+		m.names = fc.Wname
 	}
 	return m, nil
 }
