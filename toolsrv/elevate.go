@@ -2,6 +2,7 @@ package toolsrv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -17,21 +18,24 @@ type GateApprover struct {
 }
 
 func (g GateApprover) Approve(ctx context.Context, req *broker.Request) (broker.Grant, error) {
-	c, err := net.Dial("unix", g.Socket)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s needs approval, and the host's approval gate is not reachable (%v), so it was not run", ErrNotApproved, req.Tool, err)
-	}
-	cv, ans, err := broker.Ask(ctx, c, req) // it gives req its id
-	if err != nil {
-		return nil, fmt.Errorf("%w: asking for approval of %s failed: %v", ErrNotApproved, req.Tool, err)
-	}
-	if ans.Decision == broker.Deny {
-		cv.Close("denied")
-		reason := ans.Reason
+	dial := broker.Dialed(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", g.Socket)
+	})
+	grant, err := dial.Approve(ctx, req)
+	var denied *broker.DeniedError
+	var unasked *broker.UnaskedError
+	switch {
+	case errors.As(err, &denied):
+		reason := denied.Reason
 		if reason == "" {
 			reason = "no reason given"
 		}
 		return nil, fmt.Errorf("%w: %s was denied: %s", ErrNotApproved, req.Tool, reason)
+	case errors.As(err, &unasked) && !unasked.Reached:
+		return nil, fmt.Errorf("%w: %s needs approval, and the host's approval gate is not reachable (%v), so it was not run", ErrNotApproved, req.Tool, unasked.Err)
+	case errors.As(err, &unasked):
+		return nil, fmt.Errorf("%w: asking for approval of %s failed: %v", ErrNotApproved, req.Tool, unasked.Err)
 	}
-	return cv, nil
+	return grant, err
 }

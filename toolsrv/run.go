@@ -24,18 +24,9 @@ import (
 // when Runner.OutputCap is zero. The rest is kept in a file the note names.
 const DefaultOutputCap = 64 << 10
 
-// An Approver decides whether a call may leave its sandbox (a tool declared
-// elevated, or a call with bypass) or run as root (sudo): GateApprover asks
-// the host's gate. The request is the broker's, whom it goes to; the
-// Runner fills it in, the agent that asked included, from the call's
-// Caller. Approve returns a broker.Grant to approve; its error, which wraps
-// ErrNotApproved, is shown to the model.
-type Approver interface {
-	Approve(ctx context.Context, req *broker.Request) (broker.Grant, error)
-}
-
-// ErrNotApproved is wrapped by the error of a call that was not approved.
-var ErrNotApproved = errors.New("not approved")
+// ErrNotApproved is wrapped by the error of a call that was not approved:
+// the broker's, which every Approver's error wraps.
+var ErrNotApproved = broker.ErrNotApproved
 
 // noApprover denies everything: without a broker nobody can approve.
 type noApprover struct{}
@@ -59,7 +50,13 @@ type Runner struct {
 	// refused. nil takes it at the first call.
 	CwdID    *sandbox.FileID
 	Profiles sandbox.Profiles // where sandbox profiles are found
-	Approver Approver         // nil denies every elevation
+
+	// Approver is asked whether a call may leave its sandbox (a tool
+	// declared elevated, or a call with bypass) or run as root (sudo);
+	// GateApprover asks the host's gate. The Runner fills the request in
+	// from the call's Caller, the agent that asked included; a refusal's
+	// error is shown to the model. nil denies every elevation.
+	Approver broker.Approver
 
 	OutputCap int    // bytes of output shown (DefaultOutputCap)
 	SpillDir  string // where cut output is kept: the session's private directory ("" means one made under SpillBase on first need)

@@ -24,15 +24,11 @@ func deploySystem(ctx context.Context, c *common, host string, b *deploy.Bundle,
 		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
 	defer cl.Close()
-	ask := func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error) {
+	ask := broker.Dialed(func(context.Context) (net.Conn, error) {
 		near, far := net.Pipe()
 		go sudo.ServeConn(host, far)
-		cv, ans, err := broker.Ask(ctx, near, req)
-		if err != nil {
-			return nil, broker.Answer{}, err
-		}
-		return cv, ans, nil
-	}
+		return near, nil
+	})
 	r := deploy.PushWith(ctx, cl, b, deploy.Options{Keep: c.keep, Deadlines: c.deadlines, Progress: progress, System: ask})
 	r.Host = host
 	r.Took = time.Since(start)

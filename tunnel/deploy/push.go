@@ -27,6 +27,7 @@ import (
 
 	"github.com/pkg/sftp"
 
+	"ollie/broker"
 	"ollie/internal/termsafe"
 	"ollie/tunnel"
 )
@@ -253,7 +254,7 @@ type Options struct {
 	// System, when set, also installs the ollie command for every user
 	// of the host (SystemCommand) with sudo, as System approves and
 	// gives the password for (see InstallSystem).
-	System Approver
+	System broker.Approver
 }
 
 // PushWith brings one host up to date over c, and says what it did and

@@ -33,11 +33,6 @@ const SystemCommand = "/usr/local/bin/ollie"
 // tool of a host can have (tools' names have no "-"), for policy rules.
 const SystemTool = "install-system-ollie"
 
-// Approver puts req (a sudo request) to the desktop's broker and returns
-// its elevation answer and, when approved, the conversation that gives
-// the sudo password. ollie-remote's asks the chain its keeper asks.
-type Approver func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error)
-
 // systemMark is in the wrapper, and only there: it tells a wrapper of
 // ours, of any version, from another program of that name.
 const systemMark = ollieMark + " -system"
@@ -88,7 +83,7 @@ var testHookSudoLine func(line []byte)
 // approves. It returns what it changed, and otherwise why the command was
 // not installed, with what to do: a denial, a wrong password, a file of
 // another program in the way. Nothing it does fails the deploy.
-func InstallSystem(ctx context.Context, c *tunnel.Client, host string, approve Approver, dl Deadlines, progress func(string)) (changed []string, problem string) {
+func InstallSystem(ctx context.Context, c *tunnel.Client, host string, approve broker.Approver, dl Deadlines, progress func(string)) (changed []string, problem string) {
 	if progress == nil {
 		progress = func(string) {}
 	}
@@ -113,18 +108,19 @@ func InstallSystem(ctx context.Context, c *tunnel.Client, host string, approve A
 	args, _ := json.Marshal(map[string]string{"installs": SystemCommand, "runs": "each user's own ~/.local/bin/ollie"})
 	req := &broker.Request{Host: host, Session: "deploy -system", Agent: "ollie-remote", Tool: SystemTool, Variant: -1,
 		Executable: "/bin/sh", Args: args, Cwd: "/", Sudo: true}
-	grant, ans, err := approve(ctx, req)
-	if err != nil || grant == nil {
-		return nil, not(fmt.Sprintf("the approval could not be asked: %v", err))
-	}
-	defer grant.Close("ended")
-	if ans.Decision == broker.Deny {
-		reason := ans.Reason
+	grant, err := approve.Approve(ctx, req)
+	var denied *broker.DeniedError
+	switch {
+	case errors.As(err, &denied):
+		reason := denied.Reason
 		if reason == "" {
 			reason = "denied"
 		}
 		return nil, not("not approved: " + reason)
+	case err != nil:
+		return nil, not(fmt.Sprintf("the approval could not be asked: %v", err))
 	}
+	defer grant.Close("ended")
 
 	run := func(mode string, stdin []byte) (bool, string, error) {
 		sctx, cancel := Within(ctx, 2*dl.ForStep())

@@ -202,12 +202,12 @@ func TestInstallSystemPassword(t *testing.T) {
 		g = &typedGrant{pws: pws}
 		testHookSudoLine = func(line []byte) { lines = append(lines, line) }
 		defer func() { testHookSudoLine = nil }()
-		approve := func(ctx context.Context, req *broker.Request) (broker.Grant, broker.Answer, error) {
+		approve := broker.ApproverFunc(func(ctx context.Context, req *broker.Request) (broker.Grant, error) {
 			if req.Tool != SystemTool || !req.Sudo {
 				t.Errorf("asked to approve %+v", req)
 			}
-			return g, broker.Answer{Decision: broker.Once}, nil
-		}
+			return g, nil
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		changed, problem = InstallSystem(ctx, h.Client, "sudohost", approve, Deadlines{Step: 20 * time.Second}, nil)
