@@ -25,11 +25,11 @@ import (
 // DefaultAlwaysPath is ~/.config/ollie/bypass-always, or its equivalent
 // under XDG_CONFIG_HOME.
 func DefaultAlwaysPath() (string, error) {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return "", fmt.Errorf("broker: where is the always file? %w", err)
+	file, ok := paths.UserDir("bypass-always")
+	if !ok {
+		return "", errors.New("broker: where is the always file? neither XDG_CONFIG_HOME nor HOME is an absolute path")
 	}
-	return filepath.Join(dir, "ollie", "bypass-always"), nil
+	return file, nil
 }
 
 // alwaysHeader starts a file SaveAlways creates.

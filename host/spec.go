@@ -304,7 +304,7 @@ func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]b
 		}
 		opt.Cwd = real
 	case opt.Cwd == "":
-		opt.Cwd, _ = os.UserHomeDir()
+		opt.Cwd, _ = paths.Home()
 	}
 	// The directory is resolved once, here, and held: its tools run in it
 	// only while this path, with no symbolic link in it, still names it.

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"ollie/internal/paths"
 	"ollie/toolsrv/sandbox"
 )
 
@@ -66,7 +67,7 @@ const spillGrace = time.Minute
 // nobody else.
 func SpillRoot(fallback string) (string, error) {
 	base := fallback
-	if xdg := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(xdg) && ownDir(xdg, 0077) == nil {
+	if xdg := paths.XDG("XDG_RUNTIME_DIR"); xdg != "" && ownDir(xdg, 0077) == nil {
 		base = xdg
 	} else {
 		if !filepath.IsAbs(fallback) {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/kevinburke/ssh_config"
+
+	"ollie/internal/paths"
 )
 
 // Options says where the ssh configuration comes from and how connections
@@ -524,11 +526,8 @@ func (e expander) expand(s string) string {
 }
 
 func homeDir() string {
-	if h, err := os.UserHomeDir(); err == nil {
+	if h, err := paths.Home(); err == nil {
 		return h
-	}
-	if u, err := user.Current(); err == nil {
-		return u.HomeDir
 	}
 	return "/"
 }

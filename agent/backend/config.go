@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"ollie/internal/paths"
 )
 
 // Where backends come from. The backends file names any number; the
@@ -243,11 +245,8 @@ func (r *Registry) Config(name string) (Config, bool) {
 func (r *Registry) Warnings() []string { return r.warnings }
 
 func configPath(env func(string) string) string {
-	if x := env("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "ollie", "backends.json")
-	}
-	if h := env("HOME"); h != "" {
-		return filepath.Join(h, ".config", "ollie", "backends.json")
+	if dir := paths.ConfigDirFrom(env); dir != "" {
+		return filepath.Join(dir, "backends.json")
 	}
 	return ""
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/godbus/dbus/v5"
 
 	"ollie/broker"
+	"ollie/internal/paths"
 )
 
 // DialogApprover asks with a zenity or kdialog window, for a desktop
@@ -227,7 +228,7 @@ func (n *Notifier) address() string {
 	if a := os.Getenv("DBUS_SESSION_BUS_ADDRESS"); a != "" && a != "autolaunch:" {
 		return a
 	}
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
+	if dir := paths.XDG("XDG_RUNTIME_DIR"); dir != "" {
 		p := filepath.Join(dir, "bus")
 		if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			return "unix:path=" + p

@@ -112,11 +112,11 @@ const (
 // DefaultPolicyPath is ~/.config/ollie/broker-policy.yaml, or its
 // equivalent under XDG_CONFIG_HOME.
 func DefaultPolicyPath() (string, error) {
-	dir, err := os.UserConfigDir()
-	if err != nil {
-		return "", fmt.Errorf("broker: where is the policy file? %w", err)
+	file, ok := paths.UserDir("broker-policy.yaml")
+	if !ok {
+		return "", errors.New("broker: where is the policy file? neither XDG_CONFIG_HOME nor HOME is an absolute path")
 	}
-	return filepath.Join(dir, "ollie", "broker-policy.yaml"), nil
+	return file, nil
 }
 
 // LoadPolicy reads the policy file at path. A file that does not exist is

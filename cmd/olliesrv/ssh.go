@@ -20,10 +20,7 @@ import (
 // adminCommand runs an admin key's "olliesrv ARGS" as appliance.AdminCommand
 // allows, with uploads only where deploy installs.
 func adminCommand(args []string) (*exec.Cmd, error) {
-	var uploads string
-	if home, err := os.UserHomeDir(); err == nil {
-		uploads = deploy.Root(home)
-	}
+	uploads, _ := deploy.UserRoot() // none without a home
 	return appliance.AdminCommand(args, uploads, deploy.CurrentOrSelf)
 }
 

@@ -191,7 +191,7 @@ func (d *demo) run() error {
 // ssh config that reaches them.
 func (d *demo) startHosts() error {
 	d.step(fmt.Sprintf("Start %d demo hosts: SSH servers inside this process, on 127.0.0.1", demoHosts))
-	base := os.Getenv("XDG_RUNTIME_DIR")
+	base := paths.XDG("XDG_RUNTIME_DIR")
 	if fi, err := os.Stat(base); base == "" || err != nil || !fi.IsDir() {
 		base = os.TempDir()
 	}

@@ -1,6 +1,8 @@
-// Package paths says where ollie's files live: the deployed data directory
-// beside the binary, the user's configuration, and named files (profiles)
-// found along an ordered list of directories.
+// Package paths says where ollie's files live: the user's home and the XDG
+// base directories (read here and nowhere else, each by one rule), the
+// deployed data directory beside the binary, the user's configuration and
+// state, the desktop's sockets, and named files (profiles) found along an
+// ordered list of directories.
 package paths
 
 import (
@@ -8,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -31,14 +34,52 @@ func DataDir() string {
 	return filepath.Join(filepath.Dir(filepath.Dir(exe)), "data")
 }
 
+// Home is the user's home directory: $HOME when it is an absolute path,
+// else the password database's. It says why when there is none.
+func Home() (string, error) {
+	if h := os.Getenv("HOME"); filepath.IsAbs(h) {
+		return h, nil
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		return u.HomeDir, nil
+	}
+	return "", fmt.Errorf("no home directory: HOME is %q and the password database has none", os.Getenv("HOME"))
+}
+
+// XDG returns the XDG base directory variable name (XDG_CONFIG_HOME,
+// XDG_STATE_HOME, XDG_RUNTIME_DIR, ...) when it holds an absolute path,
+// else "": the specification says a relative one is to be ignored.
+func XDG(name string) string {
+	if d := os.Getenv(name); filepath.IsAbs(d) {
+		return d
+	}
+	return ""
+}
+
+// ConfigDir is ollie's configuration directory: $XDG_CONFIG_HOME/ollie, by
+// default ~/.config/ollie; "" when there is neither.
+func ConfigDir() string { return ConfigDirFrom(os.Getenv) }
+
+// ConfigDirFrom is ConfigDir with the environment read through getenv,
+// for a caller that is handed an environment of its own.
+func ConfigDirFrom(getenv func(string) string) string {
+	if d := getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "ollie")
+	}
+	if h := getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Join(h, ".config", "ollie")
+	}
+	return ""
+}
+
 // UserDir is the user's directory for sub: $XDG_CONFIG_HOME/ollie/sub, by
 // default ~/.config/ollie/sub. It reports false when there is no home.
 func UserDir(sub string) (string, bool) {
-	dir, err := os.UserConfigDir()
-	if err != nil {
+	dir := ConfigDir()
+	if dir == "" {
 		return "", false
 	}
-	return filepath.Join(dir, "ollie", sub), true
+	return filepath.Join(dir, sub), true
 }
 
 // Defaults returns the user's directory for sub followed by the deployed
@@ -100,12 +141,12 @@ func (s Search) Names() []string {
 // the user's own, and it says so: a shared fallback such as /tmp would be
 // a directory another local user could make first.
 func StateDir() (string, error) {
-	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+	if d := XDG("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "ollie"), nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil || !filepath.IsAbs(home) {
-		return "", fmt.Errorf("no state directory: XDG_STATE_HOME is not an absolute path and there is no home directory (HOME=%q)", os.Getenv("HOME"))
+	home, err := Home()
+	if err != nil {
+		return "", fmt.Errorf("no state directory: XDG_STATE_HOME is not an absolute path and %v", err)
 	}
 	return filepath.Join(home, ".local", "state", "ollie"), nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,17 +69,23 @@ func TestRemoteSocket(t *testing.T) {
 }
 
 // One rule for where state lives, everywhere: an absolute XDG_STATE_HOME,
-// else the home's .local/state; a relative one is ignored; with neither,
-// an error rather than a directory another user could make first.
+// else the home's .local/state; a relative one is ignored; with no HOME,
+// the password database's home, never a shared directory another user
+// could make first.
 func TestStateDir(t *testing.T) {
+	pw, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwState := filepath.Join(pw.HomeDir, ".local", "state", "ollie")
 	for _, c := range []struct {
 		xdg, home, want string
 	}{
 		{"/xdg", "/home/u", "/xdg/ollie"},
 		{"", "/home/u", "/home/u/.local/state/ollie"},
 		{"rel/state", "/home/u", "/home/u/.local/state/ollie"},
-		{"", "", ""},
-		{"rel", "also/relative", ""},
+		{"", "", pwState},
+		{"rel", "also/relative", pwState},
 	} {
 		t.Setenv("XDG_STATE_HOME", c.xdg)
 		t.Setenv("HOME", c.home)
@@ -91,6 +98,23 @@ func TestStateDir(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("XDG_STATE_HOME=%q HOME=%q: %q, %v; want %q", c.xdg, c.home, got, err, c.want)
+		}
+	}
+}
+
+// The configuration directory follows the same rule: an absolute
+// XDG_CONFIG_HOME, else the home's .config; nothing with neither.
+func TestConfigDirFrom(t *testing.T) {
+	for _, c := range []struct{ xdg, home, want string }{
+		{"/xdg", "/home/u", "/xdg/ollie"},
+		{"", "/home/u", "/home/u/.config/ollie"},
+		{"rel", "/home/u", "/home/u/.config/ollie"},
+		{"", "", ""},
+		{"rel", "rel", ""},
+	} {
+		env := map[string]string{"XDG_CONFIG_HOME": c.xdg, "HOME": c.home}
+		if got := ConfigDirFrom(func(k string) string { return env[k] }); got != c.want {
+			t.Errorf("XDG_CONFIG_HOME=%q HOME=%q: %q, want %q", c.xdg, c.home, got, c.want)
 		}
 	}
 }

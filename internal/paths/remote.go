@@ -23,7 +23,7 @@ func RemoteDir() string {
 	if d := os.Getenv("OLLIE_REMOTE_DIR"); d != "" {
 		return d
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+	if d := XDG("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "ollie-remote")
 	}
 	return fmt.Sprintf("/tmp/ollie-remote.%d", os.Getuid())

@@ -47,14 +47,23 @@ type Probe struct {
 // Root is where deploy installs under a home.
 func Root(home string) string { return filepath.Join(home, ".local", "share", "ollie") }
 
+// UserRoot is Root of this user's home.
+func UserRoot() (string, error) {
+	home, err := paths.Home()
+	if err != nil {
+		return "", err
+	}
+	return Root(home), nil
+}
+
 // Current is the olliesrv that deploy made current for this user
 // (Root/current/olliesrv) when it is an executable file, else "".
 func Current() string {
-	home, err := os.UserHomeDir()
+	root, err := UserRoot()
 	if err != nil {
 		return ""
 	}
-	exe := filepath.Join(Root(home), "current", "olliesrv")
+	exe := filepath.Join(root, "current", "olliesrv")
 	if fi, err := os.Stat(exe); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0100 == 0 {
 		return ""
 	}
@@ -71,7 +80,7 @@ func CurrentOrSelf() (string, error) {
 
 // probe describes this host as the running binary sees it.
 func probe(versions []string) (*Probe, error) {
-	home, err := os.UserHomeDir()
+	home, err := paths.Home()
 	if err != nil {
 		return nil, err
 	}

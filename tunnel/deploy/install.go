@@ -262,7 +262,7 @@ func Commit(plan Plan) (*Report, error) {
 	}
 	if plan.Appliance {
 		// Over the listener, install commit serves only deploy's own root.
-		if home, err := os.UserHomeDir(); err != nil || filepath.Clean(plan.Root) != Root(home) {
+		if root, err := UserRoot(); err != nil || filepath.Clean(plan.Root) != root {
 			return nil, fmt.Errorf("bad plan: root %q is not ~/.local/share/ollie", plan.Root)
 		}
 	}
@@ -503,15 +503,11 @@ func ollieScript(root string) string {
 // commandEdits are the files that put ~/.local/bin on PATH for this
 // user's login shell.
 func commandEdits(home, shell string) []rcEdit {
-	cfg := os.Getenv("XDG_CONFIG_HOME")
-	if !filepath.IsAbs(cfg) {
-		cfg = ""
-	}
-	return rcEdits(home, cfg, kindOf(shell))
+	return rcEdits(home, paths.XDG("XDG_CONFIG_HOME"), kindOf(shell))
 }
 
 func ollieCommandInstalled(root, shell string) bool {
-	home, err := os.UserHomeDir()
+	home, err := paths.Home()
 	if err != nil {
 		return false
 	}
@@ -531,7 +527,7 @@ func ollieCommandInstalled(root, shell string) bool {
 // still there by its path, and problems says why ssh HOST ollie may not
 // find it.
 func installOllieCommand(root, shell string) (changed, problems []string, err error) {
-	home, err := os.UserHomeDir()
+	home, err := paths.Home()
 	if err != nil {
 		return nil, nil, err
 	}

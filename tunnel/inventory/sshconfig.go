@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"ollie/internal/paths"
 )
 
 // maxIncludeDepth bounds Include chains, as ssh's own limit does.
@@ -18,7 +20,7 @@ func sshConfigFiles(named string) []string {
 	if named != "" {
 		return []string{named}
 	}
-	home, _ := os.UserHomeDir()
+	home, _ := paths.Home()
 	return []string{filepath.Join(home, ".ssh", "config"), "/etc/ssh/ssh_config"}
 }
 
@@ -110,7 +112,7 @@ func sshKeyword(line string) (key, rest string) {
 // includeFiles expands an Include argument: ~ is the home directory, and
 // a relative path is under ~/.ssh (or /etc/ssh for the system file).
 func includeFiles(p string, system bool) []string {
-	home, _ := os.UserHomeDir()
+	home, _ := paths.Home()
 	switch {
 	case p == "~":
 		p = home
