@@ -17,6 +17,7 @@ import (
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
 
+	"ollie/internal/await"
 	"ollie/ns"
 	"ollie/ns/stream"
 )
@@ -413,16 +414,11 @@ func wantErr(t testing.TB, err error, want string) {
 	}
 }
 
-// waitFor polls cond until it holds; it fails the test after timeout.
+// waitFor asks cond until it holds; it fails the test, naming what,
+// after timeout.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, timeout, what, cond)
 }
 
 // rawConn speaks 9P frame by frame, for what the 9fans client cannot

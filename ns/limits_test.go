@@ -18,6 +18,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/ns"
 )
 
@@ -544,12 +545,13 @@ func TestFrameTimeout(t *testing.T) {
 	// time, is whole.
 	idle.ok(&plan9.Fcall{Type: plan9.Tstat, Tag: 1, Fid: 0})
 	msg := frames(&plan9.Fcall{Type: plan9.Tstat, Tag: 2, Fid: 0})
-	// (Short pauses: under the race detector on a loaded machine a
-	// sleep overshoots, and the whole message must still come in time.)
+	// The pauses between the pieces are the point: each piece arrives on
+	// its own. (Short ones: under the race detector on a loaded machine a
+	// pause overshoots, and the whole message must still come in time.)
 	idle.sendBytes(msg[:3])
-	time.Sleep(frameTimeout / 10)
+	await.For(t.Context(), frameTimeout/10)
 	idle.sendBytes(msg[3:6])
-	time.Sleep(frameTimeout / 10)
+	await.For(t.Context(), frameTimeout/10)
 	idle.sendBytes(msg[6:])
 	if f := idle.recv(); f.Type != plan9.Rstat || f.Tag != 2 {
 		t.Fatalf("a message sent in pieces within the timeout: got %v", f)
