@@ -72,6 +72,20 @@ func ConfigDirFrom(getenv func(string) string) string {
 	return ""
 }
 
+// CacheDir is ollie's cache directory: $XDG_CACHE_HOME/ollie, by default
+// ~/.cache/ollie. With neither it is an error, never a shared name in /tmp
+// that another local user could make first.
+func CacheDir() (string, error) {
+	if d := XDG("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "ollie"), nil
+	}
+	home, err := Home()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory: XDG_CACHE_HOME is not an absolute path and %v", err)
+	}
+	return filepath.Join(home, ".cache", "ollie"), nil
+}
+
 // UserDir is the user's directory for sub: $XDG_CONFIG_HOME/ollie/sub, by
 // default ~/.config/ollie/sub. It reports false when there is no home.
 func UserDir(sub string) (string, bool) {

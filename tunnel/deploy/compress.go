@@ -15,6 +15,7 @@ package deploy
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,18 +59,24 @@ var Decoders = []string{EncZstd, EncPatch}
 // patchDictID names the base in a patch's frame.
 const patchDictID = 1
 
-// cacheDir is where compressed forms and deployed binaries are kept.
-func cacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "ollie", "deploy")
+// cacheDir is where compressed forms and deployed binaries are kept. With
+// no cache directory of the user's, a fresh private one serves this run
+// (made at the first need): a fixed name in /tmp is one another local
+// user could make first, and fill.
+var cacheDir = sync.OnceValue(func() string {
+	if d, err := paths.CacheDir(); err == nil {
+		return filepath.Join(d, "deploy")
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("ollie-deploy-%d", os.Getuid()))
-}
+	if d, err := os.MkdirTemp("", "ollie-deploy-"); err == nil {
+		return d
+	}
+	return "" // every use then fails to write, and deploys uncompressed
+})
 
 // artifacts makes compressed forms once per desktop (and once per process
 // for hosts deployed at once).
 type artifacts struct {
-	dir  string
+	dir  string // "": cacheDir
 	mu   sync.Mutex
 	once map[string]*artifact
 }
@@ -80,7 +87,14 @@ type artifact struct {
 	err  error
 }
 
-var cache = &artifacts{dir: cacheDir(), once: map[string]*artifact{}}
+var cache = &artifacts{once: map[string]*artifact{}}
+
+func (a *artifacts) root() string {
+	if a.dir != "" {
+		return a.dir
+	}
+	return cacheDir()
+}
 
 // get returns the file name under the cache, making it with make when it
 // is not there yet.
@@ -93,16 +107,21 @@ func (a *artifacts) get(name string, make func(w io.Writer) error) (LocalFile, e
 	}
 	a.mu.Unlock()
 	art.once.Do(func() {
-		p := filepath.Join(a.dir, name)
+		dir := a.root()
+		p := filepath.Join(dir, name)
 		if f, err := hashFile(p); err == nil {
 			art.f = f
 			return
 		}
-		if err := os.MkdirAll(a.dir, 0700); err != nil {
+		if dir == "" {
+			art.err = errors.New("no cache directory for the compressed forms")
+			return
+		}
+		if err := os.MkdirAll(dir, 0700); err != nil {
 			art.err = err
 			return
 		}
-		tmp, err := os.CreateTemp(a.dir, "."+name+".tmp-*")
+		tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
 		if err != nil {
 			art.err = err
 			return
@@ -199,7 +218,10 @@ const keptBinaries = 4
 
 // keepDeployed keeps bin as a base for later patches.
 func keepDeployed(bin LocalFile) {
-	dir := filepath.Join(cache.dir, "bin")
+	if cache.root() == "" {
+		return
+	}
+	dir := filepath.Join(cache.root(), "bin")
 	p := filepath.Join(dir, bin.SHA256)
 	if _, err := os.Stat(p); err == nil {
 		now := time.Now()
@@ -239,7 +261,10 @@ func deployedBinary(sum string) (LocalFile, bool) {
 	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
 		return LocalFile{}, false
 	}
-	f, err := hashFile(filepath.Join(cache.dir, "bin", sum))
+	if cache.root() == "" {
+		return LocalFile{}, false
+	}
+	f, err := hashFile(filepath.Join(cache.root(), "bin", sum))
 	if err != nil || f.SHA256 != sum {
 		return LocalFile{}, false
 	}
