@@ -2,6 +2,7 @@ package resume_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,11 +10,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"9fans.net/go/plan9"
 	p9 "9fans.net/go/plan9/client"
 
 	"ollie/ns"
@@ -129,13 +132,17 @@ func (w *world) record(ctx context.Context, _ *ns.Call, data []byte) error {
 }
 
 // cutter dials the server and lets the test break the connections it made,
-// or refuse dials for a while.
+// or refuse dials for a while. It watches what the proxy sends the server,
+// so that a test can cut at the moment it means to.
 type cutter struct {
 	mu        sync.Mutex
 	addr      string
 	conns     []net.Conn
+	gen       int // how many cuts so far: the connections since the last one are of this generation
 	dials     int
+	reads     []uint64 // the offset of each Tread sent on this generation's connections
 	failUntil time.Time
+	changed   signal // dials or reads
 }
 
 func (c *cutter) Dial(ctx context.Context) (net.Conn, error) {
@@ -151,10 +158,12 @@ func (c *cutter) Dial(ctx context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.conns = append(c.conns, nc)
+	sc := &serverConn{Conn: nc, c: c, gen: c.gen}
+	c.conns = append(c.conns, sc)
 	c.dials++
+	c.changed.fire()
 	c.mu.Unlock()
-	return nc, nil
+	return sc, nil
 }
 
 // cut closes every server connection made so far.
@@ -162,6 +171,8 @@ func (c *cutter) cut() {
 	c.mu.Lock()
 	conns := c.conns
 	c.conns = nil
+	c.gen++
+	c.reads = nil
 	c.mu.Unlock()
 	for _, nc := range conns {
 		nc.Close()
@@ -181,6 +192,99 @@ func (c *cutter) dialCount() int {
 	return c.dials
 }
 
+// waitRead waits until the proxy has sent, since the last cut, a Tread at
+// off or beyond: a read the server holds until the stream grows past off.
+func (c *cutter) waitRead(t testing.TB, off uint64) {
+	t.Helper()
+	if !waitFor(&c.mu, &c.changed, func() bool { return slices.ContainsFunc(c.reads, func(o uint64) bool { return o >= off }) }) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t.Fatalf("no Tread at offset %d or beyond since the last cut; reads at %v", off, c.reads)
+	}
+}
+
+// serverConn is one of the cutter's connections to the server: it finds
+// the Treads in what the proxy writes.
+type serverConn struct {
+	net.Conn
+	c   *cutter
+	gen int
+
+	mu      sync.Mutex
+	pending []byte // the start of a message not yet whole
+}
+
+func (sc *serverConn) Write(p []byte) (int, error) {
+	n, err := sc.Conn.Write(p)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.pending = append(sc.pending, p[:n]...)
+	for len(sc.pending) >= 4 {
+		size := int(binary.LittleEndian.Uint32(sc.pending))
+		if size < 7 {
+			sc.pending = nil // not 9P; nothing more to find here
+			break
+		}
+		if len(sc.pending) < size {
+			break
+		}
+		if f, err := plan9.UnmarshalFcall(sc.pending[:size]); err == nil && f.Type == plan9.Tread {
+			sc.c.sawRead(sc.gen, f.Offset)
+		}
+		sc.pending = sc.pending[size:]
+	}
+	return n, err
+}
+
+func (c *cutter) sawRead(gen int, off uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen == c.gen {
+		c.reads = append(c.reads, off)
+		c.changed.fire()
+	}
+}
+
+// signal tells waiters that what a mutex guards has changed: a waiter
+// takes the channel under the mutex, and it is closed at the next change.
+type signal struct{ ch chan struct{} }
+
+func (s *signal) next() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+// waitFor waits until cond, asked under mu, holds, asking again at each
+// change sig announces; false if it still does not after timeout.
+func waitFor(mu *sync.Mutex, sig *signal, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		mu.Lock()
+		ok, changed := cond(), sig.next()
+		mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			mu.Lock()
+			defer mu.Unlock()
+			return cond()
+		}
+	}
+}
+
 // env is a namespace server on a Unix socket, and a proxy in front of it on
 // another.
 type env struct {
@@ -191,8 +295,9 @@ type env struct {
 	addr   string // the proxy's socket
 	cut    *cutter
 
-	mu     sync.Mutex
-	states []string
+	mu      sync.Mutex
+	states  []string
+	changed signal // states
 }
 
 // stateCount is how many states the proxy has reported.
@@ -206,18 +311,13 @@ func (e *env) stateCount() int {
 // is reconnecting: it has seen its connection go.
 func (e *env) waitReconnecting(t testing.TB, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(time.Millisecond) {
+	reconnecting := func() bool {
+		return slices.ContainsFunc(e.states[min(n, len(e.states)):], func(s string) bool { return strings.HasPrefix(s, "reconnecting: ") })
+	}
+	if !waitFor(&e.mu, &e.changed, reconnecting) {
 		e.mu.Lock()
-		states := e.states
-		e.mu.Unlock()
-		for _, s := range states[min(n, len(states)):] {
-			if strings.HasPrefix(s, "reconnecting: ") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy never said it was reconnecting: states %q", states)
-		}
+		defer e.mu.Unlock()
+		t.Fatalf("the proxy never said it was reconnecting: states %q", e.states)
 	}
 }
 
@@ -245,6 +345,7 @@ func newEnv(t testing.TB, retain int) *env {
 	e.proxy = &resume.Proxy{Dial: e.cut.Dial, Log: quiet, OnState: func(s string) {
 		e.mu.Lock()
 		e.states = append(e.states, s)
+		e.changed.fire()
 		e.mu.Unlock()
 	}}
 	pl, err := net.Listen("unix", e.addr)

@@ -15,6 +15,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/tunnel/resume"
 )
 
@@ -82,7 +83,8 @@ func TestFloodIdle(t *testing.T) {
 	for range 3 {
 		clientVersion(addr, 8216)
 	}
-	time.Sleep(time.Second)
+	// Idle connections held for a second: what they cost is the measure.
+	await.For(t.Context(), time.Second)
 	t.Log("idle:", hwm())
 }
 
@@ -107,7 +109,8 @@ func TestFloodMsize(t *testing.T) {
 		c := clientVersion(addr, 1<<32-1)
 		go plan9.ReadFcall(c)
 	}
-	time.Sleep(5 * time.Second)
+	// 5 s for the 512 MiB each server sends: what the proxy holds meanwhile is the measure.
+	await.For(t.Context(), 5*time.Second)
 	t.Log("msize 4 GiB, 3 connections, 512 MiB each:", hwm())
 }
 
@@ -131,7 +134,8 @@ func TestFloodUnexpected(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(10 * time.Second)
+	// 10 s of flood: the memory, log and dials it costs are the measure.
+	await.For(t.Context(), 10*time.Second)
 	t.Logf("unexpected replies 10 s: %s, log %d bytes, %d dials", hwm(), lw.n.Load(), dials.Load())
 }
 
@@ -140,7 +144,8 @@ func TestFloodReconnect(t *testing.T) {
 	c := clientVersion(addr, 8216)
 	plan9.ReadFcall(c)
 	plan9.WriteFcall(c, &plan9.Fcall{Type: plan9.Tattach, Tag: 1, Fid: 1, Afid: plan9.NOFID, Uname: "x"})
-	time.Sleep(15 * time.Second)
+	// 15 s of a server failing after Tversion: the dials and log it costs are the measure.
+	await.For(t.Context(), 15*time.Second)
 	defer c.Close()
 	t.Logf("fail after Tversion 15 s: %s, %d dials, log %d bytes", hwm(), dials.Load(), lw.n.Load())
 }

@@ -19,6 +19,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/tunnel/resume"
 )
 
@@ -174,13 +175,10 @@ func TestMsizeClamped(t *testing.T) {
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
 		t.Errorf("the proxy allocated %d MiB", grew>>20)
 	}
-	// The proxy logs once it has closed the connection: give it a moment.
-	for deadline := time.Now().Add(timeout); !strings.Contains(h.log.String(), "exceeds msize"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("log does not say why the connection ended:\n%s", h.log.String())
-			break
-		}
-	}
+	// The proxy logs once it has closed the connection, after the server
+	// has seen it close.
+	await.Until(t, timeout, "the log saying why the connection ended",
+		func() bool { return strings.Contains(h.log.String(), "exceeds msize") }, h.log.String)
 }
 
 // TestUnexpectedReplies: a host sending replies to tags nobody used (one
@@ -208,7 +206,9 @@ func TestUnexpectedReplies(t *testing.T) {
 	c := h.client()
 	send(t, c, &plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192 + plan9.IOHDRSZ, Version: "9P2000"})
 	recv(t, c)
-	time.Sleep(2 * time.Second)
+	// The flood runs for 2 s: how many connections it gets, and how much
+	// it writes and logs over them, is the test.
+	await.For(t.Context(), 2*time.Second)
 	dials := int(h.dials.Load())
 	n := sent.Load()
 	log := h.log.String()
@@ -235,7 +235,8 @@ func TestBackoffAfterTversion(t *testing.T) {
 	send(t, c, &plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192 + plan9.IOHDRSZ, Version: "9P2000"})
 	recv(t, c)
 	send(t, c, &plan9.Fcall{Type: plan9.Tattach, Tag: 1, Fid: 1, Afid: plan9.NOFID, Uname: "glenda"})
-	time.Sleep(3 * time.Second)
+	// The number of dials in 3 s is the test: the rate the backoff allows.
+	await.For(t.Context(), 3*time.Second)
 	if n := h.dials.Load(); n >= 10 || n < 2 {
 		t.Errorf("%d dials in 3 s to a server failing after Tversion, want a few (2-9)", n)
 	} else {
@@ -253,13 +254,8 @@ func TestHandshakeTimeout(t *testing.T) {
 	}, &resume.Proxy{HandshakeTimeout: 200 * time.Millisecond, OnState: func(s string) { states.Store(s, true) }})
 	c := h.client()
 	send(t, c, &plan9.Fcall{Type: plan9.Tversion, Tag: plan9.NOTAG, Msize: 8192 + plan9.IOHDRSZ, Version: "9P2000"})
-	deadline := time.Now().Add(timeout)
-	for h.dials.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if h.dials.Load() < 2 {
-		t.Fatal("a server that never answers Tversion kept its connection")
-	}
+	await.Until(t, timeout, "a server that never answers Tversion losing its connection (a second dial)",
+		func() bool { return h.dials.Load() >= 2 })
 	if _, ok := states.Load("reconnecting: resume: no answer to Tversion within 200ms"); !ok {
 		var all []string
 		states.Range(func(k, _ any) bool { all = append(all, k.(string)); return true })

@@ -19,6 +19,7 @@ import (
 	"9fans.net/go/plan9"
 	p9 "9fans.net/go/plan9/client"
 
+	"ollie/internal/await"
 	"ollie/ns"
 	"ollie/ns/client"
 	"ollie/tunnel/resume"
@@ -54,23 +55,27 @@ func TestStreamSurvivesCuts(t *testing.T) {
 		done <- result{b, err}
 	}()
 
-	// Cut while the read is blocked at the end of an empty stream.
+	// Cut while the read is blocked at the end of an empty stream: once
+	// its Tread has reached the server, and again once the proxy has sent
+	// it on the new connection.
 	cuts := 0
 	for range 2 {
-		time.Sleep(20 * time.Millisecond)
+		e.cut.waitRead(t, 0)
 		e.cut.cut()
 		cuts++
 	}
-	// Then while data flows, at every 128 KiB, and once in a pause.
+	// Then while data flows, at every 128 KiB, and once in a pause: when
+	// the reader has caught up and waits for more.
 	const chunk = 8 << 10
 	for off := 0; off < len(want); off += chunk {
-		e.world.stream.Write(want[off:min(off+chunk, len(want))])
+		end := min(off+chunk, len(want))
+		e.world.stream.Write(want[off:end])
 		if off > 0 && off%(128<<10) == 0 {
 			e.cut.cut()
 			cuts++
 		}
 		if off == 512<<10 {
-			time.Sleep(20 * time.Millisecond)
+			e.cut.waitRead(t, uint64(end))
 			e.cut.cut()
 			cuts++
 		}
@@ -320,7 +325,9 @@ func TestFlush(t *testing.T) {
 	}
 	defer c.Close()
 
-	interrupted := func(what string, cancel func(), done <-chan error) {
+	// interrupted cancels a follow, which must end interrupted, then reads
+	// hello, after back (if given) has brought the server back.
+	interrupted := func(what string, cancel func(), done <-chan error, back ...func()) {
 		t.Helper()
 		cancel()
 		select {
@@ -330,6 +337,9 @@ func TestFlush(t *testing.T) {
 			}
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%s: the flush did not return", what)
+		}
+		for _, f := range back {
+			f()
 		}
 		b, err := c.ReadAll(context.Background(), "hello")
 		if err != nil || string(b) != "hello, world\n" {
@@ -346,11 +356,7 @@ func TestFlush(t *testing.T) {
 	n := e.stateCount()
 	e.cut.cut()
 	e.waitReconnecting(t, n) // the proxy sees the cut first
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		e.cut.failFor(0)
-	}()
-	interrupted("flush while the server is away", cancel, done)
+	interrupted("flush while the server is away", cancel, done, func() { e.cut.failFor(0) })
 
 	ctx, cancel = context.WithCancel(context.Background())
 	done = follower(t, c, ctx)
@@ -395,14 +401,12 @@ func TestCloseLeaksNothing(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	deadline := time.Now().Add(timeout)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-	}
+	await.Until(t, timeout, fmt.Sprintf("goroutines back to the %d before", before),
+		func() bool { return runtime.NumGoroutine() <= before },
+		func() string {
+			buf := make([]byte, 1<<20)
+			return fmt.Sprintf("%d goroutines after Close:\n%s", runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		})
 }
 
 func TestMsizeLowered(t *testing.T) {
@@ -492,8 +496,10 @@ func TestConcurrentCuts(t *testing.T) {
 	for off := 0; off < len(want); off += 4096 {
 		e.world.stream.Write(want[off : off+4096])
 		if off%(16<<10) == 0 {
+			// The next cut once the stream has resumed: its reader has
+			// all written so far and waits for more.
 			e.cut.cut()
-			time.Sleep(2 * time.Millisecond)
+			e.cut.waitRead(t, uint64(off+4096))
 		}
 	}
 	e.world.stream.Close()
