@@ -19,6 +19,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/ns"
 	"ollie/ns/nsdir"
 	"ollie/ns/stream"
@@ -190,13 +191,7 @@ func (b *syncBuffer) String() string {
 // waitFor polls cond until it holds or the test has waited too long.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, what, cond)
 }
 
 // wait returns what errc yields, failing the test if it takes too long.
@@ -371,7 +366,9 @@ func TestContextCancel(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- c.Follow(ctx, "stream", io.Discard) }()
 		if i%3 == 1 {
-			time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+			// The pause is the point: it lets the cancel land at a
+			// different stage of the call each time.
+			await.For(t.Context(), time.Duration(i)*100*time.Microsecond)
 		}
 		cancel()
 		if err := wait(t, "the cancelled Follow", errc); err == nil {
@@ -666,12 +663,13 @@ func TestFollowFrom(t *testing.T) {
 	}()
 	// What was written before is not read; what comes after is. Writes
 	// go on until the follower has the marker: it may open after some.
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), "marker\n"); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the follower never got the marker: %q", out.String())
+	await.Until(t, 5*time.Second, "the follower to get the marker", func() bool {
+		if strings.Contains(out.String(), "marker\n") {
+			return true
 		}
 		f.stream.Write([]byte("marker\n"))
-	}
+		return false
+	}, func() string { return fmt.Sprintf("it got %q", out.String()) })
 	cancel()
 	wait(t, "FollowFrom to end", errc)
 	if strings.Contains(out.String(), "start") {

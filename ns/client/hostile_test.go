@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/internal/await"
 )
 
 // answer is how scriptedServer answers one request after the handshake:
@@ -152,13 +154,8 @@ func TestRepliesToNoRequest(t *testing.T) {
 
 func waitFailed(t *testing.T, c *Conn) error {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if err := c.w.failed(); err != nil {
-			return err
-		}
-	}
-	t.Fatal("the connection did not fail")
-	return nil
+	await.Until(t, 5*time.Second, "the connection to fail", func() bool { return c.w.failed() != nil })
+	return c.w.failed()
 }
 
 // FuzzServerReplies is the client's side of the wire: a server that

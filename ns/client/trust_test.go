@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/ns/nsdir"
 )
 
@@ -62,14 +64,16 @@ func (r *recorder) got() (conns, bytes int) { return r.gotAfter(0) }
 // passed): a client that connected and hung up may be done before the
 // listener's Accept returns.
 func (r *recorder) gotAfter(want int) (conns, bytes int) {
-	for end := time.Now().Add(6 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool {
 		r.mu.Lock()
-		conns, bytes, open := r.conns, r.bytes, r.open
-		r.mu.Unlock()
-		if conns >= want && open == 0 || time.Now().After(end) {
-			return conns, bytes
-		}
-	}
+		defer r.mu.Unlock()
+		return r.conns >= want && r.open == 0
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conns, r.bytes
 }
 
 // shortDir is a fresh directory of mode 0700 whose path suits a socket.

@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"9fans.net/go/plan9"
 
@@ -298,9 +297,7 @@ func TestReadAfterConnectionClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Shutdown(context.Background())
-	for c.w.failed() == nil {
-		time.Sleep(time.Millisecond)
-	}
+	waitFailed(t, c)
 	var b bytes.Buffer
 	off, err := f.follow(0, &b, 8192)
 	if err == nil || errors.Is(err, io.EOF) {
