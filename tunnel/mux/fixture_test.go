@@ -37,6 +37,7 @@ type host struct {
 	bus     ns.Bus
 	chat    *stream.Stream
 	release chan struct{}
+	waiting chan struct{} // a wait read has started (if not full)
 	flushed chan struct{} // a wait read was interrupted (by a Tflush)
 
 	mu  sync.Mutex
@@ -46,7 +47,7 @@ type host struct {
 
 func newHost(t *testing.T, dir, name string) *host {
 	h := &host{name: name, sock: filepath.Join(dir, name), chat: stream.NewStream(0),
-		release: make(chan struct{}), flushed: make(chan struct{}, 16)}
+		release: make(chan struct{}), waiting: make(chan struct{}, 16), flushed: make(chan struct{}, 16)}
 	h.start(t)
 	t.Cleanup(h.stop)
 	return h
@@ -67,6 +68,10 @@ func (h *host) tree(t *testing.T) *ns.Tree {
 		}),
 		ns.StreamFile("chat", 0444, "", func(context.Context, *ns.Call) (*stream.Stream, error) { return h.chat, nil }),
 		ns.WaitFile("wait", 0444, "", func(ctx context.Context, _ *ns.Call) ([]byte, error) {
+			select {
+			case h.waiting <- struct{}{}:
+			default:
+			}
 			select {
 			case <-h.release:
 				return []byte(h.name + " released\n"), nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/ns"
 	"ollie/ns/stream"
 	"ollie/tunnel/mux"
@@ -62,12 +64,13 @@ func FuzzClient(f *testing.F) {
 		replies := make(chan error, 1)
 		go func() { replies <- readReplies(cc) }()
 		cc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		// A net.Pipe write returns once the mux has read it: every request
+		// written is in the mux when the client goes.
 		for _, fr := range splitFrames(in) {
 			if _, err := cc.Write(fr); err != nil {
 				break // the mux ended the connection
 			}
 		}
-		time.Sleep(time.Millisecond) // let the requests start
 		cc.Close()
 		select {
 		case <-served:
@@ -107,14 +110,12 @@ func FuzzClient(f *testing.F) {
 		if err := m.Shutdown(ctx); err != nil {
 			t.Fatalf("Shutdown: %v", err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before+2 {
-			if time.Now().After(deadline) {
+		await.Until(t, 5*time.Second, fmt.Sprintf("goroutines back to the %d before", before),
+			func() bool { return runtime.NumGoroutine() <= before+2 },
+			func() string {
 				buf := make([]byte, 1<<20)
-				t.Fatalf("%d goroutines left, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-			}
-			time.Sleep(time.Millisecond)
-		}
+				return fmt.Sprintf("%d goroutines left:\n%s", runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+			})
 	})
 }
 

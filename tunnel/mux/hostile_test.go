@@ -109,113 +109,105 @@ func frame(typ uint8, tag uint16, body []byte) []byte {
 	return append(b, body...)
 }
 
-func TestHostileMount(t *testing.T) {
-	cases := []struct {
-		name   string
-		answer func(w io.Writer, tx *plan9.Fcall) bool
-	}{
-		{"garbage", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			w.Write([]byte("\x0b\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff"))
-			return true
-		}},
-		{"oversized", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			w.Write([]byte{0xff, 0xff, 0xff, 0x7f, plan9.Rread})
-			return true
-		}},
-		{"too short", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			w.Write([]byte{3, 0, 0, 0})
-			return true
-		}},
-		{"a reply to no request", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag + 1000, Data: []byte("x")})
-			return true
-		}},
-		{"the wrong type", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rwrite, Tag: tx.Tag, Count: 1})
-			return true
-		}},
-		{"more than asked", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag, Data: make([]byte, tx.Count+1)})
-			return true
-		}},
-		{"a lying count", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			// Rread claiming 1 MiB of data in a 16-byte message.
-			w.Write(frame(plan9.Rread, tx.Tag, []byte{0, 0, 0x10, 0, 'x', 'y', 'z', 'w', 'v'}))
-			return true
-		}},
-		{"more qids than names", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Twalk || len(tx.Wname) == 0 {
-				return false
-			}
-			rx := ordinary(tx)
-			rx.Wqid = append(rx.Wqid, plan9.Qid{})
-			plan9.WriteFcall(w, rx)
-			return true
-		}},
-		{"a broken stat", func(w io.Writer, tx *plan9.Fcall) bool {
-			if tx.Type != plan9.Tread {
-				return false
-			}
-			// The open and read pass; the test's stat comes later.
+// hostileHosts are the ways a host's replies can break 9P: answer
+// replaces the host's reply to some requests; the test reads a file
+// through it, or, for stat, stats one.
+var hostileHosts = []struct {
+	name   string
+	answer func(w io.Writer, tx *plan9.Fcall) bool
+	stat   bool
+}{
+	{"garbage", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
 			return false
-		}},
-		{"a broken directory", func(w io.Writer, tx *plan9.Fcall) bool {
-			switch tx.Type {
-			case plan9.Topen:
-				plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Ropen, Tag: tx.Tag, Qid: plan9.Qid{Type: plan9.QTDIR}})
-				return true
-			case plan9.Tread:
-				if tx.Offset > 0 {
-					return false // the end
-				}
-				plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag, Data: []byte{200, 0, 1, 2, 3}})
-				return true
-			}
+		}
+		w.Write([]byte("\x0b\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff"))
+		return true
+	}, false},
+	{"oversized", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
 			return false
-		}},
-	}
-	// A stat that does not parse, for "a broken stat".
-	brokenStat := func(w io.Writer, tx *plan9.Fcall) bool {
+		}
+		w.Write([]byte{0xff, 0xff, 0xff, 0x7f, plan9.Rread})
+		return true
+	}, false},
+	{"too short", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
+			return false
+		}
+		w.Write([]byte{3, 0, 0, 0})
+		return true
+	}, false},
+	{"a reply to no request", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
+			return false
+		}
+		plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag + 1000, Data: []byte("x")})
+		return true
+	}, false},
+	{"the wrong type", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
+			return false
+		}
+		plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rwrite, Tag: tx.Tag, Count: 1})
+		return true
+	}, false},
+	{"more than asked", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
+			return false
+		}
+		plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag, Data: make([]byte, tx.Count+1)})
+		return true
+	}, false},
+	{"a lying count", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Tread {
+			return false
+		}
+		// Rread claiming 1 MiB of data in a 16-byte message.
+		w.Write(frame(plan9.Rread, tx.Tag, []byte{0, 0, 0x10, 0, 'x', 'y', 'z', 'w', 'v'}))
+		return true
+	}, false},
+	{"more qids than names", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type != plan9.Twalk || len(tx.Wname) == 0 {
+			return false
+		}
+		rx := ordinary(tx)
+		rx.Wqid = append(rx.Wqid, plan9.Qid{})
+		plan9.WriteFcall(w, rx)
+		return true
+	}, false},
+	{"a broken stat", func(w io.Writer, tx *plan9.Fcall) bool {
 		if tx.Type != plan9.Tstat {
 			return false
 		}
 		w.Write(frame(plan9.Rstat, tx.Tag, []byte{4, 0, 2, 0, 9, 9}))
 		return true
-	}
+	}, true},
+	{"a broken directory", func(w io.Writer, tx *plan9.Fcall) bool {
+		switch tx.Type {
+		case plan9.Topen:
+			plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Ropen, Tag: tx.Tag, Qid: plan9.Qid{Type: plan9.QTDIR}})
+			return true
+		case plan9.Tread:
+			if tx.Offset > 0 {
+				return false // the end
+			}
+			plan9.WriteFcall(w, &plan9.Fcall{Type: plan9.Rread, Tag: tx.Tag, Data: []byte{200, 0, 1, 2, 3}})
+			return true
+		}
+		return false
+	}, false},
+}
 
+func TestHostileMount(t *testing.T) {
 	f := newFleet(t, "web1")
 	c := f.dial(t)
 	ctx := context.Background()
-	for _, tc := range cases {
+	for _, tc := range hostileHosts {
 		t.Run(tc.name, func(t *testing.T) {
-			answer := tc.answer
-			if tc.name == "a broken stat" {
-				answer = brokenStat
-			}
-			evilHost(t, f, "evil", answer)
+			evilHost(t, f, "evil", tc.answer)
 			var err error
-			if tc.name == "a broken stat" {
+			if tc.stat {
 				_, err = c.Stat(ctx, "host/evil/file")
 			} else {
 				_, err = c.ReadAll(ctx, "host/evil/file")
@@ -239,7 +231,14 @@ func TestHostileMount(t *testing.T) {
 // Shutdown.
 func TestMountIgnoresFlush(t *testing.T) {
 	f := newFleet(t, "web1")
+	reading := make(chan struct{}, 1)
 	evilHost(t, f, "evil", func(w io.Writer, tx *plan9.Fcall) bool {
+		if tx.Type == plan9.Tread {
+			select {
+			case reading <- struct{}{}:
+			default:
+			}
+		}
 		return tx.Type == plan9.Tread || tx.Type == plan9.Tflush
 	})
 	c := f.dial(t)
@@ -249,7 +248,11 @@ func TestMountIgnoresFlush(t *testing.T) {
 		_, err := c.ReadAll(ctx, "host/evil/file")
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-reading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read never reached the host")
+	}
 	start := time.Now()
 	cancel()
 	select {

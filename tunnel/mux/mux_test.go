@@ -15,6 +15,7 @@ import (
 	"9fans.net/go/plan9"
 	p9 "9fans.net/go/plan9/client"
 
+	"ollie/internal/await"
 	"ollie/ns/client"
 )
 
@@ -201,7 +202,11 @@ func TestBlockedMountHoldsNoOther(t *testing.T) {
 	// The other requests go on their own connection: ns/client's
 	// interruption is per connection.
 	c2 := f.dial(t)
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-f.hosts["web2"].waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait read never reached host web2")
+	}
 	for range 3 {
 		if got := read(t, c2, "host/web1/name"); got != "web1\n" {
 			t.Fatalf("read host/web1/name = %q", got)
@@ -404,13 +409,7 @@ func (b *syncBuffer) String() string {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, "timed out waiting", cond)
 }
 
 var _ net.Conn // net is used by the hostile tests
