@@ -126,8 +126,21 @@ const maxTerminalLine = 1024
 
 // Approve asks once / always / deny on the terminal.
 func (t *TerminalApprover) Approve(ctx context.Context, req *broker.Request) (broker.Answer, error) {
+	return onTerminal(t, ctx, func() (broker.Answer, error) {
+		ans, err := t.approve(ctx, req)
+		if ctx.Err() != nil {
+			fmt.Fprintf(t.Out, "\nollie: request %s was withdrawn; that answer is not used.\n", req.IDName())
+		}
+		return ans, err
+	})
+}
+
+// onTerminal runs ask with the terminal to itself once it is free, unless
+// ctx ends first: a request withdrawn while it waits for the terminal is
+// never shown, and one withdrawn while it is shown is let go at once.
+func onTerminal[T any](t *TerminalApprover, ctx context.Context, ask func() (T, error)) (T, error) {
 	type result struct {
-		ans broker.Answer
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
@@ -142,17 +155,15 @@ func (t *TerminalApprover) Approve(ctx context.Context, req *broker.Request) (br
 			done <- result{err: err}
 			return
 		}
-		ans, err := t.approve(ctx, req)
-		if ctx.Err() != nil {
-			fmt.Fprintf(t.Out, "\nollie: request %s was withdrawn; that answer is not used.\n", req.IDName())
-		}
-		done <- result{ans, err}
+		v, err := ask()
+		done <- result{v, err}
 	}()
 	select {
 	case r := <-done:
-		return r.ans, r.err
+		return r.v, r.err
 	case <-ctx.Done():
-		return broker.Answer{}, context.Cause(ctx)
+		var none T
+		return none, context.Cause(ctx)
 	}
 }
 
@@ -190,36 +201,15 @@ func (t *TerminalApprover) Password(ctx context.Context, req *broker.Request, at
 	if t.In == nil || !isTerminal(t.In) {
 		return nil, fmt.Errorf("broker: the broker's input is not a terminal, and a password typed there would be shown; refusing to read one: %w", broker.ErrDenied)
 	}
-	type result struct {
-		pw  []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if ctx.Err() != nil {
-			done <- result{err: context.Cause(ctx)}
-			return
-		}
-		if err := t.unavailable(); err != nil {
-			done <- result{err: err}
-			return
-		}
+	return onTerminal(t, ctx, func() ([]byte, error) {
 		pw, err := t.password(ctx, req.PasswordPrompt(attempt, problem))
 		if ctx.Err() != nil {
 			broker.Zero(pw)
 			fmt.Fprintf(t.Out, "ollie: request %s was withdrawn; that password is not used.\n", req.IDName())
-			pw, err = nil, context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		}
-		done <- result{pw, err}
-	}()
-	select {
-	case r := <-done:
-		return r.pw, r.err
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
+		return pw, err
+	})
 }
 
 func (t *TerminalApprover) password(ctx context.Context, prompt string) ([]byte, error) {
