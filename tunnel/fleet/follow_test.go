@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -15,14 +16,16 @@ import (
 	"ollie/agent/fakellm"
 	"ollie/agent/wire"
 	"ollie/host"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/ns/client"
 )
 
-// details records each detail a host shows.
+// details records each detail a host shows, and every line of output.
 type details struct {
-	mu   sync.Mutex
-	seen []string
+	mu     sync.Mutex
+	seen   []string
+	output []string
 }
 
 func (d *details) Changed(h Host) {
@@ -33,7 +36,18 @@ func (d *details) Changed(h Host) {
 	}
 }
 
-func (d *details) Output(string, string) {}
+func (d *details) Output(_, line string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.output = append(d.output, line)
+}
+
+// saw says whether a line of output held part.
+func (d *details) saw(part string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.output, func(l string) bool { return strings.Contains(l, part) })
+}
 
 func (d *details) all() []string {
 	d.mu.Lock()
@@ -90,22 +104,13 @@ func TestFollowShowsHostsOwnLine(t *testing.T) {
 	if err := c.Write(ctx, sess+"/goal", []byte(run.Goal)); err != nil {
 		t.Fatal(err)
 	}
-	// The prompt is in the chat once the model is asked; the model holds
-	// its answer meanwhile.
-	for len(llm.ChatRequests()) == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the model was never asked")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // for the follower to read the echo
+	// The model holds its answer until the follower has read the echo of
+	// the prompt, to its last line.
+	await.Until(t, 30*time.Second, "the follower reading the prompt's echo", func() bool { return obs.saw("Work towards it") })
 	close(release)
-	for !slices.Contains(obs.all(), "the disks are fine: / is 40% used") {
-		if ctx.Err() != nil {
-			t.Fatalf("the host's answer never became its line: %q", obs.all())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, 30*time.Second, "the host's answer becoming its line",
+		func() bool { return slices.Contains(obs.all(), "the disks are fine: / is 40% used") },
+		func() string { return fmt.Sprintf("lines %q", obs.all()) })
 	stop()
 	<-done
 	for _, l := range obs.all() {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"ollie/internal/await"
 )
 
 type syncBuffer struct {
@@ -48,11 +50,15 @@ func TestLiveRedrawsInPlace(t *testing.T) {
 	var out syncBuffer
 	v := &Live{Out: &out, Run: run, Width: func() (int, int) { return 80, 20 }}
 	v.Start()
-	time.Sleep(300 * time.Millisecond)
+	await.Until(t, 5*time.Second, "the first drawing", func() bool { return strings.Contains(out.String(), "3 hosts") })
 	h := *run.Hosts[0]
 	h.State, h.Result, h.Answer, h.Detail = "done", "done", "all is well", "all is well"
 	v.Changed(h)
-	time.Sleep(300 * time.Millisecond)
+	await.Until(t, 5*time.Second, "a redraw in place with web1 done", func() bool {
+		s := out.String()
+		i := strings.LastIndex(s, "\x1b[4A\r")
+		return i >= 0 && strings.Contains(s[i:], "all is well")
+	})
 	v.Stop()
 	s := out.String()
 	if !strings.Contains(s, "\x1b[4A\r") {
