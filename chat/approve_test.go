@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"ollie/internal/termsafe"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,8 +20,10 @@ import (
 	"ollie/broker"
 	"ollie/chat"
 	"ollie/host"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/internal/sudolab"
+	"ollie/internal/termsafe"
 	"ollie/ns/client"
 )
 
@@ -124,18 +125,15 @@ func (d *daemon) read(t *testing.T, name string) string {
 // parked waits until n requests wait in bypass/pending.
 func (d *daemon) parked(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	var have int
+	await.Until(t, 10*time.Second, fmt.Sprintf("%d requests in bypass/pending", n), func() bool {
 		dirs, err := d.c.Ls(context.Background(), "bypass/pending")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(dirs) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests in bypass/pending, want %d", len(dirs), n)
-		}
-	}
+		have = len(dirs)
+		return have == n
+	}, func() string { return fmt.Sprintf("there are %d", have) })
 }
 
 // watch runs WatchPending for agent until the test ends, and delivers
@@ -194,11 +192,9 @@ func TestWatchPending(t *testing.T) {
 	if err := chat.Decide(ctx, d.c, early.ID, "approve"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(d.be.said(), `echo got {"text":"early"}`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("approved, the tool did not run; the tools said %q", d.be.said())
-		}
-	}
+	await.Until(t, 10*time.Second, "approved, the tool to run",
+		func() bool { return strings.Contains(d.be.said(), `echo got {"text":"early"}`) },
+		func() string { return fmt.Sprintf("the tools said %q", d.be.said()) })
 	d.idle(t, "a")
 	if err := d.c.Write(ctx, "session/s/agent/a/prompt", []byte("late")); err != nil {
 		t.Fatal(err)
@@ -217,11 +213,8 @@ func TestWatchPending(t *testing.T) {
 // idle waits until agent is idle.
 func (d *daemon) idle(t *testing.T, agent string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); d.read(t, "session/s/agent/"+agent+"/state") != "idle"; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent %s is not idle", agent)
-		}
-	}
+	await.Until(t, 10*time.Second, "agent "+agent+" to be idle",
+		func() bool { return d.read(t, "session/s/agent/"+agent+"/state") == "idle" })
 }
 
 // TestWatchPendingPassword: a sudo request of the agent is found for its

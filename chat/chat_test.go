@@ -16,6 +16,7 @@ import (
 	"ollie/agent/backend"
 	"ollie/agent/fakellm"
 	"ollie/host"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/ns/client"
 
@@ -185,11 +186,9 @@ func (s *screen) String() string {
 // waitFor waits until the screen shows want n times in all.
 func (s *screen) waitFor(t *testing.T, want string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); strings.Count(s.String(), want) < n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the screen never showed %q %d times:\n%s", want, n, s.String())
-		}
-	}
+	await.Until(t, 20*time.Second, fmt.Sprintf("the screen to show %q %d times", want, n),
+		func() bool { return strings.Count(s.String(), want) >= n },
+		func() string { return "it shows:\n" + s.String() })
 }
 
 // onPty runs a chat on a terminal: a pty whose other end the test types
@@ -419,7 +418,8 @@ func (w *slowOnce) Write(p []byte) (int, error) {
 	w.done = w.done || slow
 	w.mu.Unlock()
 	if slow {
-		time.Sleep(500 * time.Millisecond)
+		// The pause is the point: the slow terminal under test.
+		await.For(context.Background(), 500*time.Millisecond)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"ollie/internal/await"
 	"ollie/internal/termsafe"
 )
 
@@ -477,13 +478,7 @@ func TestBounded(t *testing.T) {
 		t.Errorf("bounded while one is stuck = %q, want \"\"", out)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
-	for stuck.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("still stuck after the slow render ended")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, "the render to be unstuck after the slow one ended", func() bool { return !stuck.Load() })
 	if out := bounded(time.Second, func() string { return "next" }); out != "next" {
 		t.Errorf("bounded after the slow render ended = %q, want \"next\"", out)
 	}
