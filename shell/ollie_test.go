@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/ns"
 	"ollie/ns/client"
@@ -424,13 +425,7 @@ func ollieCommand(t *testing.T, args ...string) *exec.Cmd {
 // ollieWaitFor polls cond until it holds, failing the test after a while.
 func ollieWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, what, cond)
 }
 
 // ollieWait waits for cmd to exit and returns its status.

@@ -2,6 +2,7 @@ package shell
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"9fans.net/go/plan9"
 
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/internal/paths"
 )
@@ -113,16 +115,16 @@ func TestOllieFollowOutlivesTimeout(t *testing.T) {
 			case <-time.After(2 * time.Second): // ten times OLLIE_TIMEOUT
 			}
 			c.send()
-			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), c.want); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
+			await.Until(t, 10*time.Second, "ollie "+c.name+" to show what came after the silence",
+				func() bool { return strings.Contains(out.String(), c.want) },
+				func() string {
 					select {
 					case code := <-done:
-						t.Fatalf("ollie %s exited %d after the silence: %s", c.name, code, errb.String())
+						return fmt.Sprintf("it exited %d after the silence: %s", code, errb.String())
 					default:
+						return fmt.Sprintf("it showed %q", out.String())
 					}
-					t.Fatalf("ollie %s showed %q, not what came after the silence", c.name, out.String())
-				}
-			}
+				})
 		})
 	}
 }
