@@ -14,6 +14,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 )
 
 // deskSock is a desktop broker on a socket in dir, as a keeper forwards
@@ -100,11 +101,7 @@ func (l *lab) askTool(t *testing.T, tool string) broker.Answer {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	await.Until(t, 5*time.Second, what, ok)
 }
 
 // A host reached from two desktops asks the newest registration; one

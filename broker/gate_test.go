@@ -193,16 +193,8 @@ func TestGateParksWithoutBroker(t *testing.T) {
 		_, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "fix", Sudo: true})
 		done <- result{ans, err}
 	}()
-	var id string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if p := l.gate.Pending(); len(p) == 1 {
-			id = p[0].ID
-			break
-		}
-	}
-	if id == "" {
-		t.Fatal("the request was not parked")
-	}
+	waitFor(t, "the request to be parked", func() bool { return len(l.gate.Pending()) == 1 })
+	id := l.gate.Pending()[0].ID
 	if err := l.gate.Decide(id, "maybe"); err == nil {
 		t.Error("a bad decision was accepted")
 	}
@@ -261,9 +253,7 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 	for i := range 10 {
 		go ask(i, &broker.Request{Session: "s", Tool: "same", Args: []byte(`{"a": 1}`)})
 	}
-	for deadline := time.Now().Add(5 * time.Second); len(l.gate.Pending()) < 1 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the first to park", func() bool { return len(l.gate.Pending()) >= 1 })
 	waitFor(t, "the identical ones to join", func() bool { return broker.ParkedWaiters(l.gate) == 10 })
 	if n := len(l.gate.Pending()); n != 1 {
 		t.Fatalf("%d pending for 10 identical requests", n)
