@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"ollie/broker"
 	"ollie/broker/desktop"
 	"ollie/internal/demo"
 	"ollie/internal/paths"
@@ -238,15 +239,7 @@ func deployMain(ctx context.Context, c *common, hosts []string, stdout, stderr i
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
-	var mu sync.Mutex
-	// A message may carry the host's words (its error output, its install
-	// report): one line, its control characters made visible, so that no
-	// host can write escapes to this terminal or a line of another host's.
-	say := func(host, msg string) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
-	}
+	say := hostLines(stdout)
 	// -system asks for sudo as the keeper asks for the hosts' requests:
 	// the policy file, the terminal broker, askpass or a dialog, and, as
 	// deploy runs in the foreground, this terminal last.
@@ -309,6 +302,12 @@ func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, pr
 	if r, ok := deployThroughKeeper(ctx, c, host, b, progress); ok {
 		return r
 	}
+	return deployDirect(ctx, c, host, b, progress, nil)
+}
+
+// deployDirect deploys to one host over a connection of its own; system,
+// when not nil, approves -system's sudo.
+func deployDirect(ctx context.Context, c *common, host string, b *deploy.Bundle, progress func(string), system broker.Approver) deploy.Result {
 	progress("connecting")
 	start := time.Now()
 	cl, err := tunnel.DialRetrying(ctx, host, c.options(), progress)
@@ -316,10 +315,23 @@ func deployOne(ctx context.Context, c *common, host string, b *deploy.Bundle, pr
 		return deploy.Result{Host: host, Err: err.Error(), Took: time.Since(start)}
 	}
 	defer cl.Close()
-	r := deploy.Push(ctx, cl, b, c.keep, c.deadlines, progress)
+	r := deploy.PushWith(ctx, cl, b, deploy.Options{Keep: c.keep, Deadlines: c.deadlines, Progress: progress, System: system})
 	r.Host = host
 	r.Took = time.Since(start)
 	return r
+}
+
+// hostLines prints a line under a host's name, one at a time. The line
+// may carry the host's words (its error output, its install report, its
+// socket's path): one line, its control characters made visible, so that
+// no host can write escapes to this terminal or a line of another host's.
+func hostLines(w io.Writer) func(host, msg string) {
+	var mu sync.Mutex
+	return func(host, msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
+	}
 }
 
 // maxHostMessage bounds a line of a host's words printed under its name.

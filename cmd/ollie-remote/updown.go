@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
@@ -40,15 +41,8 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "ollie-remote: %s\n", termsafe.Line(err.Error()))
 		return 1
 	}
-	var mu sync.Mutex
-	// msg may carry the host's words (its socket's path, its errors): one
-	// line, made safe.
-	say := func(host, msg string) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(stdout, "%s: %s\n", termsafe.Line(host), termsafe.Field(msg, maxHostMessage))
-	}
-	failed := 0
+	say := hostLines(stdout)
+	var failed atomic.Int32
 	sem := make(chan struct{}, c.parallel)
 	var wg sync.WaitGroup
 	for _, h := range hosts {
@@ -66,9 +60,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 			}
 			if err != nil {
 				say(h, "FAILED: "+err.Error())
-				mu.Lock()
-				failed++
-				mu.Unlock()
+				failed.Add(1)
 				return
 			}
 			say(h, fmt.Sprintf("up: ollie -H %s (socket %s)", h, r.Socket))
@@ -78,7 +70,7 @@ func upMain(ctx context.Context, c *common, hosts []string, stdout, stderr io.Wr
 		}()
 	}
 	wg.Wait()
-	if failed > 0 {
+	if failed.Load() > 0 {
 		return 1
 	}
 	return 0
