@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,12 +21,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
-)
 
-// Backend types.
-const (
-	TypeOpenAI = "openai" // any OpenAI-compatible server: OpenAI, OpenRouter, vLLM, llama.cpp
-	TypeOllama = "ollama" // Ollama: everything through its native API and official client (ollama.go)
+	"ollie/agent/backend/config"
 )
 
 // OpenAI is a Backend for a server speaking OpenAI's Chat Completions API,
@@ -65,7 +60,7 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 	if c.Type != TypeOpenAI && c.Type != TypeOllama {
 		return nil, fmt.Errorf("backend %s: unknown type %q (want %q or %q)", c.Name, c.Type, TypeOpenAI, TypeOllama)
 	}
-	if err := checkURL(c.URL); err != nil {
+	if err := config.CheckURL(c.URL); err != nil {
 		return nil, fmt.Errorf("backend %s: url: %v", c.Name, err)
 	}
 	b := &OpenAI{cfg: c, key: key, base: strings.TrimRight(c.URL, "/")}
@@ -635,21 +630,4 @@ func contextFromModel(m openai.Model) int {
 		return v.ContextLength
 	}
 	return v.Meta.NCtxTrain
-}
-
-func checkURL(s string) error {
-	if s == "" {
-		return errors.New("missing")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%q: want an http:// or https:// URL", s)
-	}
-	if u.Host == "" {
-		return fmt.Errorf("%q: no host", s)
-	}
-	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"ollie/agent/backend"
+	"ollie/agent/backend/config"
 	"ollie/tunnel/keeper"
 	"ollie/tunnel/models"
 )
@@ -29,7 +29,7 @@ func route(m models.Choice) (*keeper.ModelsRoute, error) {
 	if via != "desktop" {
 		return nil, fmt.Errorf("%s: model via %q: want host, desktop, or desktop:BACKEND (a backend of this desktop's backends.json)", m.Why, m.Via)
 	}
-	reg, err := backend.Load()
+	reg, err := config.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func route(m models.Choice) (*keeper.ModelsRoute, error) {
 		return nil, fmt.Errorf("%s: model via %s: backend %s is itself another desktop's model", m.Why, m.Via, name)
 	}
 	url := strings.TrimRight(cfg.URL, "/")
-	if cfg.Type == backend.TypeOllama {
+	if cfg.Type == config.TypeOllama {
 		url = strings.TrimSuffix(url, "/v1") + "/v1"
 	}
 	key := ""

@@ -43,6 +43,12 @@ var rules = []struct {
 	{"ollie/host/daemon", withHost},
 	{"ollie/ns/client", withHost},
 
+	// The desktop reads the backends file to give a host its model, and
+	// never talks to a model itself: it links no model client (issue 33:
+	// ollie-remote went from 28 to 12 MB).
+	{"ollie/cmd/ollie-remote", []string{"github.com/openai/openai-go/v3"}},
+	{"ollie/agent/backend/config", []string{"github.com/openai/openai-go/v3", "github.com/ollama/ollama/api"}},
+
 	// ns is the protocol and the server: what it serves is declared on top
 	// of it, never inside it.
 	{"ollie/ns", []string{"ollie/host", "ollie/agent", "ollie/toolsrv", "ollie/broker", "ollie/tunnel"}},
