@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/broker/gate"
 )
 
 // Dialed's three ends, as the tool runner and deploy -system meet them:
@@ -29,9 +30,9 @@ func TestDialedApprover(t *testing.T) {
 		t.Fatalf("no answerer: %v, want an UnaskedError not reached that wraps ErrNotApproved", err)
 	}
 
-	gate := broker.NewGate(nil)
+	g := gate.New(nil)
 	parked := make(chan string, 2)
-	gate.Publish = func(topic, data string) {
+	g.Publish = func(topic, data string) {
 		if topic == "bypass.pending" {
 			id, _, _ := strings.Cut(data, " ")
 			parked <- id
@@ -42,8 +43,8 @@ func TestDialedApprover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go gate.Serve(l)
-	defer gate.Shutdown(context.Background())
+	go g.Serve(l)
+	defer g.Shutdown(context.Background())
 	dial := broker.Dialed(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -62,7 +63,7 @@ func TestDialedApprover(t *testing.T) {
 			g, err := dial.Approve(ctx, req())
 			done <- result{g, err}
 		}()
-		if err := gate.Decide(<-parked, c.decision); err != nil {
+		if err := g.Decide(<-parked, c.decision); err != nil {
 			t.Fatal(err)
 		}
 		r := <-done

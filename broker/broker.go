@@ -8,20 +8,23 @@
 // the credential gate (the password). Denying the first never reaches the
 // second.
 //
-// This package holds what both ends share and what the host runs, so
-// that olliesrv links nothing of a desktop's approvers (D-Bus among
-// them): the request and its answer (Request, Decision, Answer) and
-// how a request is shown to a person (Request.Prompt, also the text of a
-// parked request's file); the wire protocol, one conversation per stream
-// connection (Ask on the asking side, Receive on the answering side); and
-// the host's Gate, with the host's own list of tools approved always
-// (LoadAlways). Each session's toolsrv asks the Gate (served by olliesrv
-// on OLLIE_ELEVATE_SOCKET) with a Request it fills in from the call,
-// naming the agent that asked (toolsrv.GateApprover). The Gate relays the
-// request to a desktop broker connected over SSH (ollie-remote up
-// forwards a fresh socket per connection), parks it in the namespace
-// (bypass/pending/{id}) for someone to answer by writing a file, or
-// denies it, as the host's policy says. The desktop's side, which answers by its policy file or asks the
+// This package is the approval protocol and nothing that runs it: what
+// both ends of a request share, imported by the host's gate, the tool
+// runner, the desktop and the Ansible module alike, so that none links
+// another's machinery. It holds the request and its answer (Request,
+// Decision, Answer) and how a request is shown to a person
+// (Request.Prompt, also the text of a parked request's file); the wire,
+// one conversation per stream connection (Ask on the asking side,
+// Receive on the answering side, Converse for every hop that answers);
+// and the asking side's one type, Approver (Dialed over any connection).
+// Each session's toolsrv asks the host's gate (package
+// [ollie/broker/gate], served by olliesrv on OLLIE_ELEVATE_SOCKET) with a
+// Request it fills in from the call, naming the agent that asked
+// (toolsrv.GateApprover). The gate relays the request to a desktop broker
+// connected over SSH (ollie-remote up forwards a fresh socket per
+// connection), parks it in the namespace (bypass/pending/{id}) for
+// someone to answer by writing a file, or denies it, as the host's policy
+// says. The desktop's side, which answers by its policy file or asks the
 // person, is package [ollie/broker/desktop].
 //
 // What the Gate trusts: an asker only as the kernel describes it (this
@@ -105,7 +108,7 @@ const (
 	maxNameField    = 80  // tool, session, agent, request id
 	maxPathField    = 240 // executable, working directory
 	maxArgsField    = 400 // the arguments as compact JSON
-	maxProblemField = 80  // why a password is asked again
+	MaxProblemField = 80  // why a password is asked again; the gate's pending list shows it too
 )
 
 // Prompt is the text a person is shown for the elevation gate. What is
@@ -172,7 +175,7 @@ func (r *Request) PasswordPrompt(attempt int, problem string) string {
 	host := r.HostName()
 	p := fmt.Sprintf("ollie: sudo password for root on %s, to run %s", host, r.ToolName())
 	if problem != "" {
-		p = fmt.Sprintf("%s; %s says %s, attempt %d of %d", p, host, termsafe.Quote(problem, maxProblemField), attempt, MaxPasswordAttempts)
+		p = fmt.Sprintf("%s; %s says %s, attempt %d of %d", p, host, termsafe.Quote(problem, MaxProblemField), attempt, MaxPasswordAttempts)
 	}
 	return fmt.Sprintf("%s (asked by %s): ", p, host)
 }

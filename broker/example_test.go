@@ -4,83 +4,57 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"ollie/broker"
 )
 
-// A host with no desktop broker connected parks a request until someone
-// answers it, as writing "approve" to bypass/pending/{id} does through
-// olliesrv's namespace.
-func ExampleGate_Decide() {
-	dir, err := os.MkdirTemp("", "ollie-gate")
+// person is an Answerer that approves once and gives one password: what
+// a desktop's approver does after asking someone. ended hears how the
+// conversation ended.
+type person struct{ ended chan string }
+
+func (person) Decide(context.Context, *broker.Request) (broker.Answer, bool) {
+	return broker.Answer{Decision: broker.Once}, true
+}
+
+func (person) Password(_ context.Context, _ *broker.Request, attempt int, _ string, give func([]byte) error) error {
+	return give([]byte("hunter2")) // give sends it and zeroes this copy
+}
+
+func (p person) End(_ *broker.Request, how string) { p.ended <- how }
+
+// One sudo request, asked over a connection and answered by the same
+// rules every hop follows (Converse): approved, then the password, then
+// the asker's result.
+func ExampleDialed() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := person{ended: make(chan string, 1)}
+	ask := broker.Dialed(func(context.Context) (net.Conn, error) {
+		near, far := net.Pipe()
+		go func() {
+			in, err := broker.Receive(ctx, far)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			broker.Converse(ctx, in, p, 0)
+		}()
+		return near, nil
+	})
+
+	grant, err := ask.Approve(ctx, &broker.Request{Session: "s1", Tool: "restart_nginx", Variant: -1, Executable: "/usr/sbin/nginx", Cwd: "/", Sudo: true})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer os.RemoveAll(dir)
-
-	gate := broker.NewGate(nil)
-	// The events olliesrv publishes on its bus; parking is the one to
-	// wait for, rather than polling Pending.
-	parked := make(chan string, 1)
-	gate.Publish = func(topic, data string) {
-		if topic == "bypass.pending" {
-			parked <- data
-		}
-	}
-	sock := filepath.Join(dir, "elevate")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	go gate.Serve(l)
-	defer gate.Shutdown(context.Background())
-
-	// A session's toolsrv asks, as toolsrv.GateApprover does.
-	answered := make(chan string)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := net.Dial("unix", sock)
-		if err != nil {
-			answered <- err.Error()
-			return
-		}
-		cv, ans, err := broker.Ask(ctx, c, &broker.Request{
-			ID: "req-1", Session: "s1", Tool: "tail_log", Variant: -1,
-			Executable: "/usr/bin/tail", Cwd: "/var/log", Bypass: true,
-		})
-		if err != nil {
-			answered <- err.Error()
-			return
-		}
-		cv.Close("ran")
-		answered <- string(ans.Decision)
-	}()
-
-	id, _, _ := strings.Cut(<-parked, " ")
-	req, _ := gate.PendingRequest(id)
-	// The gate blanks the host's name: only a desktop, from the SSH
-	// connection, may say which host asks.
-	fmt.Print(req.Prompt())
-	if err := gate.Decide(id, "approve"); err != nil {
-		fmt.Println(err)
-	}
-	fmt.Println("answer:", <-answered)
-
+	pw, err := grant.Password(ctx, 1, "")
+	fmt.Printf("password of %d bytes, %v\n", len(pw), err)
+	broker.Zero(pw)
+	grant.Close("ran")
+	fmt.Println("ended:", <-p.ended)
 	// Output:
-	// ollie: (unknown host) asks to run outside its sandbox
-	//   tool:     tail_log
-	//   request:  req-1
-	//   (unknown host) says:
-	//     runs:     "/usr/bin/tail"
-	//     in:       "/var/log"
-	//     session:  "s1", no agent: called through the session's tools
-	//     the agent asked for bypass
-	// answer: once
+	// password of 7 bytes, <nil>
+	// ended: ran
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"ollie/broker"
+	"ollie/broker/gate"
 	"ollie/ns"
 )
 
@@ -17,7 +18,7 @@ func (n *namespace) bypassPolicy(ctx context.Context, c *ns.Call) ([]byte, error
 	return []byte(n.gate.Policy().String()), nil
 }
 
-// policyKeys are bypass/policy's settings (broker.ParseHostPolicy).
+// policyKeys are bypass/policy's settings (gate.ParseHostPolicy).
 var policyKeys = []string{"nobroker", "timeout", "yolo"}
 
 func (n *namespace) setBypassPolicy(ctx context.Context, c *ns.Call, data []byte) error {
@@ -26,7 +27,7 @@ func (n *namespace) setBypassPolicy(ctx context.Context, c *ns.Call, data []byte
 	if _, err := keyValues(string(data), policyKeys); err != nil {
 		return fmt.Errorf("%s: %w", c.Path(), err)
 	}
-	p, err := broker.ParseHostPolicy(string(data), n.gate.Policy())
+	p, err := gate.ParseHostPolicy(string(data), n.gate.Policy())
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func (n *namespace) readPending(ctx context.Context, c *ns.Call) ([]byte, error)
 // it outlasts the daemon.
 func (n *namespace) decidePending(ctx context.Context, c *ns.Call, data []byte) error {
 	id := c.Key("id")
-	if pw, ok := broker.CutPassword(data); ok {
+	if pw, ok := gate.CutPassword(data); ok {
 		// data is this handler's own copy (ns clones what it is given):
 		// the gate zeroes the password once handed on, this the rest.
 		defer broker.Zero(data)
@@ -140,7 +141,7 @@ func (n *namespace) decidePending(ctx context.Context, c *ns.Call, data []byte) 
 	if req == nil || n.always == "" || !n.gate.AlwaysAllowed(req.Tool) {
 		return nil
 	}
-	if err := broker.SaveAlways(n.always, req.Tool, req.ID); err != nil {
+	if err := gate.SaveAlways(n.always, req.Tool, req.ID); err != nil {
 		// The answer is given; only keeping it failed.
 		n.log.Warn("olliesrv: an always answer holds until the daemon stops: it could not be kept", "tool", req.Tool, "err", err)
 		return fmt.Errorf("%s: approved always until olliesrv stops, but not kept in %s: %w", c.Path(), n.always, err)
@@ -154,7 +155,7 @@ func (n *namespace) loadAlways() {
 	if n.always == "" {
 		return
 	}
-	tools, err := broker.LoadAlways(n.always)
+	tools, err := gate.LoadAlways(n.always)
 	if err != nil {
 		n.log.Error("olliesrv: the always file cannot be read; no tool is approved always until it is fixed", "err", err)
 		return

@@ -18,7 +18,7 @@ import (
 
 	"ollie/agent"
 	"ollie/agent/backend"
-	"ollie/broker"
+	"ollie/broker/gate"
 	"ollie/ns"
 	"ollie/ns/nsdir"
 	"ollie/toolsrv"
@@ -60,7 +60,7 @@ type Daemon struct {
 	lock     *os.File
 	unixL    *net.UnixListener
 	gateL    net.Listener
-	gate     *broker.Gate
+	gate     *gate.Gate
 	spill    *toolsrv.SpillArea // the sessions' cut tool output
 	tcpL     net.Listener
 	log      *slog.Logger
@@ -178,7 +178,7 @@ func (d *Daemon) build(cfg Config) error {
 	if cfg.Backends == nil && cfg.Registry != nil {
 		cfg.Backends = lookupIn(cfg.Registry)
 	}
-	gate := broker.NewGate(cfg.Log)
+	gate := gate.New(cfg.Log)
 	gate.Publish = bus.Publish
 	if exe, err := os.Executable(); err == nil {
 		gate.TrustExe = exe

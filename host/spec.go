@@ -21,6 +21,7 @@ import (
 	"ollie/agent"
 	"ollie/agent/backend"
 	"ollie/broker"
+	"ollie/broker/gate"
 	"ollie/internal/paths"
 	"ollie/ns"
 	"ollie/toolsrv"
@@ -51,7 +52,7 @@ type namespace struct {
 	tree      *ns.Tree
 	version   string // this binary's, for status and env
 	started   time.Time
-	gate      *broker.Gate
+	gate      *gate.Gate
 	always    string // where "always" answers through bypass/pending are kept; "": not kept
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ollie/broker"
+	"ollie/broker/gate"
 )
 
 // TestApprovalNamesAgentAtGate: a call's approval request, as the host's
@@ -21,7 +21,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 	r, cwd := runner(t, map[string][2]string{
 		"priv": {`{"description": "Needs elevation.", "elevated": true}`, "#!/bin/sh\necho ran\n"},
 	})
-	gate := broker.NewGate(nil)
+	gate := gate.New(nil)
 	parked := make(chan string, 8) // Publish runs under the gate's lock
 	gate.Publish = func(topic, data string) {
 		if topic == "bypass.pending" {

@@ -6,17 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"ollie/agent/backend"
-	"ollie/appliance"
-	"ollie/broker"
-	"ollie/host"
-	"ollie/ns/nsdir"
-	"ollie/toolsrv"
-	"ollie/tunnel/deploy"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"ollie/agent/backend"
+	"ollie/appliance"
+	"ollie/broker/gate"
+	"ollie/host"
+	"ollie/ns/nsdir"
+	"ollie/toolsrv"
+	"ollie/tunnel/deploy"
 )
 
 func serveMain(args []string, stderr io.Writer) int {
@@ -53,7 +54,7 @@ func serveMain(args []string, stderr io.Writer) int {
 		execDeployed(log)
 	}
 	cfg := host.Config{Version: version, Dir: nsdir.NamespaceDir(), TCP: *tcp, Log: log}
-	if f, err := broker.DefaultAlwaysPath(); err == nil {
+	if f, err := gate.DefaultAlwaysPath(); err == nil {
 		cfg.AlwaysFile = f
 	}
 	reg, err := backend.Load()

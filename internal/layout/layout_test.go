@@ -17,7 +17,9 @@ var running = []string{
 	"ollie/ns", // the 9P server itself; ns/words and ns/client are other packages
 	"ollie/toolsrv",
 	"ollie/toolsrv/sandbox",
-	"ollie/broker",
+	"ollie/broker", // the protocol too: a declaration asks no one
+	"ollie/broker/gate",
+	"ollie/broker/desktop",
 	"ollie/agent",
 }
 
@@ -32,6 +34,12 @@ var rules = []struct {
 	{"ollie/ns/words", running},
 	{"ollie/toolsrv/meta", running},
 	{"ollie/toolsrv/tool", running},
+
+	// The approval protocol is a leaf both ends import: the host's gate,
+	// the tool runner, the desktop and the Ansible module each link it,
+	// and it links none of them.
+	{"ollie/broker", []string{"ollie/ns", "ollie/toolsrv", "ollie/toolsrv/sandbox", "ollie/broker/gate", "ollie/broker/desktop", "ollie/agent", "ollie/host"}},
+	{"ollie/toolsrv", []string{"ollie/broker/gate", "ollie/broker/desktop"}},
 
 	// The clients of a namespace (the chat, the ollie command, the
 	// appliance listener and its SFTP, the daemon's starter) speak 9P over a

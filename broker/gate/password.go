@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"ollie/broker"
 )
 
 // passwordAsk is the credential gate at the host: a sudo request approved
@@ -40,7 +42,7 @@ type handoff struct {
 // waiting there (identical to it, or approved always) is listed when
 // sudo first asks, so that a user whom sudo asks nothing (NOPASSWD) is
 // never shown one.
-func (q *asking) pendingPassword(ctx context.Context, req *Request, attempt int, problem string, give func([]byte) error) error {
+func (q *asking) pendingPassword(ctx context.Context, req *broker.Request, attempt int, problem string, give func([]byte) error) error {
 	g := q.g
 	g.mu.Lock()
 	p := q.own
@@ -152,15 +154,15 @@ func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
 	g.mu.Unlock()
 	switch {
 	case !ok:
-		Zero(pw)
+		broker.Zero(pw)
 		return fmt.Errorf("request %s is not pending (answered, timed out, or never asked)", id)
 	case ask == nil:
-		Zero(pw)
+		broker.Zero(pw)
 		return fmt.Errorf("request %s waits for approve, always or deny [REASON]; a password is taken once it is approved", id)
 	case len(pw) == 0:
 		return fmt.Errorf("request %s: the password is empty; write password SECRET, or deny [REASON]", id)
 	case bytes.ContainsAny(pw, "\n\x00"):
-		Zero(pw)
+		broker.Zero(pw)
 		return fmt.Errorf("request %s: a password is one line: write password SECRET", id)
 	}
 	h := handoff{pw: pw, done: make(chan error, 1)}
@@ -171,13 +173,13 @@ func (g *Gate) Password(ctx context.Context, id string, pw []byte) error {
 		}
 		return nil
 	case <-ask.denied:
-		Zero(pw)
+		broker.Zero(pw)
 		return fmt.Errorf("request %s was denied", id)
 	case <-ask.done:
-		Zero(pw)
+		broker.Zero(pw)
 		return fmt.Errorf("request %s no longer waits for a password (it ran, was denied or ended)", id)
 	case <-ctx.Done():
-		Zero(pw)
+		broker.Zero(pw)
 		return context.Cause(ctx)
 	}
 }

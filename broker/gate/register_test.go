@@ -1,4 +1,4 @@
-package broker_test
+package gate_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/broker/gate"
 	"ollie/internal/await"
 )
 
@@ -78,7 +79,7 @@ func startHolding(t *testing.T, path string, hold chan struct{}) *deskSock {
 // gateIn is a gate whose Dir is a fresh directory, serving on its socket.
 func gateIn(t *testing.T) *lab {
 	dir := t.TempDir()
-	l := &lab{gate: broker.NewGate(nil), gateSock: filepath.Join(dir, "elevate")}
+	l := &lab{gate: gate.New(nil), gateSock: filepath.Join(dir, "elevate")}
 	l.gate.Dir = dir
 	gl, err := net.Listen("unix", l.gateSock)
 	if err != nil {
@@ -200,7 +201,7 @@ func TestGateHandsOverParked(t *testing.T) {
 		go func() { results <- l.askTool(t, "fix") }()
 	}
 	waitFor(t, "the request to park", func() bool { return len(l.gate.Pending()) == 1 })
-	waitFor(t, "the identical one to join it", func() bool { return broker.ParkedWaiters(l.gate) == 2 })
+	waitFor(t, "the identical one to join it", func() bool { return gate.ParkedWaiters(l.gate) == 2 })
 	hold := make(chan struct{})
 	d := startHolding(t, filepath.Join(l.gate.Dir, "broker-1"), hold)
 	if err := l.gate.Register(d.path); err != nil {

@@ -1,4 +1,4 @@
-package broker_test
+package gate_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/broker/gate"
 )
 
 // The gate's peer check is tested with real processes: the test binary
@@ -113,7 +114,7 @@ func TestGateRefusesSandboxedAsker(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var log syncBuffer
-	gate := broker.NewGate(slog.New(slog.NewTextHandler(&log, nil)))
+	gate := gate.New(slog.New(slog.NewTextHandler(&log, nil)))
 	gate.TrustExe = self
 	gateSock := filepath.Join(dir, "elevate")
 	gl, err := net.Listen("unix", gateSock)

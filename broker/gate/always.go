@@ -1,4 +1,4 @@
-package broker
+package gate
 
 // A host's "always" answers. A tool approved "always" through
 // bypass/pending is approved from then on while no desktop broker is
@@ -19,6 +19,7 @@ import (
 	"strings"
 	"unicode"
 
+	"ollie/broker"
 	"ollie/internal/paths"
 )
 
@@ -54,7 +55,7 @@ func LoadAlways(file string) ([]string, error) {
 			continue
 		}
 		if !plainToolName(line) {
-			return nil, fmt.Errorf("%w: %s:%d: %q is not a tool's name", ErrPolicy, file, i+1, line)
+			return nil, fmt.Errorf("%w: %s:%d: %q is not a tool's name", broker.ErrPolicy, file, i+1, line)
 		}
 		tools = append(tools, line)
 	}

@@ -1,4 +1,13 @@
-package broker
+// Package gate is the host's approval gate: olliesrv serves it on
+// $NAMESPACE/elevate for the sessions' tool runners, relays each request
+// to the newest desktop broker registered in bypass/broker, or parks it in
+// bypass/pending/{id} for someone to answer by writing a file, or denies
+// it, as bypass/policy says; and it keeps the host's own list of tools
+// approved always (LoadAlways). It speaks package broker's protocol, and
+// trusts as that package's documentation says: an asker only as the
+// kernel describes it, each request id once, an answer and a password
+// only from the desktop it relayed to or a writer of bypass/pending.
+package gate
 
 import (
 	"context"
@@ -14,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"ollie/broker"
 	"ollie/internal/changes"
 	"ollie/internal/peer"
 )
@@ -119,9 +129,9 @@ type Gate struct {
 	cancel  context.CancelCauseFunc // ends every conversation when Shutdown stops waiting
 }
 
-// NewGate returns a gate that parks requests for 5 minutes when no broker
+// New returns a gate that parks requests for 5 minutes when no broker
 // is connected.
-func NewGate(log *slog.Logger) *Gate {
+func New(log *slog.Logger) *Gate {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -196,7 +206,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(g.base, 30*time.Second)
-	in, err := Receive(ctx, c)
+	in, err := broker.Receive(ctx, c)
 	cancel()
 	if err != nil {
 		g.Log.Warn("broker gate: bad request", "err", err)
@@ -207,7 +217,7 @@ func (g *Gate) ServeConn(c net.Conn) {
 	g.mu.Lock()
 	if g.used[req.ID] {
 		g.mu.Unlock()
-		in.Answer(Answer{Decision: Deny, Reason: "request id " + req.ID + " was already used"})
+		in.Answer(broker.Answer{Decision: broker.Deny, Reason: "request id " + req.ID + " was already used"})
 		return
 	}
 	g.used[req.ID] = true
@@ -216,8 +226,8 @@ func (g *Gate) ServeConn(c net.Conn) {
 	defer g.dropPassword(req.ID)
 	ctx, cancel = context.WithTimeoutCause(g.base, q.policy.Timeout, fmt.Errorf("nobody answered within %v", q.policy.Timeout))
 	defer cancel()
-	var bad *AttemptError
-	if err := Converse(ctx, in, q, 0); errors.As(err, &bad) {
+	var bad *broker.AttemptError
+	if err := broker.Converse(ctx, in, q, 0); errors.As(err, &bad) {
 		g.Log.Warn("broker gate: a password ask refused; the request is denied", "id", req.ID, "attempt", bad.Attempt, "reason", bad.Reason())
 	}
 }

@@ -1,4 +1,4 @@
-package broker_test
+package gate_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/broker/gate"
 )
 
 // TestGateYolo: a request to create a yolo session is never parked. With
@@ -25,7 +26,7 @@ func TestGateYolo(t *testing.T) {
 	if n := len(l.gate.Pending()); n != 0 {
 		t.Errorf("%d requests parked", n)
 	}
-	p, _ := broker.ParseHostPolicy("yolo=deny", l.gate.Policy())
+	p, _ := gate.ParseHostPolicy("yolo=deny", l.gate.Policy())
 	l.gate.SetPolicy(p)
 	if _, ans, _ := l.ask(t, yolo()); ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "yolo=deny") {
 		t.Errorf("no broker, yolo=deny: %+v", ans)
@@ -36,7 +37,7 @@ func TestGateYolo(t *testing.T) {
 	if _, ans, _ := l.ask(t, yolo()); ans.Decision != broker.Deny || len(l.desk.asked) != 0 {
 		t.Errorf("yolo=deny with a desktop: %+v, the desktop asked %d times", ans, len(l.desk.asked))
 	}
-	p, _ = broker.ParseHostPolicy("yolo=allow", p)
+	p, _ = gate.ParseHostPolicy("yolo=allow", p)
 	l.gate.SetPolicy(p)
 	// The host's other fields are not part of a yolo request.
 	claim := yolo()
@@ -67,14 +68,14 @@ func TestPromptYolo(t *testing.T) {
 			t.Errorf("the prompt lacks %q:\n%s", want, p)
 		}
 	}
-	p2, err := broker.ParseHostPolicy("yolo=deny", broker.HostPolicy{NoBroker: broker.Park, Timeout: time.Minute, Yolo: broker.YoloAllow})
+	p2, err := gate.ParseHostPolicy("yolo=deny", gate.HostPolicy{NoBroker: gate.Park, Timeout: time.Minute, Yolo: gate.YoloAllow})
 	if err != nil || p2.YoloAllowed() || p2.String() != "nobroker=pending timeout=1m0s yolo=deny\n" {
 		t.Errorf("yolo=deny: %q %v", p2, err)
 	}
-	if (broker.HostPolicy{}).YoloAllowed() {
+	if (gate.HostPolicy{}).YoloAllowed() {
 		t.Error("the zero host policy allows yolo sessions")
 	}
-	if _, err := broker.ParseHostPolicy("yolo=maybe", p2); err == nil {
+	if _, err := gate.ParseHostPolicy("yolo=maybe", p2); err == nil {
 		t.Error("yolo=maybe accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"ollie/broker"
 )
 
 // TestAlwaysFile: the host's always file keeps each tool once, keeps a
@@ -41,7 +43,7 @@ func TestAlwaysFile(t *testing.T) {
 		}
 	}
 	os.WriteFile(file, []byte("ok_tool\nnot a name\n"), 0o600)
-	if _, err := LoadAlways(file); !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), ":2:") {
+	if _, err := LoadAlways(file); !errors.Is(err, broker.ErrPolicy) || !strings.Contains(err.Error(), ":2:") {
 		t.Errorf("a bad line: %v, want ErrPolicy naming line 2", err)
 	}
 	if err := SaveAlways(file, "another", "r4"); err == nil {

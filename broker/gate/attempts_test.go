@@ -1,4 +1,4 @@
-package broker_test
+package gate_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/broker/gate"
 )
 
 // The gate counts a request's password asks itself, on both paths (relayed
@@ -27,6 +28,9 @@ import (
 // attacks are the numberings an asker puts on its password asks, and how
 // many of each the person (the desktop, or the admin at the host) must be
 // asked: the honest prefix, at most three.
+// maxAttempts is the promise (broker's TestMaxPasswordAttemptsIsThree).
+const maxAttempts = 3
+
 var attacks = []struct {
 	name     string
 	attempts []int
@@ -41,24 +45,24 @@ var attacks = []struct {
 
 // attackGate is a gate that trusts this test binary, on a real socket in a
 // fresh directory, whose events go to notify.
-func attackGate(t *testing.T) (gate *broker.Gate, sock string, notify chan string) {
+func attackGate(t *testing.T) (g *gate.Gate, sock string, notify chan string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	notify = make(chan string, 100)
-	gate = broker.NewGate(nil)
-	gate.TrustExe = self
-	gate.Publish = func(topic, data string) { notify <- topic + " " + data }
+	g = gate.New(nil)
+	g.TrustExe = self
+	g.Publish = func(topic, data string) { notify <- topic + " " + data }
 	sock = filepath.Join(t.TempDir(), "elevate")
 	gl, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gl.Close() })
-	go gate.Serve(gl)
-	return gate, sock, notify
+	go g.Serve(gl)
+	return g, sock, notify
 }
 
 // attack asks for the password with each number in attempts in turn, as
@@ -158,9 +162,9 @@ func (d *rawDesk) count() []int {
 func TestGateCountsPasswordAsksRelayed(t *testing.T) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			gate, sock, _ := attackGate(t)
+			g, sock, _ := attackGate(t)
 			desk := startRawDesk(t, filepath.Join(filepath.Dir(sock), "broker"))
-			if err := gate.Register(filepath.Join(filepath.Dir(sock), "broker")); err != nil {
+			if err := g.Register(filepath.Join(filepath.Dir(sock), "broker")); err != nil {
 				t.Fatal(err)
 			}
 			c, err := net.Dial("unix", sock)
@@ -199,7 +203,7 @@ func TestGateCountsPasswordAsksRelayed(t *testing.T) {
 func TestGateCountsPasswordAsksAtHost(t *testing.T) {
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			gate, sock, notify := attackGate(t)
+			g, sock, notify := attackGate(t)
 			req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix", Sudo: true}
 			type asked struct {
 				cv  *broker.Conversation
@@ -233,7 +237,7 @@ func TestGateCountsPasswordAsksAtHost(t *testing.T) {
 					case ev := <-notify:
 						switch {
 						case ev == "bypass.pending "+req.ID+" fix":
-							if err := gate.Decide(req.ID, "approve"); err != nil {
+							if err := g.Decide(req.ID, "approve"); err != nil {
 								t.Error(err)
 							}
 						case strings.HasPrefix(ev, "bypass.password "+req.ID+" "):
@@ -241,7 +245,7 @@ func TestGateCountsPasswordAsksAtHost(t *testing.T) {
 							admin = append(admin, ev)
 							mu.Unlock()
 							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-							err := gate.Password(ctx, req.ID, []byte("hunter2"))
+							err := g.Password(ctx, req.ID, []byte("hunter2"))
 							cancel()
 							if err != nil {
 								t.Logf("the admin's password: %v", err)
@@ -272,9 +276,68 @@ func TestGateCountsPasswordAsksAtHost(t *testing.T) {
 			if len(admin) != a.asked {
 				t.Errorf("the admin was asked %d times (%q), want %d", len(admin), admin, a.asked)
 			}
-			if _, listed := gate.PendingText(req.ID); listed {
+			if _, listed := g.PendingText(req.ID); listed {
 				t.Error("the request is still listed in bypass/pending after the gate refused its ask")
 			}
 		})
 	}
+}
+
+// TestGateRefusesFourthAttempt has a session's toolsrv, as the gate sees
+// it, ask a fourth time, first through a desktop and then at the host
+// (bypass/pending): the gate relays nothing and lists nothing, and the
+// asker gets no password.
+func TestGateRefusesFourthAttempt(t *testing.T) {
+	t.Run("relayed to the desktop", func(t *testing.T) {
+		l := newLab(t, true)
+		l.desk.passwords = []string{"pw1", "pw2", "pw3", "pw4"}
+		cv, ans, err := l.ask(t, &broker.Request{Session: "s", Tool: "fix_nginx", Sudo: true})
+		if err != nil || ans.Decision != broker.Once {
+			t.Fatalf("answer %+v %v", ans, err)
+		}
+		defer cv.Close("not run")
+		// The desktop counts its own asks, so a host's fourth is the
+		// first it is asked for: the gate must refuse it itself.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pw, err := cv.Password(ctx, maxAttempts+1, "wrong password")
+		if err == nil {
+			t.Errorf("the gate gave a password for attempt %d: %q", maxAttempts+1, pw)
+		}
+		l.desk.mu.Lock()
+		defer l.desk.mu.Unlock()
+		if len(l.desk.pwAsked) != 0 {
+			t.Errorf("the desktop was asked for the password of attempt %d", maxAttempts+1)
+		}
+	})
+
+	t.Run("at the host", func(t *testing.T) {
+		l := newPasswordLab(t)
+		req := &broker.Request{ID: broker.NewID(), Session: "s", Tool: "fix", Sudo: true}
+		asked := l.askAsync(t, req)
+		l.await(t, "bypass.pending "+req.ID+" fix")
+		if err := l.gate.Decide(req.ID, "approve"); err != nil {
+			t.Fatal(err)
+		}
+		cv := answered(t, asked)
+		defer cv.Close("not run")
+		ask := sudoAsks(cv, maxAttempts+1, "wrong password")
+		fourth := "bypass.password " + req.ID + " " + strconv.Itoa(maxAttempts+1)
+		for {
+			select {
+			case r := <-ask:
+				if r.err == nil {
+					t.Errorf("the gate gave a password for attempt %d", maxAttempts+1)
+				}
+				return
+			case ev := <-l.notify:
+				if ev == fourth {
+					text, _ := l.gate.PendingText(req.ID)
+					t.Fatalf("the gate asks at the host for attempt %d:\n%s", maxAttempts+1, text)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the asker got neither a refusal nor a password")
+			}
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"ollie/broker"
 )
 
 // Register adds a socket leading to a desktop broker, or moves it first:
@@ -32,7 +34,7 @@ func (g *Gate) RegisterKeyed(path string, key []byte) error {
 	g.mu.Lock()
 	g.brokers = append([]string{path}, slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })...)
 	if old := g.keys[path]; old != nil {
-		Zero(old)
+		broker.Zero(old)
 		delete(g.keys, path)
 	}
 	if len(key) > 0 {
@@ -58,7 +60,7 @@ func (g *Gate) Unregister(path string) {
 	g.brokers = slices.DeleteFunc(g.brokers, func(p string) bool { return p == path })
 	removed := len(g.brokers) < n
 	if k := g.keys[path]; k != nil {
-		Zero(k)
+		broker.Zero(k)
 		delete(g.keys, path)
 	}
 	g.mu.Unlock()

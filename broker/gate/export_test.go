@@ -1,4 +1,4 @@
-package broker
+package gate
 
 // ParkedWaiters is how many requests wait on parked ones, identical ones
 // included: for the gate's tests, which are package broker_test.

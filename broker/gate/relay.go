@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"net"
 	"slices"
 	"syscall"
+
+	"ollie/broker"
 )
 
 // asking is the gate's Answerer for one request of a toolsrv child: the
@@ -18,16 +20,16 @@ type asking struct {
 	g      *Gate
 	policy HostPolicy
 	always bool
-	cv     *Conversation // the desktop's, once one answered
+	cv     *broker.Conversation // the desktop's, once one answered
 	// own is the request's entry in bypass/pending that stays for its
 	// password: from its approval there (park), or from sudo's first
 	// ask when it was approved without waiting there.
 	own *pendingReq
 }
 
-func (q *asking) Decide(ctx context.Context, req *Request) (Answer, bool) {
+func (q *asking) Decide(ctx context.Context, req *broker.Request) (broker.Answer, bool) {
 	if req.Yolo && !q.policy.YoloAllowed() {
-		return Answer{Decision: Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"}, true
+		return broker.Answer{Decision: broker.Deny, Reason: "this host's bypass/policy forbids yolo sessions (yolo=deny)"}, true
 	}
 	for {
 		ans, answered, gen := q.ask(ctx, req)
@@ -39,11 +41,11 @@ func (q *asking) Decide(ctx context.Context, req *Request) (Answer, bool) {
 		case req.Yolo:
 			// Only the admin asks (olliesrv checks), and no desktop
 			// forbids it: the host's policy allowed it above.
-			return Answer{Decision: Once, Reason: "no desktop broker is connected; this host's bypass/policy allows yolo sessions"}, true
+			return broker.Answer{Decision: broker.Once, Reason: "no desktop broker is connected; this host's bypass/policy allows yolo sessions"}, true
 		case q.always:
-			return Answer{Decision: Once, Reason: "approved always for this tool through bypass/pending"}, true
+			return broker.Answer{Decision: broker.Once, Reason: "approved always for this tool through bypass/pending"}, true
 		case q.policy.NoBroker == DenyNow:
-			return Answer{Decision: Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}, true
+			return broker.Answer{Decision: broker.Deny, Reason: "no desktop broker is connected to this host, and its bypass/policy denies at once"}, true
 		}
 		ans, own, handed := q.g.park(ctx, req, q.policy.Timeout, gen)
 		if !handed {
@@ -57,7 +59,7 @@ func (q *asking) Decide(ctx context.Context, req *Request) (Answer, bool) {
 // dropping those that are gone. It reports whether one answered (or the
 // request is denied because the last one reached broke), and the
 // registrations it saw, for park.
-func (q *asking) ask(ctx context.Context, req *Request) (ans Answer, answered bool, gen uint64) {
+func (q *asking) ask(ctx context.Context, req *broker.Request) (ans broker.Answer, answered bool, gen uint64) {
 	g := q.g
 	g.mu.Lock()
 	brokers, gen := slices.Clone(g.brokers), g.joined.Load()
@@ -79,17 +81,17 @@ func (q *asking) ask(ctx context.Context, req *Request) (ans Answer, answered bo
 		key := slices.Clone(g.keys[path])
 		g.mu.Unlock()
 		g.waitingOnDesktop(1)
-		cv, ans, err := AskKeyed(ctx, bc, req, key)
+		cv, ans, err := broker.AskKeyed(ctx, bc, req, key)
 		g.waitingOnDesktop(-1)
-		Zero(key)
+		broker.Zero(key)
 		if err == nil {
 			g.publish("bypass.decided", req.ID+" "+string(ans.Decision))
 			q.cv = cv
 			return ans, true, gen
 		}
 		g.Log.Warn("broker gate: relay", "id", req.ID, "err", err)
-		if ctx.Err() != nil || errors.Is(err, ErrTooLarge) {
-			return Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", err)}, true, gen
+		if ctx.Err() != nil || errors.Is(err, broker.ErrTooLarge) {
+			return broker.Answer{Decision: broker.Deny, Reason: g.reason(ctx, "the desktop broker failed", err)}, true, gen
 		}
 		// It broke before answering, and nothing was said to the
 		// asker: the next one is asked.
@@ -98,12 +100,12 @@ func (q *asking) ask(ctx context.Context, req *Request) (ans Answer, answered bo
 	if failed != nil {
 		// A broker was reached and broke before answering, and no other
 		// did: deny, saying so, rather than park what a desktop refused.
-		return Answer{Decision: Deny, Reason: g.reason(ctx, "the desktop broker failed", failed)}, true, gen
+		return broker.Answer{Decision: broker.Deny, Reason: g.reason(ctx, "the desktop broker failed", failed)}, true, gen
 	}
-	return Answer{}, false, gen
+	return broker.Answer{}, false, gen
 }
 
-func (q *asking) Password(ctx context.Context, req *Request, attempt int, problem string, give func([]byte) error) error {
+func (q *asking) Password(ctx context.Context, req *broker.Request, attempt int, problem string, give func([]byte) error) error {
 	if q.cv == nil {
 		return q.pendingPassword(ctx, req, attempt, problem, give)
 	}
@@ -119,7 +121,7 @@ func (q *asking) Password(ctx context.Context, req *Request, attempt int, proble
 	return give(pw)
 }
 
-func (q *asking) End(req *Request, how string) {
+func (q *asking) End(req *broker.Request, how string) {
 	if q.cv != nil {
 		q.cv.Close(how)
 	}

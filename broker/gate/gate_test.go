@@ -1,4 +1,4 @@
-package broker_test
+package gate_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/broker/gate"
 )
 
 // scripted answers like a person would, and records what it was asked.
@@ -50,14 +51,14 @@ func (s *scripted) Password(ctx context.Context, req *broker.Request, attempt in
 // lab is a gate on a socket, and optionally a desktop broker behind it on
 // another socket, as ollie-remote forwards it for host "web1".
 type lab struct {
-	gate     *broker.Gate
+	gate     *gate.Gate
 	gateSock string
 	desk     *scripted
 }
 
 func newLab(t *testing.T, withBroker bool) *lab {
 	dir := t.TempDir()
-	l := &lab{gate: broker.NewGate(nil), gateSock: filepath.Join(dir, "elevate"), desk: &scripted{decision: broker.Once}}
+	l := &lab{gate: gate.New(nil), gateSock: filepath.Join(dir, "elevate"), desk: &scripted{decision: broker.Once}}
 	gl, err := net.Listen("unix", l.gateSock)
 	if err != nil {
 		t.Fatal(err)
@@ -211,23 +212,23 @@ func TestGateParksWithoutBroker(t *testing.T) {
 	}
 
 	// nobroker=deny denies at once; a short timeout denies a parked one.
-	l.gate.SetPolicy(broker.HostPolicy{NoBroker: broker.DenyNow, Timeout: time.Minute})
+	l.gate.SetPolicy(gate.HostPolicy{NoBroker: gate.DenyNow, Timeout: time.Minute})
 	if _, ans, _ := l.ask(t, &broker.Request{Session: "s", Tool: "fix"}); ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "no desktop broker") {
 		t.Errorf("nobroker=deny: %+v", ans)
 	}
-	l.gate.SetPolicy(broker.HostPolicy{NoBroker: broker.Park, Timeout: 100 * time.Millisecond})
+	l.gate.SetPolicy(gate.HostPolicy{NoBroker: gate.Park, Timeout: 100 * time.Millisecond})
 	if _, ans, _ := l.ask(t, &broker.Request{Session: "s", Tool: "fix"}); ans.Decision != broker.Deny || !strings.Contains(ans.Reason, "within 100ms") {
 		t.Errorf("timeout: %+v", ans)
 	}
 }
 
 func TestParseHostPolicy(t *testing.T) {
-	p, err := broker.ParseHostPolicy("nobroker=deny timeout=90s", broker.HostPolicy{NoBroker: broker.Park, Timeout: time.Minute})
-	if err != nil || p.NoBroker != broker.DenyNow || p.Timeout != 90*time.Second {
+	p, err := gate.ParseHostPolicy("nobroker=deny timeout=90s", gate.HostPolicy{NoBroker: gate.Park, Timeout: time.Minute})
+	if err != nil || p.NoBroker != gate.DenyNow || p.Timeout != 90*time.Second {
 		t.Errorf("%+v %v", p, err)
 	}
 	for _, bad := range []string{"nobroker=maybe", "timeout=-1s", "colour=red", "deny"} {
-		if _, err := broker.ParseHostPolicy(bad, p); err == nil {
+		if _, err := gate.ParseHostPolicy(bad, p); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -254,7 +255,7 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 		go ask(i, &broker.Request{Session: "s", Tool: "same", Args: []byte(`{"a": 1}`)})
 	}
 	waitFor(t, "the first to park", func() bool { return len(l.gate.Pending()) >= 1 })
-	waitFor(t, "the identical ones to join", func() bool { return broker.ParkedWaiters(l.gate) == 10 })
+	waitFor(t, "the identical ones to join", func() bool { return gate.ParkedWaiters(l.gate) == 10 })
 	if n := len(l.gate.Pending()); n != 1 {
 		t.Fatalf("%d pending for 10 identical requests", n)
 	}
@@ -272,8 +273,8 @@ func TestGateParkCoalescesAndCaps(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if capped != 3 || len(l.gate.Pending()) != broker.MaxParkedPerSession {
-		t.Fatalf("capped %d, pending %d: want 3 capped and %d waiting", capped, len(l.gate.Pending()), broker.MaxParkedPerSession)
+	if capped != 3 || len(l.gate.Pending()) != gate.MaxParkedPerSession {
+		t.Fatalf("capped %d, pending %d: want 3 capped and %d waiting", capped, len(l.gate.Pending()), gate.MaxParkedPerSession)
 	}
 	// Answer every one waiting: approve the identical ones, deny the rest.
 	for _, r := range l.gate.Pending() {
@@ -323,7 +324,7 @@ func newPasswordLab(t *testing.T) *passwordLab {
 		defer l.mu.Unlock()
 		return l.log.Write(b)
 	})
-	g := broker.NewGate(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	g := gate.New(slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	g.Publish = func(topic, data string) {
 		ev := topic + " " + data
 		l.mu.Lock()
@@ -511,7 +512,7 @@ func TestGatePasswordAtHost(t *testing.T) {
 		shown = append(shown, err.Error())
 	}
 	pw := []byte("password " + right + "\n")
-	secret, ok := broker.CutPassword(pw)
+	secret, ok := gate.CutPassword(pw)
 	if !ok {
 		t.Fatal("CutPassword refused a password line")
 	}
@@ -605,7 +606,7 @@ func TestGatePasswordListedWhenAsked(t *testing.T) {
 	askedA := l.askAsync(t, a)
 	l.await(t, "bypass.pending "+a.ID+" other")
 	askedB := l.askAsync(t, b)
-	waitFor(t, "the identical request to join", func() bool { return broker.ParkedWaiters(l.gate) == 2 })
+	waitFor(t, "the identical request to join", func() bool { return gate.ParkedWaiters(l.gate) == 2 })
 	if err := l.gate.Decide(a.ID, "approve"); err != nil {
 		t.Fatal(err)
 	}
@@ -668,7 +669,7 @@ func TestGatePasswordShutdown(t *testing.T) {
 	}
 	// At once, as a parked request is: not when the daemon's context
 	// ends, which waits for conversations with a desktop.
-	if r := got(t, ask); !errors.Is(r.err, broker.ErrDenied) || r.err.Error() != "denied: "+broker.ErrShutdown.Error() {
+	if r := got(t, ask); !errors.Is(r.err, broker.ErrDenied) || r.err.Error() != "denied: "+gate.ErrShutdown.Error() {
 		t.Errorf("after shutdown sudo got %q %v", r.pw, r.err)
 	}
 	if slices.Contains(l.seen(), "bypass.decided "+req.ID+" timeout") {
@@ -708,7 +709,7 @@ func TestGateParkedShutdown(t *testing.T) {
 	}
 	select {
 	case ans := <-done:
-		if ans.Decision != broker.Deny || ans.Reason != broker.ErrShutdown.Error() {
+		if ans.Decision != broker.Deny || ans.Reason != gate.ErrShutdown.Error() {
 			t.Errorf("parked request after shutdown: %+v", ans)
 		}
 	case <-time.After(10 * time.Second):
@@ -735,7 +736,7 @@ func TestCutPassword(t *testing.T) {
 		{"approve", "", false},
 		{" password x", "", false},
 	} {
-		pw, ok := broker.CutPassword([]byte(c.in))
+		pw, ok := gate.CutPassword([]byte(c.in))
 		if ok != c.isPw || string(pw) != c.pw {
 			t.Errorf("CutPassword(%q) = %q, %v; want %q, %v", c.in, pw, ok, c.pw, c.isPw)
 		}

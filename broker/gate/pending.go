@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"context"
@@ -8,14 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"ollie/broker"
 	"ollie/internal/termsafe"
 )
 
 type pendingReq struct {
-	req     *Request
+	req     *broker.Request
 	created time.Time
 	decided chan struct{} // closed with ans set, once
-	ans     Answer
+	ans     broker.Answer
 	waiters int  // requests waiting on this one: it and identical ones
 	asking  bool // req itself still waits on it (identical ones may outlast it)
 	// pw is set once a sudo request is approved through bypass/pending:
@@ -35,11 +36,11 @@ const MaxParkedPerSession = 8
 // registered since ask saw gen, park returns handed: the request goes to
 // it instead, so nothing waits here behind a parked request while a
 // desktop could be asked.
-func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, gen uint64) (ans Answer, own *pendingReq, handed bool) {
+func (g *Gate) park(ctx context.Context, req *broker.Request, timeout time.Duration, gen uint64) (ans broker.Answer, own *pendingReq, handed bool) {
 	g.mu.Lock()
 	if g.joined.Load() != gen {
 		g.mu.Unlock()
-		return Answer{}, nil, true
+		return broker.Answer{}, nil, true
 	}
 	joined := g.joined.Changed(gen)
 	var p *pendingReq
@@ -57,7 +58,7 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 	}
 	if p == nil && parked >= MaxParkedPerSession {
 		g.mu.Unlock()
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}, nil, false
+		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("too many approval requests of session %s wait in bypass/pending (cap %d); answer those first", req.Session, MaxParkedPerSession)}, nil, false
 	}
 	if p == nil {
 		p = &pendingReq{req: req, created: time.Now(), decided: make(chan struct{}), asking: true}
@@ -85,23 +86,23 @@ func (g *Gate) park(ctx context.Context, req *Request, timeout time.Duration, ge
 			return p.ans, g.passwordOf(p, req), false
 		default:
 		}
-		return Answer{}, nil, true
+		return broker.Answer{}, nil, true
 	case <-g.closing:
-		return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
+		return broker.Answer{Decision: broker.Deny, Reason: ErrShutdown.Error()}, nil, false
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), ErrShutdown) { // as <-g.closing: see pendingPassword
-			return Answer{Decision: Deny, Reason: ErrShutdown.Error()}, nil, false
+			return broker.Answer{Decision: broker.Deny, Reason: ErrShutdown.Error()}, nil, false
 		}
 		if p.req == req {
 			g.publish("bypass.decided", req.ID+" timeout")
 		}
-		return Answer{Decision: Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, nil, false
+		return broker.Answer{Decision: broker.Deny, Reason: fmt.Sprintf("nobody approved it within %v (no desktop broker connected; it waited in bypass/pending)", timeout)}, nil, false
 	}
 }
 
 // passwordOf returns p if it is req's own entry and now waits for req's
 // password (Decide approved a sudo request), for pendingPassword.
-func (g *Gate) passwordOf(p *pendingReq, req *Request) *pendingReq {
+func (g *Gate) passwordOf(p *pendingReq, req *broker.Request) *pendingReq {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p.req == req && p.pw != nil {
@@ -111,7 +112,7 @@ func (g *Gate) passwordOf(p *pendingReq, req *Request) *pendingReq {
 }
 
 // Pending lists the parked requests, oldest first.
-func (g *Gate) Pending() []*Request {
+func (g *Gate) Pending() []*broker.Request {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ps := make([]*pendingReq, 0, len(g.pending))
@@ -119,7 +120,7 @@ func (g *Gate) Pending() []*Request {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].created.Before(ps[j].created) })
-	out := make([]*Request, len(ps))
+	out := make([]*broker.Request, len(ps))
 	for i, p := range ps {
 		out[i] = p.req
 	}
@@ -127,7 +128,7 @@ func (g *Gate) Pending() []*Request {
 }
 
 // PendingRequest returns one parked request.
-func (g *Gate) PendingRequest(id string) (*Request, bool) {
+func (g *Gate) PendingRequest(id string) (*broker.Request, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p, ok := g.pending[id]
@@ -147,14 +148,14 @@ func (g *Gate) PendingRequest(id string) (*Request, bool) {
 // password into the wrong file.
 func (g *Gate) Decide(id, text string) error {
 	word, reason, _ := strings.Cut(strings.TrimSpace(text), " ")
-	var d Decision
+	var d broker.Decision
 	switch word {
 	case "approve", "once", "yes":
-		d = Once
+		d = broker.Once
 	case "always":
-		d = Always
+		d = broker.Always
 	case "deny", "no":
-		d = Deny
+		d = broker.Deny
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -162,11 +163,11 @@ func (g *Gate) Decide(id, text string) error {
 	if !ok {
 		return fmt.Errorf("request %s is not pending (answered, timed out, or never asked)", id)
 	}
-	if reason == "" && d == Deny {
+	if reason == "" && d == broker.Deny {
 		reason = "denied through bypass/pending on the host"
 	}
 	if p.pw != nil {
-		if d != Deny {
+		if d != broker.Deny {
 			return fmt.Errorf("request %s is approved and waits for its sudo password: write password SECRET, or deny [REASON]", id)
 		}
 		p.pw.reason = reason
@@ -183,17 +184,17 @@ func (g *Gate) Decide(id, text string) error {
 		return fmt.Errorf("request %s was already answered", id)
 	default:
 	}
-	if d == Always {
+	if d == broker.Always {
 		if p.req.Bypass {
-			d = Once // "always" is for a tool, not for an agent's bypass of one call
+			d = broker.Once // "always" is for a tool, not for an agent's bypass of one call
 		} else {
 			g.always[p.req.Tool] = true
 		}
 	}
-	p.ans = Answer{Decision: d, Reason: reason}
+	p.ans = broker.Answer{Decision: d, Reason: reason}
 	close(p.decided)
 	g.publish("bypass.decided", id+" "+string(d))
-	if d != Deny && p.req.Sudo && p.asking {
+	if d != broker.Deny && p.req.Sudo && p.asking {
 		// The person who approved it is there to give the password: the
 		// entry stays, now for that (pendingPassword).
 		p.pw = newPasswordAsk()
@@ -226,9 +227,9 @@ func (g *Gate) PendingText(id string) (string, bool) {
 	}
 	switch {
 	case pw.attempt > 0 && pw.problem != "":
-		text += fmt.Sprintf("approved: sudo asks for the password again (attempt %d of %d): %s\n", pw.attempt, MaxPasswordAttempts, termsafe.Field(pw.problem, maxProblemField))
+		text += fmt.Sprintf("approved: sudo asks for the password again (attempt %d of %d): %s\n", pw.attempt, broker.MaxPasswordAttempts, termsafe.Field(pw.problem, broker.MaxProblemField))
 	case pw.attempt > 0:
-		text += fmt.Sprintf("approved: sudo asks for the password (attempt %d of %d)\n", pw.attempt, MaxPasswordAttempts)
+		text += fmt.Sprintf("approved: sudo asks for the password (attempt %d of %d)\n", pw.attempt, broker.MaxPasswordAttempts)
 	default:
 		text += "approved: waiting for sudo to ask for the password (it asks none if this user may run the tool without one)\n"
 	}
