@@ -85,10 +85,10 @@ func TestScrubArgsFile(t *testing.T) {
 }
 
 func TestPolicyDecisions(t *testing.T) {
-	a := &Approver{Policy: Policy{Allow: []string{"fetch", "root_id"}, Sudo: false}}
-	star := &Approver{Policy: Policy{Allow: []string{"*"}, Sudo: true}}
+	a := &Broker{Policy: Policy{Allow: []string{"fetch", "root_id"}, Sudo: false}}
+	star := &Broker{Policy: Policy{Allow: []string{"*"}, Sudo: true}}
 	for _, c := range []struct {
-		a      *Approver
+		a      *Broker
 		req    broker.Request
 		want   broker.Decision
 		reason string
@@ -122,7 +122,7 @@ func TestApproverServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
-	ap := &Approver{Policy: Policy{Allow: []string{"root_id"}, Sudo: true}, Session: "S1", Password: []byte("pw"), Key: slices.Clone(key)}
+	ap := &Broker{Policy: Policy{Allow: []string{"root_id"}, Sudo: true}, Session: "S1", Password: []byte("pw"), Key: slices.Clone(key)}
 	go ap.Serve(l)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -26,12 +26,13 @@ type Approval struct {
 	Result   string `json:"result,omitempty"` // how the call ended, in the host's word
 }
 
-// Approver answers requests by a Policy.
-type Approver struct {
+// Broker answers a play's session's requests by its Policy: the play's own
+// broker, as the desktop's is a person's.
+type Broker struct {
 	Policy Policy
 	// Session is the ID of the session whose requests it answers.
 	Session string
-	// Password is the become password; Approver zeroes it in Close.
+	// Password is the become password; Broker zeroes it in Close.
 	Password []byte
 	// Key is what the gate sends with each request (the registration's
 	// key): its socket is open to every process of this user, sandboxed
@@ -45,7 +46,7 @@ type Approver struct {
 }
 
 // decide is the elevation gate by the policy.
-func (a *Approver) decide(req *broker.Request) broker.Answer {
+func (a *Broker) decide(req *broker.Request) broker.Answer {
 	switch {
 	case req.Yolo:
 		return broker.Answer{Decision: broker.Deny, Reason: "ollie_goal: a yolo session is never allowed from a play"}
@@ -58,7 +59,7 @@ func (a *Approver) decide(req *broker.Request) broker.Answer {
 }
 
 // Serve answers the requests arriving on l until l is closed.
-func (a *Approver) Serve(l net.Listener) {
+func (a *Broker) Serve(l net.Listener) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -73,27 +74,27 @@ func (a *Approver) Serve(l net.Listener) {
 }
 
 // Close waits for the conversations in flight and zeroes the password.
-func (a *Approver) Close() {
+func (a *Broker) Close() {
 	a.wg.Wait()
 	broker.Zero(a.Password)
 	broker.Zero(a.Key)
 }
 
 // Approvals is what was answered, in order.
-func (a *Approver) Approvals() []Approval {
+func (a *Broker) Approvals() []Approval {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]Approval(nil), a.log...)
 }
 
-func (a *Approver) record(ap Approval) int {
+func (a *Broker) record(ap Approval) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.log = append(a.log, ap)
 	return len(a.log) - 1
 }
 
-func (a *Approver) setResult(i int, result string, ans *broker.Answer) {
+func (a *Broker) setResult(i int, result string, ans *broker.Answer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.log[i].Result = result
@@ -104,7 +105,7 @@ func (a *Approver) setResult(i int, result string, ans *broker.Answer) {
 
 // serveConn answers one request. The gate bounds what it relays; the
 // waits here are bounded too, so that nothing holds the module up.
-func (a *Approver) serveConn(c net.Conn) {
+func (a *Broker) serveConn(c net.Conn) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	in, err := broker.Receive(ctx, c)
@@ -123,7 +124,7 @@ func (a *Approver) serveConn(c net.Conn) {
 // asking is the play's Answerer for one request: its policy decides, and
 // its become password is given once.
 type asking struct {
-	a *Approver
+	a *Broker
 	i int // the request's entry in the Approvals
 }
 

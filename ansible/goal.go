@@ -82,7 +82,7 @@ func RunGoal(ctx context.Context, c *client.Conn, nsDir string, a GoalArgs) (res
 		return fail("ollie_goal: session %s: %v", name, err)
 	}
 
-	ap := &Approver{Policy: a.Policy, Session: strings.TrimSpace(string(id)), Password: a.BecomePassword}
+	ap := &Broker{Policy: a.Policy, Session: strings.TrimSpace(string(id)), Password: a.BecomePassword}
 	unregister, err := register(ctx, c, nsDir, ap)
 	if err != nil {
 		return fail("ollie_goal: serving approvals: %v", err)
@@ -175,7 +175,7 @@ func wait(ctx context.Context, c *client.Conn, dir, agentDir string) (string, wi
 // register listens on a fresh broker-* socket in the namespace directory
 // (where the gate sweeps one nobody listens on) and registers it in
 // bypass/broker. The returned func unregisters it and stops serving.
-func register(ctx context.Context, c *client.Conn, nsDir string, ap *Approver) (func(), error) {
+func register(ctx context.Context, c *client.Conn, nsDir string, ap *Broker) (func(), error) {
 	path := filepath.Join(nsDir, "broker-"+randomHex(8))
 	l, err := net.Listen("unix", path)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 // is one, and otherwise nobody: every request is denied with a reason
 // saying how to fix it. Wrap the result in a Queue before serving more
 // than one request at a time.
-func Auto(in *os.File, out io.Writer) Approver {
+func Auto(in *os.File, out io.Writer) Person {
 	if p := AskpassProgram(); p != "" {
 		return &AskpassApprover{Program: p}
 	}
@@ -50,7 +50,7 @@ func (n Nobody) Password(ctx context.Context, req *broker.Request, attempt int, 
 func (n Nobody) String() string { return "nobody (every request denied: " + n.Reason + ")" }
 
 // Describe names an approver for logs: what it runs or where it asks.
-func Describe(a Approver) string {
+func Describe(a Person) string {
 	if a == nil {
 		return "none"
 	}

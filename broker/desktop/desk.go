@@ -30,7 +30,7 @@ type Rules interface {
 // the host asks. Past each the connection is closed, the host's Refusals
 // counted and the cause logged, once a minute per host and cause.
 type Broker struct {
-	Approver Approver
+	Approver Person
 	Rules    Rules // nil: ask about everything
 	Log      *slog.Logger
 	// Timeout is how long a person has for each gate; 0 means 5 minutes.

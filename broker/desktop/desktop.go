@@ -34,8 +34,11 @@ import (
 	"ollie/broker"
 )
 
-// Approver asks a person, or a program standing in for one.
-type Approver interface {
+// Person asks a person, or a program standing in for one: what the
+// desktop's Broker asks once its policy has not answered (an askpass, a
+// dialog, the terminal, a Queue in front of one of them). The asking
+// side's type is broker.Approver.
+type Person interface {
 	// Approve is the elevation gate.
 	Approve(ctx context.Context, req *broker.Request) (broker.Answer, error)
 	// Password is the credential gate: the sudo password for req's host,
@@ -45,14 +48,14 @@ type Approver interface {
 	Password(ctx context.Context, req *broker.Request, attempt int, problem string) ([]byte, error)
 }
 
-// ErrUnavailable is returned by an Approver that could not put a request
+// ErrUnavailable is returned by a Person that could not put a request
 // to a person at all: its terminal hung up or reached its end. A Broker
 // then closes the conversation unanswered, so that whoever relayed it
 // there (ollie-remote's keeper) asks its next approver instead of
 // denying.
 var ErrUnavailable = broker.ErrUnanswered
 
-// Finisher is an Approver that holds something for a request while it
+// Finisher is a Person that holds something for a request while it
 // runs (a relay to another broker). A Broker calls Finish once the
 // request's conversation has ended, however it ended.
 type Finisher interface {

@@ -28,7 +28,7 @@ import (
 // The zero value is not usable: Approver must be set.
 type Queue struct {
 	// Approver is the person (or program) behind the queue.
-	Approver Approver
+	Approver Person
 	// MaxPerHost caps the distinct approval prompts one host may have
 	// waiting or showing; beyond it Approve denies at once, saying so.
 	// Requests that coalesce with one already waiting do not count, nor

@@ -236,14 +236,14 @@ func ServeApprovalsAs(b *Broker, name func() string, l net.Listener, key []byte)
 // asking. A password goes where the question went, or to next when that
 // one is gone.
 type Handoff struct {
-	next Approver
+	next Person
 	log  *slog.Logger
 
 	mu    sync.Mutex
 	convs map[*broker.Request]*broker.Conversation // asked on the terminal, until Finish
 }
 
-func NewHandoff(next Approver, log *slog.Logger) *Handoff {
+func NewHandoff(next Person, log *slog.Logger) *Handoff {
 	return &Handoff{next: next, log: log, convs: map[*broker.Request]*broker.Conversation{}}
 }
 
