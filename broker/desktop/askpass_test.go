@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/await"
 )
 
 // scriptFile writes an executable shell script into dir.
@@ -184,28 +186,23 @@ wait
 	case <-time.After(10 * time.Second):
 		t.Fatal("Password did not return after its context was cancelled")
 	}
-	for i := 0; syscall.Kill(pid, 0) == nil; i++ {
-		if i > 200 {
-			t.Fatalf("the askpass's child %d outlived the cancelled request", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, 2*time.Second, fmt.Sprintf("the askpass's child %d to end with the cancelled request", pid),
+		func() bool { return syscall.Kill(pid, 0) != nil })
 }
 
 func waitForPid(t *testing.T, p string) int {
 	t.Helper()
-	for i := 0; i < 1000; i++ {
-		if b, err := os.ReadFile(p); err == nil {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	await.Until(t, 10*time.Second, p+" to appear", func() bool {
+		var err error
+		b, err = os.ReadFile(p)
+		return err == nil
+	})
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s never appeared", p)
-	return 0
+	return pid
 }
 
 func TestAskpassProgram(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/await"
 )
 
 // fakeClock is a clock a test moves by hand.
@@ -357,12 +358,15 @@ func TestBudgetHostileHost(t *testing.T) {
 				t.Errorf("the honest host was answered %v after asking, want within 2s", took)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		// The pace is the point: a flood that keeps coming, one every 20 ms.
+		await.For(t.Context(), 20*time.Millisecond)
 	}
 	wg.Wait()
 	t.Logf("figure: %d requests in %v: %d put to the person, %d denied over the budget", flood, time.Since(start).Round(time.Millisecond), byPerson.Load(), overBudget.Load())
 	waitUntil(t, "the notice", func() bool { return notices.Load() > 0 })
-	time.Sleep(300 * time.Millisecond) // a second notice would come by now
+	// The silence is the point: a second notice, were one due, would
+	// come within the NoticeDelay of 200 ms.
+	await.For(t.Context(), 300*time.Millisecond)
 	asked, most := person.count("h7")
 	if asked > DefaultPromptsPerMinute || int(byPerson.Load()) != asked {
 		t.Errorf("the person was asked %d times about h7 (%d answers), want at most %d", asked, byPerson.Load(), DefaultPromptsPerMinute)

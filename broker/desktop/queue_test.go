@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/await"
 )
 
 // queueScript is an approver that answers from a script once let through by
@@ -115,13 +116,7 @@ func (q *Queue) waiting() int {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 2000; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("never: %s", what)
+	await.Until(t, 10*time.Second, what, cond)
 }
 
 // TestQueueBurst sends 200 requests at once: 20 distinct ones, each 10

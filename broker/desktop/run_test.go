@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/internal/termsafe"
 )
 
@@ -376,7 +377,9 @@ func TestRunBrokerGroupWindow(t *testing.T) {
 	web3 := r.ask("web3", runReq("apt_upgrade", true, `{}`))
 	web2NoSudo := r.ask("web2", runReq("apt_upgrade", false, `{}`))
 	waitUntil(t, "three requests gathered", func() bool { return rb.waiting() == 3 })
-	time.Sleep(2 * window)
+	// The pause is the point: web1's prompt stays up past the window,
+	// and what came meanwhile must still be gathered, not shown alone.
+	await.For(t.Context(), 2*window)
 	r.typeLine("o")
 	if a := answer(t, web1, "web1"); a.ans.Decision != broker.Once {
 		t.Errorf("web1: %+v", a.ans)

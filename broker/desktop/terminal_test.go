@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ollie/broker"
+	"ollie/internal/await"
 )
 
 const terminalHelperEnv = "OLLIE_BROKER_TERMINAL_HELPER"
@@ -105,13 +106,9 @@ func (c *ptyChild) output() string {
 // expect waits until the child has written want n times in all.
 func (c *ptyChild) expect(want string, n int) {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(c.output(), want) < n {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("never saw %q (%d times) on the terminal; it shows:\n%s", want, n, c.output())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Until(c.t, 20*time.Second, fmt.Sprintf("%q (%d times) on the terminal", want, n),
+		func() bool { return strings.Count(c.output(), want) >= n },
+		func() string { return "it shows:\n" + c.output() })
 }
 
 func (c *ptyChild) typeLine(s string) {
