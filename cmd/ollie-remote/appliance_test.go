@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -106,17 +107,13 @@ func (lh *listenerHost) asUser(args ...string) *exec.Cmd {
 
 func (lh *listenerHost) waitListening(t *testing.T) {
 	t.Helper()
-	for i := 0; ; i++ {
+	await.Until(t, 10*time.Second, "the listener never listened", func() bool {
 		c, err := net.Dial("tcp", net.JoinHostPort(lh.h.Addr, strconv.Itoa(lh.port)))
 		if err == nil {
 			c.Close()
-			return
 		}
-		if i == 200 {
-			t.Fatalf("the listener never listened:\n%s", lh.log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	}, lh.log.String)
 }
 
 // exe is the binary the listener's process runs now.
@@ -204,15 +201,12 @@ func TestListenerOnlyHost(t *testing.T) {
 	defer cancel()
 	waitFor := func(what, file, want string) {
 		t.Helper()
-		for {
-			b, _ := c.ReadAll(ctx, file)
-			if strings.Contains(string(b), want) {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: %s never held %q:\n%s\nlistener:\n%s", what, file, want, b, lh.log.String())
-			}
-			time.Sleep(50 * time.Millisecond)
+		var b []byte
+		if !await.Poll(ctx, func() bool {
+			b, _ = c.ReadAll(ctx, file)
+			return strings.Contains(string(b), want)
+		}) {
+			t.Fatalf("%s: %s never held %q:\n%s\nlistener:\n%s", what, file, want, b, lh.log.String())
 		}
 	}
 	waitFor("the approval channel", "bypass/broker", "broker-")

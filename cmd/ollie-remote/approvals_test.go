@@ -18,6 +18,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 )
 
 // orderedPerson answers each approval after pace and records whose it was.
@@ -112,18 +113,18 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 	// h5 asks once the flood has arrived: each request of it shown,
 	// waiting (Pending lists the one showing too: one may count twice),
 	// or refused at a cap.
-	for deadline := time.Now().Add(20 * time.Second); len(person.shown())+len(q.Pending())+b.Refused("h4").Conns+q.Refused("h4") < 300; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flood never arrived: %d shown, %d waiting, %+v refused", len(person.shown()), len(q.Pending()), b.Refused("h4"))
-		}
-	}
+	await.Until(t, 20*time.Second, "the flood never arrived", func() bool {
+		return len(person.shown())+len(q.Pending())+b.Refused("h4").Conns+q.Refused("h4") >= 300
+	}, func() string {
+		return fmt.Sprintf("%d shown, %d waiting, %+v refused", len(person.shown()), len(q.Pending()), b.Refused("h4"))
+	})
 	// Counted from when h5's request is in the queue: the prompts of h4
 	// begun while it was still on its way (a dial and a handshake, slow
 	// under load) do not count against the queue.
 	asked := make(chan error, 1)
 	go func() { asked <- ask("h5", "honest") }()
 	before := -1
-	for before < 0 {
+	await.Until(t, 30*time.Second, "h5's request was never seen queued", func() bool {
 		select {
 		case err := <-asked:
 			t.Fatalf("h5's request was answered before it was seen queued: %v", err)
@@ -138,8 +139,8 @@ func TestApprovalsHostsTakeTurns(t *testing.T) {
 		if i := slices.Index(person.shown(), "h5"); i >= 0 {
 			before = min(n, i)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return before >= 0
+	})
 	if err := <-asked; err != nil {
 		t.Fatalf("h5: %v", err)
 	}
@@ -209,11 +210,7 @@ func TestApprovalsConnCapThroughTerminal(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("never: %s", what)
-			}
-		}
+		await.Until(t, 15*time.Second, "never: "+what, cond)
 	}
 	waitFor("h4's connections over the cap refused", func() bool { return b.Refused("h4").Conns == 400-16 })
 	if n, r := b.Conns("h4"), relays.Load(); n != 16 || r != 0 {

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
 	"ollie/tunnel"
@@ -511,15 +512,11 @@ func sshForward(b *testing.B, lab *sshlab.Lab, host, local, remote string, sessi
 // waitSocket waits for ssh -L to bind its socket, which it does once it
 // is logged in.
 func waitSocket(b *testing.B, sock, log string) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			msg, _ := os.ReadFile(log)
-			b.Fatalf("%s did not appear in 15s: %s", sock, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(b, 15*time.Second, sock+" did not appear", func() bool {
+		fi, err := os.Stat(sock)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
+	}, func() string {
+		msg, _ := os.ReadFile(log)
+		return string(msg)
+	})
 }

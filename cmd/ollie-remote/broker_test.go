@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -123,15 +124,11 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The keeper registers the broker's socket with the host.
-	for {
+	if !await.Poll(ctx, func() bool {
 		b, _ := c.ReadAll(ctx, "bypass/broker")
-		if strings.Contains(string(b), "broker-") {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the host never learnt of the desktop broker")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.Contains(string(b), "broker-")
+	}) {
+		t.Fatal("the host never learnt of the desktop broker")
 	}
 	if _, err := c.RdWr(ctx, "session/new", []byte("name=s")); err != nil {
 		t.Fatal(err)
@@ -142,11 +139,8 @@ func TestRemoteSudoApprovedOnDesktop(t *testing.T) {
 	if err := c.Write(ctx, "session/s/agent/a/prompt", []byte("who am I as root?")); err != nil {
 		t.Fatal(err)
 	}
-	for llm.Served() < 2 {
-		if ctx.Err() != nil {
-			t.Fatalf("the agent did not come back to the model after the tool; chat:\n%s", readChat(c))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !await.Poll(ctx, func() bool { return llm.Served() >= 2 }) {
+		t.Fatalf("the agent did not come back to the model after the tool; chat:\n%s", readChat(c))
 	}
 	reqs := llm.ChatRequests()
 	last := reqs[len(reqs)-1]

@@ -11,6 +11,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -53,11 +54,9 @@ func TestChatOutlastsSilence(t *testing.T) {
 	scr.waitFor(t, "take your time")
 	scr.waitFor(t, "after the silence")
 	scr.waitFor(t, "── idle")
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(readOut.String(), "after the silence"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ollie read of the chat did not outlast the silence:\n%s", readOut.String())
-		}
-	}
+	await.Until(t, 10*time.Second, "ollie read of the chat did not outlast the silence", func() bool {
+		return strings.Contains(readOut.String(), "after the silence")
+	}, readOut.String)
 	if s := scr.String() + readOut.String(); strings.Contains(s, "no answer from") {
 		t.Errorf("a time-out cut a stream short:\n%s", s)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/demohost"
 )
 
@@ -116,7 +117,7 @@ func (d *demoFleet) model(think time.Duration, tool bool) {
 	d.llm.Respond(func(req *fakellm.ChatRequest) fakellm.Response {
 		// The think time is spent before the first byte, as a model
 		// does: Delay would be paid again before every chunk.
-		time.Sleep(think)
+		await.For(d.tb.Context(), think)
 		last := req.Messages[len(req.Messages)-1]
 		if last.Role == "tool" {
 			return fakellm.Response{Text: []string{"checked in ", strings.TrimSpace(last.Text()), "\nall is well"}}
@@ -172,15 +173,11 @@ func (d *demoFleet) killKeeper() {
 	if p, err := os.FindProcess(pid); err == nil {
 		p.Kill()
 	}
-	for i := 0; i < 1000; i++ {
+	await.Until(d.tb, 10*time.Second, fmt.Sprintf("the keeper (pid %d) still runs after it was killed", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || len(tasks) <= 1 && bytes.HasPrefix(b[bytes.LastIndexByte(b, ')')+1:], []byte(" Z")) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	d.tb.Fatalf("the keeper (pid %d) still runs 10s after it was killed", pid)
+		return err != nil || len(tasks) <= 1 && bytes.HasPrefix(b[bytes.LastIndexByte(b, ')')+1:], []byte(" Z"))
+	})
 }
 
 // daemonPids are the olliesrv daemons the hosts run: those whose

@@ -339,11 +339,20 @@ func BenchmarkHold200(b *testing.B) {
 	})
 }
 
-// settledRSS is a process's resident size once things have quietened for
-// a moment.
+// settledRSS is a process's resident size once it has stopped moving:
+// two looks 200ms apart agree, or 10s have passed.
 func settledRSS(pid int) int64 {
-	time.Sleep(time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	rss, _ := procMem(pid)
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+		<-tick.C
+		now, _ := procMem(pid)
+		if now == rss {
+			break
+		}
+		rss = now
+	}
 	return rss
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 	"ollie/tunnel/fleet"
 )
@@ -172,19 +174,15 @@ func startFleet(t *testing.T, r *remote, args ...string) (*output, *exec.Cmd, ch
 // waitOutput waits until out holds every one of want.
 func waitOutput(t *testing.T, lw *output, within time.Duration, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	await.Until(t, within, fmt.Sprintf("fleet run printed not all of %q", want), func() bool {
 		s := lw.String()
-		all := true
 		for _, w := range want {
-			all = all && strings.Contains(s, w)
+			if !strings.Contains(s, w) {
+				return false
+			}
 		}
-		if all {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("within %s fleet run printed none of %q:\n%s", within, want, lw.String())
+		return true
+	}, lw.String)
 }
 
 // output is a command's output as it comes.
@@ -225,7 +223,9 @@ func TestFleetDetachAttach(t *testing.T) {
 	lw, cmd, done := startFleet(t, r, "h11,h12", "check who runs here")
 	waitOutput(t, lw, time.Minute, "h11: [thinking]", "h12: [thinking]")
 	cmd.Process.Signal(os.Interrupt)
-	time.Sleep(300 * time.Millisecond)
+	// The gap between the two presses is the point: a person's, not a
+	// machine's.
+	await.For(t.Context(), 300*time.Millisecond)
 	cmd.Process.Signal(os.Interrupt)
 	if err := <-done; err != nil {
 		t.Fatalf("a detached run exited %v:\n%s", err, lw)
@@ -236,9 +236,9 @@ func TestFleetDetachAttach(t *testing.T) {
 	}
 	// The keeper goes too, as after a reboot of the desktop.
 	exec.Command("pkill", "-KILL", "-f", "__keeper -dir "+r.dir).Run()
-	for i := 0; i < 100 && exec.Command("pgrep", "-f", "__keeper -dir "+r.dir).Run() == nil; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the keeper outlived its kill", func() bool {
+		return exec.Command("pgrep", "-f", "__keeper -dir "+r.dir).Run() != nil
+	})
 	out, err := r.run("fleet", "attach", id)
 	if err != nil {
 		t.Fatalf("fleet attach %s: %v\n%s\nthe run before:\n%s", id, err, out, lw)
@@ -406,9 +406,9 @@ func TestFleetAskBecomePass(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(5 * time.Second); !rowsDone(scr.String()) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	rowsCtx, rowsCancel := context.WithTimeout(t.Context(), 5*time.Second)
+	await.Poll(rowsCtx, func() bool { return rowsDone(scr.String()) })
+	rowsCancel()
 	screen := scr.String()
 	for _, h := range []string{"h11", "h12", "h13"} {
 		if row := tableRow(strings.ReplaceAll(screen, "\r", ""), h); len(row) < 7 || row[1] != "done" || row[6] != "uid" || row[7] != "0" {
@@ -442,12 +442,9 @@ func TestFleetAskBecomePass(t *testing.T) {
 // waitScreen waits for what to appear on a terminal.
 func waitScreen(t *testing.T, scr *terminalScreen, within time.Duration, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if strings.Contains(scr.String(), what) {
-			return
-		}
-	}
-	t.Fatalf("within %s the terminal showed no %q:\n%s", within, what, scr)
+	await.Until(t, within, fmt.Sprintf("the terminal showed no %q", what), func() bool {
+		return strings.Contains(scr.String(), what)
+	}, scr.String)
 }
 
 // TestFleetInventory: hosts known only to an Ansible inventory (address,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/internal/healdrill"
 	"ollie/internal/nstest"
 )
@@ -102,35 +104,10 @@ func TestHealDrillKeeper(t *testing.T) {
 		missing, _ := healdrill.Answers(hist, prompts)
 		return missing
 	}
-	var restart []time.Duration
-	for k := 0; k < kills; k++ {
-		// Each run of the daemon gets somewhere before it is killed (a
-		// message recorded), then dies at a random moment of its work.
-		recorded := strings.Count(sessionFile(), `"kind":"agent.message"`)
-		for deadline := time.Now().Add(time.Minute); strings.Count(sessionFile(), `"kind":"agent.message"`) == recorded; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: nothing recorded within a minute (%d prompts unanswered)", k, len(answered()))
-			}
-		}
-		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
-		before := daemonPID()
-		t0 := time.Now()
-		exec.Command("pkill", "-KILL", "-u", h.User, "-f", "olliesrv serve$").Run()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			if p := daemonPID(); p != "" && p != before {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: the keeper did not start the daemon again within a minute", k)
-			}
-		}
-		restart = append(restart, time.Since(t0))
-	}
+	restart := killDaemonRepeatedly(t, kills, h.User, sessionFile, daemonPID, answered)
 
-	for deadline := time.Now().Add(5 * time.Minute); len(answered()) > 0; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("prompts without an answer after the drill: %v", answered())
-		}
+	if !await.Poll(ctxFor(t, 5*time.Minute), func() bool { return len(answered()) == 0 }) {
+		t.Fatalf("prompts without an answer after the drill: %v", answered())
 	}
 	hist := must("", "read", "session/drill/agent/a/log")
 	_, times := healdrill.Answers(hist, prompts)
@@ -145,32 +122,21 @@ func TestHealDrillKeeper(t *testing.T) {
 		t.Errorf("effect %s happened twice", n)
 	}
 	if dups > 0 {
-		var recs []string
-		for _, l := range strings.Split(sessionFile(), "\n") {
-			if strings.Contains(l, `\"n\":`+twice[0]+`}`) || strings.Contains(l, `"n":`+twice[0]+`}`) || strings.Contains(l, "prompt "+twice[0]+`"`) || strings.Contains(l, "agent.resume") {
-				recs = append(recs, tailString(l, 400))
-			}
-		}
-		t.Logf("the session file's records of effect %s and the resumes:\n%s", twice[0], strings.Join(recs, "\n"))
-		raw, _ := os.ReadFile(effects)
-		ps, _ := exec.Command("ps", "-o", "pid,ppid,args", "-u", h.User).CombinedOutput()
-		t.Logf("effects: %q\nthe host user's processes:\n%s", raw, ps)
+		logEffectRecords(t, twice[0], sessionFile(), effects, h.User)
 	}
 	f := sessionFile()
 	resumed, waited := strings.Count(f, `"kind":"agent.resume"`), strings.Count(f, `"error":"interrupted: olliesrv stopped`)
 	if waited > 0 {
 		t.Errorf("%d turns waited for a person, want every cut turn to go on by itself", waited)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	await.Until(t, time.Minute, "the attached chat never showed every answer", func() bool {
+		missing, _ := healdrill.Answers(shown.String(), prompts)
+		return len(missing) == 0
+	}, func() string {
 		s := shown.String()
 		missing, _ := healdrill.Answers(s, prompts)
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the attached chat never showed the answers to %v:\n%s", missing, tailString(s, 4000))
-		}
-	}
+		return fmt.Sprintf("missing %v:\n%s", missing, tailString(s, 4000))
+	})
 	select {
 	case err := <-chatEnded:
 		t.Errorf("ollie -H chat ended during the drill: %v\n%s", err, tailString(shown.String(), 2000))
@@ -180,4 +146,55 @@ func TestHealDrillKeeper(t *testing.T) {
 	slices.Sort(restart)
 	t.Logf("figure: heal drill through the keeper: %d SIGKILLs, %d prompts answered, %d effects (%d twice), %d turns resumed by themselves, %d waited; kill to the keeper's new daemon answering through the tunnel p50 %v p99 %v",
 		kills, prompts, len(lines), dups, resumed, waited, restart[len(restart)/2].Round(time.Millisecond), restart[len(restart)*99/100].Round(time.Millisecond))
+}
+
+// killDaemonRepeatedly kills the host user's daemon kills times, each
+// once its run has recorded a message and then at a random moment of its
+// work, and waits each time for the keeper to start it again. It returns
+// how long each restart took, from the kill to a new daemon answering.
+func killDaemonRepeatedly(t *testing.T, kills int, user string, sessionFile, daemonPID func() string, answered func() []int) []time.Duration {
+	t.Helper()
+	messages := func() int { return strings.Count(sessionFile(), `"kind":"agent.message"`) }
+	var restart []time.Duration
+	for k := 0; k < kills; k++ {
+		recorded := messages()
+		if !await.Poll(ctxFor(t, time.Minute), func() bool { return messages() != recorded }) {
+			t.Fatalf("kill %d: nothing recorded within a minute (%d prompts unanswered)", k, len(answered()))
+		}
+		// The random moment is the point of the drill: a kill may land
+		// anywhere in a turn.
+		await.For(t.Context(), time.Duration(rand.IntN(400))*time.Millisecond)
+		before := daemonPID()
+		t0 := time.Now()
+		exec.Command("pkill", "-KILL", "-u", user, "-f", "olliesrv serve$").Run()
+		await.Until(t, time.Minute, fmt.Sprintf("kill %d: the keeper did not start the daemon again", k), func() bool {
+			p := daemonPID()
+			return p != "" && p != before
+		})
+		restart = append(restart, time.Since(t0))
+	}
+	return restart
+}
+
+// logEffectRecords logs what the session file recorded of effect n, with
+// the resumes, the effects file and the host user's processes: what tells
+// how a side effect came to happen twice.
+func logEffectRecords(t *testing.T, n, sessionFile, effects, user string) {
+	var recs []string
+	for _, l := range strings.Split(sessionFile, "\n") {
+		if strings.Contains(l, `\"n\":`+n+`}`) || strings.Contains(l, `"n":`+n+`}`) || strings.Contains(l, "prompt "+n+`"`) || strings.Contains(l, "agent.resume") {
+			recs = append(recs, tailString(l, 400))
+		}
+	}
+	t.Logf("the session file's records of effect %s and the resumes:\n%s", n, strings.Join(recs, "\n"))
+	raw, _ := os.ReadFile(effects)
+	ps, _ := exec.Command("ps", "-o", "pid,ppid,args", "-u", user).CombinedOutput()
+	t.Logf("effects: %q\nthe host user's processes:\n%s", raw, ps)
+}
+
+// ctxFor is a context that ends after d or with the test.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
