@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/tunnel"
 )
 
@@ -98,30 +99,30 @@ func TestExec(t *testing.T) {
 // A channel closed under a running command ends the command and what it
 // started in its process group.
 func TestChannelCloseKillsGroup(t *testing.T) {
-	f, o, _ := fleet(t, 1)
+	_, o, _ := fleet(t, 1)
 	c := dial(t, "demo1", o)
-	pidFile := filepath.Join(f.Hosts[0].Home, "pid")
 	s, err := c.SSH().NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start("sleep 300 & echo $! > pid; wait"); err != nil {
+	stdout, err := s.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err := s.Start("sleep 300 & echo $!; wait"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	if pid == 0 {
+		t.Fatalf("the command did not start: %q, %v", line, err)
 	}
 	s.Close() // no signal sent: the close alone
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatal("sleep outlived its channel")
-		}
+	gone, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if !await.Poll(gone, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal("sleep outlived its channel")
 	}
 
 	// Cancelling Run (SIGTERM, then the close) ends the command too: only
@@ -258,14 +259,10 @@ func TestListenUnix(t *testing.T) {
 	roundTrip(t, conn, "back to the desktop")
 	conn.Close()
 	ln.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(sock); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the socket is still there after the forward was cancelled")
-		}
-	}
+	await.Until(t, 5*time.Second, "the socket to go once the forward was cancelled", func() bool {
+		_, err := os.Stat(sock)
+		return errors.Is(err, os.ErrNotExist)
+	})
 }
 
 func TestKeepaliveAnswered(t *testing.T) {
