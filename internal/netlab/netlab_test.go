@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // helperEnv makes the test binary a helper run inside a namespace:
@@ -244,13 +246,8 @@ func TestClose(t *testing.T) {
 // waitInside waits until ip netns exec has put pid inside n.
 func waitInside(t *testing.T, n *Net, pid int) {
 	t.Helper()
-	for i := 0; i < 500; i++ {
-		if slices.Contains(n.Pids(), pid) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("process %d not inside %s after 5s", pid, n.Name)
+	await.Until(t, 5*time.Second, fmt.Sprintf("process %d inside %s", pid, n.Name),
+		func() bool { return slices.Contains(n.Pids(), pid) })
 }
 
 func gone(t *testing.T, n *Net) {
@@ -262,15 +259,10 @@ func gone(t *testing.T, n *Net) {
 		t.Errorf("/etc/netns/%s still there: %v", n.Name, err)
 	}
 	// The kernel destroys the link a moment after the namespace.
-	for i := 0; ; i++ {
-		if _, err := net.InterfaceByName(n.Link); err != nil {
-			break
-		}
-		if i == 100 {
-			t.Errorf("link %s still there", n.Link)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if !await.Poll(ctx, func() bool { _, err := net.InterfaceByName(n.Link); return err != nil }) {
+		t.Errorf("link %s still there", n.Link)
 	}
 }
 
