@@ -41,6 +41,28 @@ func TestAnsibleCollection(t *testing.T) {
 	}
 	_, err := exec.LookPath("strace")
 	lab.Need(t, err == nil, "strace, to see every file the controller writes")
+	a := startAnsibleLab(t)
+	a.checkDeploy()
+	out2, trace := a.runGoals()
+	a.checkGoals(out2)
+	a.checkPasswordNowhere(out2, trace)
+}
+
+// ansibleLab is the lab hosts, each with a scripted model of its own,
+// and the controller's files (ctl): the inventory, the plays and the
+// become password in a secret file.
+type ansibleLab struct {
+	t          *testing.T
+	l          *sshlab.Lab
+	password   string
+	ctl        string
+	llms       map[string]*fakellm.Server
+	noPython   string
+	ansibleEnv []string
+}
+
+// startAnsibleLab starts the hosts and writes the controller's files.
+func startAnsibleLab(t *testing.T) *ansibleLab {
 	pwb := make([]byte, 12)
 	rand.Read(pwb)
 	password := "Pw-" + hex.EncodeToString(pwb)
@@ -93,51 +115,63 @@ func TestAnsibleCollection(t *testing.T) {
 
 	ansibleEnv := append(os.Environ(), "ANSIBLE_COLLECTIONS_PATH="+colls, "ANSIBLE_HOST_KEY_CHECKING=True",
 		"ANSIBLE_NOCOLOR=1", "ANSIBLE_RETRY_FILES_ENABLED=0", "ANSIBLE_LOCAL_TEMP="+filepath.Join(ctl, "tmp"))
-	play := func(name string, env []string, extra ...string) string {
-		t.Helper()
-		args := append([]string{"-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
-		cmd := playCommand(t, "ansible-playbook", append(args, filepath.Join(ctl, name))...)
-		cmd.Env = append(ansibleEnv, env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("ansible-playbook %s: %v\n%s", name, err, out)
-		}
-		return string(out)
-	}
-	// tracedPlay is play under strace, which reports the syscalls of
-	// ansible-playbook and its children (workers, ssh, sftp), each
-	// descriptor with what it is: a file's path, a pipe or a socket.
-	// Ansible removes its local temporary files (ANSIBLE_LOCAL_TEMP) as
-	// soon as they are sent, so a search afterwards would find nothing;
-	// this sees them written. The trace stays in memory.
-	tracedPlay := func(name, syscalls string, env []string, extra ...string) (out, trace string) {
-		t.Helper()
-		args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=" + syscalls,
-			"-o", "/dev/fd/3", "ansible-playbook", "-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
-		cmd := playCommand(t, "strace", append(args, filepath.Join(ctl, name))...)
-		cmd.Env = append(ansibleEnv, env...)
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.ExtraFiles = []*os.File{w}
-		var outb, traceb strings.Builder
-		cmd.Stdout, cmd.Stderr = &outb, &outb
-		done := make(chan struct{})
-		go func() { io.Copy(&traceb, r); close(done) }()
-		err = cmd.Run()
-		w.Close()
-		<-done
-		r.Close()
-		if err != nil {
-			t.Fatalf("ansible-playbook %s: %v\n%s", name, err, outb.String())
-		}
-		return outb.String(), traceb.String()
-	}
+	return &ansibleLab{t: t, l: l, password: password, ctl: ctl, llms: llms, noPython: noPython, ansibleEnv: ansibleEnv}
+}
 
+// play runs ansible-playbook with the play name of the controller's files.
+func (a *ansibleLab) play(name string, env []string, extra ...string) string {
+	t, ctl := a.t, a.ctl
+	t.Helper()
+	args := append([]string{"-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
+	cmd := playCommand(t, "ansible-playbook", append(args, filepath.Join(ctl, name))...)
+	cmd.Env = append(a.ansibleEnv, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ansible-playbook %s: %v\n%s", name, err, out)
+	}
+	return string(out)
+}
+
+// tracedPlay is play under strace, which reports the syscalls of
+// ansible-playbook and its children (workers, ssh, sftp), each
+// descriptor with what it is: a file's path, a pipe or a socket.
+// Ansible removes its local temporary files (ANSIBLE_LOCAL_TEMP) as
+// soon as they are sent, so a search afterwards would find nothing;
+// this sees them written. The trace stays in memory.
+func (a *ansibleLab) tracedPlay(name, syscalls string, env []string, extra ...string) (out, trace string) {
+	t, ctl := a.t, a.ctl
+	t.Helper()
+	args := append([]string{"-f", "-qq", "--seccomp-bpf", "-y", "-s", "1048576", "-e", "trace=" + syscalls,
+		"-o", "/dev/fd/3", "ansible-playbook", "-i", filepath.Join(ctl, "inventory.yml"), "--forks", "2"}, extra...)
+	cmd := playCommand(t, "strace", append(args, filepath.Join(ctl, name))...)
+	cmd.Env = append(a.ansibleEnv, env...)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.ExtraFiles = []*os.File{w}
+	var outb, traceb strings.Builder
+	cmd.Stdout, cmd.Stderr = &outb, &outb
+	done := make(chan struct{})
+	go func() { io.Copy(&traceb, r); close(done) }()
+	err = cmd.Run()
+	w.Close()
+	<-done
+	r.Close()
+	if err != nil {
+		t.Fatalf("ansible-playbook %s: %v\n%s", name, err, outb.String())
+	}
+	return outb.String(), traceb.String()
+}
+
+// checkDeploy runs the deploy role: in check mode, for real under
+// strace, and again, which changes nothing.
+func (a *ansibleLab) checkDeploy() {
+	t, l, ctl := a.t, a.l, a.ctl
+	noPython, play, tracedPlay := a.noPython, a.play, a.tracedPlay
 	// The Python-less host is what it claims: a Python module fails there.
 	ping := exec.Command("ansible", "-i", filepath.Join(ctl, "inventory.yml"), noPython, "-m", "ansible.builtin.ping")
-	ping.Env = ansibleEnv
+	ping.Env = a.ansibleEnv
 	if out, err := ping.CombinedOutput(); err == nil || !strings.Contains(string(out), "/nonexistent/python3") {
 		t.Fatalf("ansible.builtin.ping on %s should fail for want of Python: %v\n%s", noPython, err, out)
 	}
@@ -202,7 +236,13 @@ func TestAnsibleCollection(t *testing.T) {
 		}
 	}
 
-	for _, llm := range llms {
+}
+
+// runGoals runs the goal play on every host, under strace, with the
+// play's become password, at -vvvv.
+func (a *ansibleLab) runGoals() (out2, trace string) {
+	t, ctl := a.t, a.ctl
+	for _, llm := range a.llms {
 		llm.Push(fakellm.Text("hello from the host"))
 		llm.Push(fakellm.ToolCall("peek", `{}`), fakellm.Text("peek was refused"))
 		llm.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("root is 0"))
@@ -210,8 +250,14 @@ func TestAnsibleCollection(t *testing.T) {
 	start := time.Now()
 	// ANSIBLE_KEEP_REMOTE_FILES leaves every module's arguments file on
 	// the hosts for the search below; -vvvv prints every command run.
-	out2, trace := tracedPlay("goal.yml", "write,pwrite64,writev,pwritev,pwritev2", []string{"ANSIBLE_KEEP_REMOTE_FILES=1"}, "-vvvv", "-e", "@"+filepath.Join(ctl, "secret.json"))
+	out2, trace = a.tracedPlay("goal.yml", "write,pwrite64,writev,pwritev,pwritev2", []string{"ANSIBLE_KEEP_REMOTE_FILES=1"}, "-vvvv", "-e", "@"+filepath.Join(ctl, "secret.json"))
 	t.Logf("the goal play took %v", time.Since(start).Round(time.Millisecond))
+	return out2, trace
+}
+
+// checkGoals checks what each host's goals answered.
+func (a *ansibleLab) checkGoals(out2 string) {
+	t, l, ctl := a.t, a.l, a.ctl
 	for _, h := range l.Hosts {
 		b, err := os.ReadFile(filepath.Join(ctl, "results", h.Name+".json"))
 		if err != nil {
@@ -252,7 +298,7 @@ func TestAnsibleCollection(t *testing.T) {
 			t.Errorf("%s: root_id should be allowed by the policy: %+v", h.Name, r.Root)
 		}
 		// root_id ran as root: its output reached the model.
-		reqs := llms[h.Name].ChatRequests()
+		reqs := a.llms[h.Name].ChatRequests()
 		toolOut := ""
 		for _, m := range reqs[len(reqs)-1].Messages {
 			if m.Role == "tool" {
@@ -263,6 +309,12 @@ func TestAnsibleCollection(t *testing.T) {
 			t.Errorf("%s: root_id's output reached the model as %q, want 0", h.Name, toolOut)
 		}
 	}
+}
+
+// checkPasswordNowhere searches for the password in the play's output,
+// on the hosts, in their processes and in what the controller wrote.
+func (a *ansibleLab) checkPasswordNowhere(out2, trace string) {
+	t, l, password := a.t, a.l, a.password
 	if strings.Contains(out2, password) {
 		t.Error("the password is in ansible-playbook -vvvv's output")
 	}

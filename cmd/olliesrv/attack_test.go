@@ -23,6 +23,7 @@ import (
 	"ollie/broker"
 	"ollie/broker/desktop"
 
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/nstest"
 	"ollie/ns"
@@ -330,18 +331,13 @@ func newAttackRig(t *testing.T, cred *syscall.Credential, extraEnv ...string) *a
 		cmd.Wait()
 	})
 	sock := filepath.Join(nsDir, "ollie")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.Until(t, 10*time.Second, "olliesrv serving "+sock, func() bool {
 		c, err := client.Dial("unix", sock)
 		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("olliesrv did not serve %s:\n%s", sock, r.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	}, r.log.String)
 	r.fs = nstest.Attach(t, sock, "")
 	if st := nstest.ReadFile(t, r.fs, "status"); !strings.Contains(st, "pid "+strconv.Itoa(cmd.Process.Pid)) {
 		t.Fatalf("status of another olliesrv: %s", st)
@@ -487,14 +483,12 @@ func (r *attackRig) prompt(agentPath, text string) {
 	if err := nstest.WriteFile(r.fs, agentPath+"/prompt", text); err != nil {
 		r.t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for r.turns(agentPath) == before {
-		if time.Now().After(deadline) {
+	await.Until(r.t, 60*time.Second, fmt.Sprintf("%s: the end of the turn of %q", agentPath, text),
+		func() bool { return r.turns(agentPath) != before },
+		func() string {
 			log, _ := nstest.TryRead(r.fs, agentPath+"/log")
-			r.t.Fatalf("%s: the turn of %q did not end; log:\n%s\nolliesrv:\n%s", agentPath, text, log, r.log.String())
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+			return "log:\n" + log + "\nolliesrv:\n" + r.log.String()
+		})
 }
 
 // refused checks that the tool's line label reports a failure saying why.

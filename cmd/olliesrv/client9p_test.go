@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -33,15 +34,9 @@ func TestClient9pUnderSandbox(t *testing.T) {
 	if out, code := runBinary(t, dir, "read your name", "write", "session/c/agent/a/prompt"); code != 0 {
 		t.Fatalf("prompt: %d %q", code, out)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if out, _ := runBinary(t, dir, "", "read", "session/c/agent/a/log"); strings.Contains(out, "read it") {
-			break
-		}
-		if time.Now().After(deadline) {
-			out, _ := runBinary(t, dir, "", "read", "session/c/agent/a/log")
-			t.Fatalf("no answer; log:\n%s\nolliesrv:\n%s", out, log.String())
-		}
-	}
+	agentLog := func() string { out, _ := runBinary(t, dir, "", "read", "session/c/agent/a/log"); return out }
+	await.Until(t, 30*time.Second, "the answer", func() bool { return strings.Contains(agentLog(), "read it") },
+		func() string { return "log:\n" + agentLog() + "\nolliesrv:\n" + log.String() })
 	reqs := llm.ChatRequests()
 	last := reqs[len(reqs)-1].Messages
 	if res := last[len(last)-1]; res.Role != "tool" || strings.TrimSpace(res.Text()) != "a" {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -67,19 +68,16 @@ func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *logBuffer
 			cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// Dial rather than stat: a stale socket left by a killed server
-		// exists before the new one listens.
-		if c, err := net.Dial("unix", filepath.Join(dir, "ollie")); err == nil {
+	// Dial rather than stat: a stale socket left by a killed server
+	// exists before the new one listens.
+	await.Until(t, 10*time.Second, "olliesrv listening on its socket", func() bool {
+		c, err := net.Dial("unix", filepath.Join(dir, "ollie"))
+		if err == nil {
 			c.Close()
-			return cmd, &log
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("olliesrv did not create its socket:\n%s", log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	}, log.String)
+	return cmd, &log
 }
 
 func runBinary(t *testing.T, dir, stdin string, args ...string) (string, int) {
@@ -125,14 +123,18 @@ func TestBinaryLifecycle(t *testing.T) {
 	// A reader blocked on event when the server stops gets an error, not a hang.
 	reader := exec.Command(ollie, "read", "event")
 	reader.Env = append(os.Environ(), "NAMESPACE="+dir)
-	var rout bytes.Buffer
+	var rout nstest.SyncBuffer
 	reader.Stdout, reader.Stderr = &rout, &rout
 	if err := reader.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Give the reader time to block in its Tread; if it has not attached
-	// by the signal, the check on its output below fails the test.
-	time.Sleep(300 * time.Millisecond)
+	// The reader is attached once it shows an event: setting the bypass
+	// policy to what it is publishes one. Its next read then blocks.
+	policy, _ := runBinary(t, dir, "", "read", "bypass/policy")
+	await.Until(t, 10*time.Second, "the reader showing an event", func() bool {
+		runBinary(t, dir, policy, "write", "bypass/policy")
+		return strings.Contains(rout.String(), "bypass.policy")
+	}, rout.String)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -283,14 +285,9 @@ func TestCrashDuringTool(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(work, "runs"))
 		return strings.Count(string(b), "run\n")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for runs() == 0 {
-		if time.Now().After(deadline) {
-			out, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/log")
-			t.Fatalf("the tool never started; log:\n%s\nolliesrv:\n%s", out, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	agentLog := func() string { out, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/log"); return out }
+	await.Until(t, 20*time.Second, "the tool starting", func() bool { return runs() > 0 },
+		func() string { return "log:\n" + agentLog() + "\nolliesrv:\n" + log.String() })
 	srv.Process.Kill() // SIGKILL: no chance to clean up
 	srv.Wait()
 
@@ -318,17 +315,8 @@ func TestCrashDuringTool(t *testing.T) {
 	if out, code := runBinary(t, dir, "and now?", "write", "session/crash/agent/a/prompt"); code != 0 {
 		t.Fatalf("prompt after restart: %d %q", code, out)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		out, _ := runBinary(t, dir, "", "read", "session/crash/agent/a/log")
-		if strings.Contains(out, "still here") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer after restart; log:\n%s\nolliesrv:\n%s", out, log2.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	await.Until(t, 20*time.Second, "an answer after the restart", func() bool { return strings.Contains(agentLog(), "still here") },
+		func() string { return "log:\n" + agentLog() + "\nolliesrv:\n" + log2.String() })
 	reqs := llm.ChatRequests()
 	last := reqs[len(reqs)-1]
 	if len(last.Messages) < 4 {

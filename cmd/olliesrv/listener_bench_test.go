@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/pkg/sftp"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
 )
@@ -62,15 +64,22 @@ func untilOnPTY(b *testing.B, cmd *exec.Cmd, want string) (took time.Duration, s
 	if err != nil {
 		b.Fatal(err)
 	}
-	copied := make(chan struct{})
-	go func() { io.Copy(writerFunc(seen.WriteString), ptmx); close(copied) }()
-	deadline := start.Add(20 * time.Second)
-	for !strings.Contains(seen.String(), want) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			b.Fatalf("%v: no %q on the pty; saw %q", cmd.Args, want, seen.String())
-		}
-		time.Sleep(200 * time.Microsecond)
+	copied, appeared := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	go func() {
+		io.Copy(writerFunc(func(s string) {
+			seen.WriteString(s)
+			if strings.Contains(seen.String(), want) {
+				once.Do(func() { close(appeared) })
+			}
+		}), ptmx)
+		close(copied)
+	}()
+	select {
+	case <-appeared:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		b.Fatalf("%v: no %q on the pty; saw %q", cmd.Args, want, seen.String())
 	}
 	took = time.Since(start)
 	return took, func() {
@@ -258,17 +267,13 @@ func forward9P(b *testing.B, sock string, ssh *exec.Cmd) *client.Conn {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { ssh.Process.Kill(); ssh.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
+	await.Until(b, 10*time.Second, fmt.Sprintf("%v making %s", ssh.Args, sock), func() bool {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%v made no %s", ssh.Args, sock)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	})
 	c, err := client.Dial(sock)
 	if err != nil {
 		b.Fatalf("9P through %v: %v", ssh.Args, err)

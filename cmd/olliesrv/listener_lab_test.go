@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 )
 
@@ -142,17 +144,13 @@ func (h *listenerHost) start() {
 	case <-time.After(15 * time.Second):
 		tb.Fatalf("olliesrv serve -ssh never said where it listens:\n%s", h.log.String())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", filepath.Join(h.Dir, "ollie")); err == nil {
+	await.Until(tb, 10*time.Second, "olliesrv serving its namespace socket", func() bool {
+		c, err := net.Dial("unix", filepath.Join(h.Dir, "ollie"))
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("olliesrv made no namespace socket:\n%s", h.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	}, h.log.String)
 	conf := fmt.Sprintf(`Host ollie
 	HostName 127.0.0.1
 	Port %s
@@ -202,18 +200,14 @@ func agentEnv(llm *fakellm.Server) []string {
 // waitState waits until the agent at path (in the namespace) is in state.
 func (h *listenerHost) waitState(path, state string) {
 	h.tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		out, _ := h.ssh("", "read", path+"/state")
-		if strings.TrimSpace(out) == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := h.ssh("", "read", path+"/log")
-			h.tb.Fatalf("%s: state %q, want %q; log:\n%s\nolliesrv:\n%s", path, out, state, log, h.log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var out string
+	await.Until(h.tb, 20*time.Second, fmt.Sprintf("%s: state %q", path, state), func() bool {
+		out, _ = h.ssh("", "read", path+"/state")
+		return strings.TrimSpace(out) == state
+	}, func() string {
+		log, _ := h.ssh("", "read", path+"/log")
+		return fmt.Sprintf("state %q; log:\n%s\nolliesrv:\n%s", out, log, h.log.String())
+	})
 }
 
 // TestListenerSSHFS mounts the real daemon's namespace with Debian's sshfs
@@ -242,11 +236,13 @@ func TestListenerSSHFS(t *testing.T) {
 		// longer: try again before calling it a failure.
 		var out []byte
 		var err error
-		for i := 0; i < 50; i++ {
-			if out, err = exec.Command("fusermount", "-u", mnt).CombinedOutput(); err == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if await.Poll(ctx, func() bool {
+			out, err = exec.Command("fusermount", "-u", mnt).CombinedOutput()
+			return err == nil
+		}) {
+			return
 		}
 		exec.Command("fusermount", "-u", "-z", mnt).Run()
 		t.Errorf("fusermount -u: %v\n%s", err, out)
@@ -268,7 +264,7 @@ func TestListenerSSHFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { tail.Process.Kill(); tail.Wait() }()
-	time.Sleep(300 * time.Millisecond)
+	awaitOpen(t, tail.Process.Pid, filepath.Join(mnt, "session/lab/agent/a/chat"))
 	// The answer stops after its first line until the test has looked.
 	hold := make(chan struct{})
 	defer func() {
@@ -285,20 +281,19 @@ func TestListenerSSHFS(t *testing.T) {
 	// While the answer comes, tail shows its first line without its last,
 	// and the glob reads the agent's state of now.
 	midway := false
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(tailOut.String(), "last line of the answer") {
-		if s := tailOut.String(); !midway && strings.Contains(s, "first line of the answer") {
+	await.Until(t, 20*time.Second, "tail -f of the chat showing the whole answer", func() bool {
+		s := tailOut.String()
+		if !midway && strings.Contains(s, "first line of the answer") && !strings.Contains(s, "last line of the answer") {
 			midway = true
 			if out, err := sh("cat " + mnt + "/session/*/agent/*/state"); err != nil || out != "thinking\n" {
 				t.Errorf("cat mnt/session/*/agent/*/state while the agent answers: %q %v", out, err)
 			}
 			close(hold)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tail -f of the chat never showed the whole answer: %q (stderr %q)\nolliesrv:\n%s", tailOut.String(), tailErr.String(), h.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(s, "last line of the answer")
+	}, func() string {
+		return fmt.Sprintf("saw %q (stderr %q)\nolliesrv:\n%s", tailOut.String(), tailErr.String(), h.log.String())
+	})
 	if !midway {
 		t.Errorf("tail -f showed the answer only once it was whole, not as it grew: %q", tailOut.String())
 	}
@@ -339,18 +334,12 @@ func TestListenerChatOnPTY(t *testing.T) {
 	mark := 0
 	waitFor := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			s := seen.String()
-			if i := strings.Index(s[mark:], what); i >= 0 {
-				mark += i + len(what)
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q through the pty; saw %q\nolliesrv:\n%s", what, s[mark:], h.log.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		at := -1
+		await.Until(t, 20*time.Second, fmt.Sprintf("%q through the pty", what), func() bool {
+			at = strings.Index(seen.String()[mark:], what)
+			return at >= 0
+		}, func() string { return fmt.Sprintf("saw %q\nolliesrv:\n%s", seen.String()[mark:], h.log.String()) })
+		mark += at + len(what)
 	}
 	waitFor("ollie:/% ")
 	io.WriteString(ptmx, "chat session/lab/agent/a\r")
@@ -382,3 +371,19 @@ func TestListenerChatOnPTY(t *testing.T) {
 type writerFunc func(string)
 
 func (w writerFunc) Write(p []byte) (int, error) { w(string(p)); return len(p), nil }
+
+// awaitOpen waits until the process pid has the file path open: a reader
+// started in the background (tail -f) is then following it.
+func awaitOpen(t *testing.T, pid int, path string) {
+	t.Helper()
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	await.Until(t, 10*time.Second, fmt.Sprintf("pid %d opening %s", pid, path), func() bool {
+		entries, _ := os.ReadDir(fds)
+		for _, e := range entries {
+			if target, _ := os.Readlink(filepath.Join(fds, e.Name())); target == path {
+				return true
+			}
+		}
+		return false
+	})
+}
