@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
 
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -115,15 +115,10 @@ func (c *client9) ask(tool string) chan broker.Answer {
 func (c *client9) pending() string {
 	c.t.Helper()
 	fs := c.fs()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if f, err := fs.Open("bypass/pending", plan9.OREAD); err == nil {
-			dirs, _ := f.Dirreadall()
-			f.Close()
-			if len(dirs) == 1 {
-				return dirs[0].Name
-			}
-		}
-	}
-	c.t.Fatal("no request in bypass/pending")
-	return ""
+	var id string
+	await.Until(c.t, 10*time.Second, "a request in bypass/pending", func() bool {
+		id = onlyPending(fs)
+		return id != ""
+	})
+	return id
 }

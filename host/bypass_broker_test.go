@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -123,11 +124,7 @@ func TestShutdownDeniesParked(t *testing.T) {
 		_, ans, err := broker.Ask(ctx, c, &broker.Request{Session: "s", Tool: "fix", Executable: "/bin/true", Cwd: "/"})
 		done <- result{ans, err}
 	}()
-	for deadline := time.Now().Add(5 * time.Second); len(d.gate.Pending()) == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the request did not park")
-		}
-	}
+	await.Until(t, 5*time.Second, "the request parking", func() bool { return len(d.gate.Pending()) > 0 })
 	// The bound is the point, and generous: a Shutdown that left the
 	// parked request to ctx, or to its own time-out (5 min), would take
 	// a minute or more.

@@ -17,6 +17,7 @@ import (
 	"ollie/agent/backend"
 	"ollie/agent/fakellm"
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/internal/sudolab"
 	"ollie/ns"
@@ -56,17 +57,14 @@ func TestBypassPending(t *testing.T) {
 
 	pending := func() string {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if f, err := fs.Open("bypass/pending", plan9.OREAD); err == nil {
-				dirs, _ := f.Dirreadall()
-				f.Close()
-				if len(dirs) == 1 {
-					return dirs[0].Name
-				}
-			}
-		}
-		t.Fatalf("no request in bypass/pending; state %q, log:\n%s", nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/state"), nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/log"))
-		return ""
+		var id string
+		await.Until(t, 10*time.Second, "a request in bypass/pending", func() bool {
+			id = onlyPending(fs)
+			return id != ""
+		}, func() string {
+			return fmt.Sprintf("state %q, log:\n%s", nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/state"), nstest.ReadFile(t, fs, "session/s/agent/"+aid+"/log"))
+		})
+		return id
 	}
 
 	// Approved by writing the file.
@@ -139,36 +137,107 @@ func TestBypassPending(t *testing.T) {
 // a writer got, the daemon's log at debug level and its 9P trace.
 func TestBypassPasswordNowhere(t *testing.T) {
 	wrong, right := "pw-wrong-"+broker.NewID(), "pw-right-"+broker.NewID()
+	r := startPasswordRig(t)
+	defer r.stop()
+	conn, err := net.Dial("unix", filepath.Join(filepath.Dir(r.d.Socket), "elevate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &broker.Request{ID: broker.NewID(), Session: r.sid, SessionName: "s", Agent: r.aid, AgentName: "a", Tool: "fix_nginx", Variant: -1, Executable: "/usr/local/bin/fix_nginx", Cwd: "/tmp", Sudo: true}
+	type answer struct {
+		cv  *broker.Conversation
+		ans broker.Answer
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		cv, ans, err := broker.Ask(context.Background(), conn, req)
+		answered <- answer{cv, ans, err}
+	}()
+	r.awaitEvent("bypass.pending " + req.ID + " fix_nginx")
+	r.file = "bypass/pending/" + req.ID
+	file := r.file
+	r.read()
+	if err := r.write(r.fs, "approve"); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil || a.ans.Decision != broker.Once {
+		t.Fatalf("the asker got %+v %v", a.ans, a.err)
+	}
+	cv := a.cv
+	defer cv.Close("ran")
+	if text := r.read(); !strings.Contains(text, "approved: waiting for sudo to ask for the password") || !strings.Contains(text, "password: write 'password SECRET' to this file") {
+		t.Errorf("once approved, %s reads:\n%s", file, text)
+	}
+
+	first := askPassword(cv, 1, "")
+	r.awaitEvent("bypass.password " + req.ID + " 1")
+	if text := r.read(); !strings.Contains(text, "approved: sudo asks for the password (attempt 1 of 3)\n") {
+		t.Errorf("while sudo asks, %s reads:\n%s", file, text)
+	}
+	r.othersRefused(right)
+	// A password typed without its word is refused, and not repeated.
+	if err := r.write(r.fs, right); err == nil {
+		t.Error("a bare password was taken as a decision")
+	}
+	if err := r.write(r.fs, "password "+wrong+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	gotPassword(t, first, wrong)
+
+	second := askPassword(cv, 2, "wrong password")
+	r.awaitEvent("bypass.password " + req.ID + " 2")
+	if text := r.read(); !strings.Contains(text, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n") {
+		t.Errorf("after a wrong password, %s reads:\n%s", file, text)
+	}
+	if err := r.write(r.fs, "password "+right); err != nil {
+		t.Fatal(err)
+	}
+	gotPassword(t, second, right)
+	cv.Close("ran")
+	r.stop()
+	r.checkNowhere(wrong, right)
+}
+
+// passwordRig is a daemon that logs at debug level and traces 9P, with a
+// session and an agent, and a subscriber to every event. shown keeps
+// every text the request's file read and every error a writer got.
+type passwordRig struct {
+	t          *testing.T
+	d          *Daemon
+	fs         *client.Fsys
+	log, trace nstest.SyncBuffer
+	events     nstest.SyncBuffer
+	grown      chan struct{} // a token each time events grows
+	stopped    bool
+	sid, aid   string
+	file       string // the request's file in bypass/pending
+	shown      []string
+}
+
+func startPasswordRig(t *testing.T) *passwordRig {
 	data, _ := filepath.Abs("../data")
 	t.Setenv("OLLIE_DATA", data)
-	var log, trace nstest.SyncBuffer
-	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Trace: &trace,
-		Log:      slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	r := &passwordRig{t: t, grown: make(chan struct{}, 1)}
+	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Trace: &r.trace,
+		Log:      slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backends: func(string) (backend.Backend, error) { return &twoStep{}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			d.Shutdown(ctx)
-		}
-	}
-	defer stop()
-	fs := nstest.Attach(t, d.Socket, "")
+	r.d = d
+	r.fs = nstest.Attach(t, d.Socket, "")
+	fs := r.fs
 	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=a profile=default"); err != nil {
 		t.Fatal(err)
 	}
-	sid, aid := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/a/id"))
+	r.sid, r.aid = strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/a/id"))
 
 	// Every event, as a subscriber reads them.
-	var events nstest.SyncBuffer
 	ev, err := fs.Open("event", plan9.ORDWR)
 	if err != nil {
 		t.Fatal(err)
@@ -183,137 +252,116 @@ func TestBypassPasswordNowhere(t *testing.T) {
 			if err != nil {
 				return
 			}
-			events.Write(buf[:n])
-		}
-	}()
-	awaitEvent := func(want string) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(events.String(), want+"\n"); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no event %q in:\n%s", want, events.String())
+			r.events.Write(buf[:n])
+			select {
+			case r.grown <- struct{}{}:
+			default:
 			}
 		}
-	}
-
-	conn, err := net.Dial("unix", filepath.Join(filepath.Dir(d.Socket), "elevate"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &broker.Request{ID: broker.NewID(), Session: sid, SessionName: "s", Agent: aid, AgentName: "a", Tool: "fix_nginx", Variant: -1, Executable: "/usr/local/bin/fix_nginx", Cwd: "/tmp", Sudo: true}
-	type answer struct {
-		cv  *broker.Conversation
-		ans broker.Answer
-		err error
-	}
-	answered := make(chan answer, 1)
-	go func() {
-		cv, ans, err := broker.Ask(context.Background(), conn, req)
-		answered <- answer{cv, ans, err}
 	}()
-	awaitEvent("bypass.pending " + req.ID + " fix_nginx")
-	file := "bypass/pending/" + req.ID
-	var shown []string // every text and error a person or a tool got
-	read := func() string {
-		t.Helper()
-		text := nstest.ReadFile(t, fs, file)
-		shown = append(shown, text)
-		return text
-	}
-	write := func(fs *client.Fsys, data string) error {
-		err := nstest.WriteFile(fs, file, data)
-		shown = append(shown, fmt.Sprint(err))
-		return err
-	}
-	read()
-	if err := write(fs, "approve"); err != nil {
-		t.Fatal(err)
-	}
-	a := <-answered
-	if a.err != nil || a.ans.Decision != broker.Once {
-		t.Fatalf("the asker got %+v %v", a.ans, a.err)
-	}
-	cv := a.cv
-	defer cv.Close("ran")
-	if text := read(); !strings.Contains(text, "approved: waiting for sudo to ask for the password") || !strings.Contains(text, "password: write 'password SECRET' to this file") {
-		t.Errorf("once approved, %s reads:\n%s", file, text)
-	}
+	return r
+}
 
-	type pwResult struct {
-		pw  []byte
-		err error
+// stop shuts the daemon down, once.
+func (r *passwordRig) stop() {
+	if !r.stopped {
+		r.stopped = true
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.d.Shutdown(ctx)
 	}
-	ask := func(attempt int, problem string) chan pwResult {
-		ch := make(chan pwResult, 1)
-		go func() {
-			pw, err := cv.Password(context.Background(), attempt, problem)
-			ch <- pwResult{pw, err}
-		}()
-		return ch
-	}
-	got := func(ch chan pwResult, want string) {
-		t.Helper()
+}
+
+// awaitEvent waits until the subscriber has read the event want.
+func (r *passwordRig) awaitEvent(want string) {
+	r.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for !strings.Contains(r.events.String(), want+"\n") {
 		select {
-		case r := <-ch:
-			if r.err != nil || string(r.pw) != want {
-				t.Fatalf("sudo got %q %v, want %q", r.pw, r.err, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("sudo got no password")
+		case <-r.grown:
+		case <-timeout:
+			r.t.Fatalf("no event %q in:\n%s", want, r.events.String())
 		}
 	}
+}
 
-	first := ask(1, "")
-	awaitEvent("bypass.password " + req.ID + " 1")
-	if text := read(); !strings.Contains(text, "approved: sudo asks for the password (attempt 1 of 3)\n") {
-		t.Errorf("while sudo asks, %s reads:\n%s", file, text)
-	}
-	// Only the owner writes it: not an agent's tool, not none.
+// read reads the request's file as its owner.
+func (r *passwordRig) read() string {
+	r.t.Helper()
+	text := nstest.ReadFile(r.t, r.fs, r.file)
+	r.shown = append(r.shown, text)
+	return text
+}
+
+// write writes data to the request's file through fs.
+func (r *passwordRig) write(fs *client.Fsys, data string) error {
+	err := nstest.WriteFile(fs, r.file, data)
+	r.shown = append(r.shown, fmt.Sprint(err))
+	return err
+}
+
+// othersRefused checks that only the owner writes the request's file:
+// not an agent's tool, not none.
+func (r *passwordRig) othersRefused(password string) {
 	for who, other := range map[string]*client.Fsys{
-		"the agent's tool":                      attachAgent(t, d, aid),
-		"none":                                  attachPeer(t, d, ns.Remote, "none", ""),
-		"a sandboxed tool without a capability": attachPeer(t, d, ns.Sandboxed, aid, ""),
+		"the agent's tool":                      attachAgent(r.t, r.d, r.aid),
+		"none":                                  attachPeer(r.t, r.d, ns.Remote, "none", ""),
+		"a sandboxed tool without a capability": attachPeer(r.t, r.d, ns.Sandboxed, r.aid, ""),
 	} {
-		for _, data := range []string{"password " + right, "deny"} {
-			if err := write(other, data); err == nil || !strings.Contains(err.Error(), "permission denied") {
-				t.Errorf("%s wrote %q to %s: %v", who, strings.Fields(data)[0], file, err)
+		for _, data := range []string{"password " + password, "deny"} {
+			if err := r.write(other, data); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				r.t.Errorf("%s wrote %q to %s: %v", who, strings.Fields(data)[0], r.file, err)
 			}
 		}
 	}
-	// A password typed without its word is refused, and not repeated.
-	if err := write(fs, right); err == nil {
-		t.Error("a bare password was taken as a decision")
-	}
-	if err := write(fs, "password "+wrong+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	got(first, wrong)
+}
 
-	second := ask(2, "wrong password")
-	awaitEvent("bypass.password " + req.ID + " 2")
-	if text := read(); !strings.Contains(text, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n") {
-		t.Errorf("after a wrong password, %s reads:\n%s", file, text)
-	}
-	if err := write(fs, "password "+right); err != nil {
-		t.Fatal(err)
-	}
-	got(second, right)
-	cv.Close("ran")
-	stop()
-
+// checkNowhere looks for the passwords in the event stream, the log, the
+// trace and what the file showed.
+func (r *passwordRig) checkNowhere(passwords ...string) {
 	for what, s := range map[string]string{
-		"the event stream":                         events.String(),
-		"the daemon's log":                         log.String(),
-		"the daemon's 9P trace":                    trace.String(),
-		"what the file read and writers were told": strings.Join(shown, "\n"),
+		"the event stream":                         r.events.String(),
+		"the daemon's log":                         r.log.String(),
+		"the daemon's 9P trace":                    r.trace.String(),
+		"what the file read and writers were told": strings.Join(r.shown, "\n"),
 	} {
-		for _, pw := range []string{wrong, right} {
+		for _, pw := range passwords {
 			if strings.Contains(s, pw) {
-				t.Errorf("a password is in %s:\n%s", what, s)
+				r.t.Errorf("a password is in %s:\n%s", what, s)
 			}
 		}
 	}
-	if !strings.Contains(trace.String(), "Twrite") {
-		t.Error("the trace saw no write: it was not on")
+	if !strings.Contains(r.trace.String(), "Twrite") {
+		r.t.Error("the trace saw no write: it was not on")
+	}
+}
+
+type pwResult struct {
+	pw  []byte
+	err error
+}
+
+// askPassword asks for the password as sudo's askpass does, in the
+// background.
+func askPassword(cv *broker.Conversation, attempt int, problem string) chan pwResult {
+	ch := make(chan pwResult, 1)
+	go func() {
+		pw, err := cv.Password(context.Background(), attempt, problem)
+		ch <- pwResult{pw, err}
+	}()
+	return ch
+}
+
+// gotPassword checks that the asker got want.
+func gotPassword(t *testing.T, ch chan pwResult, want string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil || string(r.pw) != want {
+			t.Fatalf("sudo got %q %v, want %q", r.pw, r.err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sudo got no password")
 	}
 }
 
@@ -341,103 +389,126 @@ func TestBypassSudoAtHost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-
-	asked := 0 // chat requests the model has had
-	// turn has the agent call root_id, and returns the id of its request
-	// once parked.
-	turn := func(prompt string) string {
-		t.Helper()
-		for state := ""; state != "idle\n"; time.Sleep(20 * time.Millisecond) {
-			if state = nstest.ReadFile(t, fs, "session/s/agent/a/state"); ctx.Err() != nil {
-				t.Fatalf("the agent stays %q", state)
-			}
-		}
-		h.LLM.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("done"))
-		asked += 2
-		if err := nstest.WriteFile(fs, "session/s/agent/a/prompt", prompt); err != nil {
-			t.Fatal(err)
-		}
-		for ; ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
-			f, err := fs.Open("bypass/pending", plan9.OREAD)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dirs, _ := f.Dirreadall()
-			f.Close()
-			if len(dirs) == 1 {
-				return dirs[0].Name
-			}
-		}
-		t.Fatalf("no request in bypass/pending:\n%s", h.Log.String())
-		return ""
-	}
-	// says waits until the request's entry reads want.
-	says := func(id, want string) {
-		t.Helper()
-		text := ""
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if text, _ = nstest.TryRead(fs, "bypass/pending/"+id); strings.Contains(text, want) {
-				return
-			}
-		}
-		t.Fatalf("bypass/pending/%s never said %q; it reads:\n%s\nlog:\n%s", id, want, text, h.Log.String())
-	}
-	write := func(id, data string) {
-		t.Helper()
-		if err := nstest.WriteFile(fs, "bypass/pending/"+id, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	output := func() string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		out, err := h.ToolOutput(ctx, asked)
-		if err != nil {
-			t.Fatalf("%v\nlog:\n%s", err, h.Log.String())
-		}
-		return strings.TrimSpace(out)
-	}
+	s := &sudoTurns{t: t, ctx: ctx, h: h, fs: fs}
 
 	t.Run("right", func(t *testing.T) {
-		id := turn("who am I as root?")
-		says(id, "tool:     root_id\n")
-		write(id, "approve")
-		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
-		write(id, "password "+pw+"\n")
-		if out := output(); out != "0" {
+		id := s.turn("who am I as root?")
+		s.says(id, "tool:     root_id\n")
+		s.write(id, "approve")
+		s.says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		s.write(id, "password "+pw+"\n")
+		if out := s.output(); out != "0" {
 			t.Errorf("root_id gave the model %q, want 0 (run as root)", out)
 		}
 	})
 	t.Run("wrong then right", func(t *testing.T) {
-		id := turn("and again?")
-		write(id, "approve")
-		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
-		write(id, "password "+wrong)
-		says(id, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n")
-		write(id, "password "+pw)
-		if out := output(); out != "0" {
+		id := s.turn("and again?")
+		s.write(id, "approve")
+		s.says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		s.write(id, "password "+wrong)
+		s.says(id, "approved: sudo asks for the password again (attempt 2 of 3): wrong password\n")
+		s.write(id, "password "+pw)
+		if out := s.output(); out != "0" {
 			t.Errorf("root_id gave the model %q, want 0 (run as root)", out)
 		}
 	})
 	t.Run("deny", func(t *testing.T) {
-		id := turn("once more?")
-		write(id, "approve")
-		says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
-		write(id, "deny not as root today")
-		if out := output(); out == "0" || !strings.Contains(out, "not as root today") {
+		id := s.turn("once more?")
+		s.write(id, "approve")
+		s.says(id, "approved: sudo asks for the password (attempt 1 of 3)\n")
+		s.write(id, "deny not as root today")
+		if out := s.output(); out == "0" || !strings.Contains(out, "not as root today") {
 			t.Errorf("root_id gave the model %q: want not run, saying why", out)
 		}
 	})
+	searchSecrets(t, h, pw, wrong)
+}
 
+// sudoTurns drives the agent of TestBypassSudoAtHost: each turn a call
+// of root_id, parked in bypass/pending for the test to answer. Its
+// helpers fail the test of the top level, whose deadline ctx is.
+type sudoTurns struct {
+	t     *testing.T
+	ctx   context.Context
+	h     *sudolab.Host
+	fs    *client.Fsys
+	asked int // chat requests the model has had
+}
+
+// turn has the agent call root_id, and returns the id of its request
+// once parked.
+func (s *sudoTurns) turn(prompt string) string {
+	t, fs := s.t, s.fs
+	t.Helper()
+	state := ""
+	if !await.Poll(s.ctx, func() bool {
+		state = nstest.ReadFile(t, fs, "session/s/agent/a/state")
+		return state == "idle\n"
+	}) {
+		t.Fatalf("the agent stays %q", state)
+	}
+	s.h.LLM.Push(fakellm.ToolCall("root_id", `{}`), fakellm.Text("done"))
+	s.asked += 2
+	if err := nstest.WriteFile(fs, "session/s/agent/a/prompt", prompt); err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	if !await.Poll(s.ctx, func() bool {
+		f, err := fs.Open("bypass/pending", plan9.OREAD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs, _ := f.Dirreadall()
+		f.Close()
+		if len(dirs) == 1 {
+			id = dirs[0].Name
+		}
+		return id != ""
+	}) {
+		t.Fatalf("no request in bypass/pending:\n%s", s.h.Log.String())
+	}
+	return id
+}
+
+// says waits until the request's entry reads want.
+func (s *sudoTurns) says(id, want string) {
+	s.t.Helper()
+	text := ""
+	await.Until(s.t, 30*time.Second, fmt.Sprintf("bypass/pending/%s saying %q", id, want), func() bool {
+		text, _ = nstest.TryRead(s.fs, "bypass/pending/"+id)
+		return strings.Contains(text, want)
+	}, func() string { return "it reads:\n" + text + "\nlog:\n" + s.h.Log.String() })
+}
+
+func (s *sudoTurns) write(id, data string) {
+	s.t.Helper()
+	if err := nstest.WriteFile(s.fs, "bypass/pending/"+id, data); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// output is what the last call of root_id gave the model.
+func (s *sudoTurns) output() string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	defer cancel()
+	out, err := s.h.ToolOutput(ctx, s.asked)
+	if err != nil {
+		s.t.Fatalf("%v\nlog:\n%s", err, s.h.Log.String())
+	}
+	return strings.TrimSpace(out)
+}
+
+// searchSecrets looks for the secrets in the daemon's log and files, and
+// in every process's argv and environment.
+func searchSecrets(t *testing.T, h *sudolab.Host, secrets ...string) {
 	for what, s := range map[string]string{"the daemon's log": h.Log.String()} {
-		for _, p := range []string{pw, wrong} {
+		for _, p := range secrets {
 			if strings.Contains(s, p) {
 				t.Errorf("a password is in %s:\n%s", what, s)
 			}
 		}
 	}
-	secrets := []string{pw, wrong}
 	filepath.WalkDir(h.Dir, func(p string, e os.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(p, filepath.Join(h.Dir, "bin")) {
 			return nil
@@ -513,14 +584,11 @@ func TestPendingReadOnlyByItsAgent(t *testing.T) {
 			out <- ans
 		}()
 		file := "bypass/pending/" + req.ID
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := nstest.TryRead(admin, file); err == nil {
-				return file, out
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never appeared", file)
-			}
-		}
+		await.Until(t, 10*time.Second, file+" appearing", func() bool {
+			_, err := nstest.TryRead(admin, file)
+			return err == nil
+		})
+		return file, out
 	}
 
 	file, answer := ask(aid)
@@ -555,4 +623,19 @@ func TestPendingReadOnlyByItsAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-answer
+}
+
+// onlyPending is the id of the one request in bypass/pending, or "" while
+// there is not exactly one.
+func onlyPending(fs *client.Fsys) string {
+	f, err := fs.Open("bypass/pending", plan9.OREAD)
+	if err != nil {
+		return ""
+	}
+	dirs, _ := f.Dirreadall()
+	f.Close()
+	if len(dirs) != 1 {
+		return ""
+	}
+	return dirs[0].Name
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ollie/agent/backend"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -68,14 +69,17 @@ func TestSpillWithSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var result string
-	for deadline := time.Now().Add(20 * time.Second); result == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool { // the second request carries the tool's result
 		be.mu.Lock()
+		defer be.mu.Unlock()
 		if len(be.seen) >= 2 {
 			msgs := be.seen[1]
 			result = msgs[len(msgs)-1].Content
 		}
-		be.mu.Unlock()
-	}
+		return result != ""
+	})
 	m := regexp.MustCompile(`the whole output is in (\S+)\]`).FindStringSubmatch(result)
 	if m == nil {
 		t.Fatalf("the model was not told where the whole output is: %q", result[max(0, len(result)-300):])
