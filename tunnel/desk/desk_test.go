@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/ns"
 	"ollie/ns/client"
 	"ollie/tunnel/fleet"
@@ -152,15 +153,10 @@ func newRig(t *testing.T, names ...string) *rig {
 	}()
 	t.Cleanup(func() { cancel(); <-served })
 	r.sock = Socket(dir)
-	for i := 0; ; i++ {
-		if r.c, err = client.DialAs(Socket(dir), ""); err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, "the desk's namespace answering on its socket", func() bool {
+		r.c, err = client.DialAs(Socket(dir), "")
+		return err == nil
+	}, func() string { return err.Error() })
 	t.Cleanup(func() { r.c.Close() })
 	return r
 }
