@@ -34,6 +34,7 @@ import (
 	"9fans.net/go/plan9"
 
 	"ollie/broker"
+	"ollie/internal/await"
 )
 
 // fakeScript says how the hostile host answers. The zero value is an
@@ -203,15 +204,15 @@ func fakeStart(sc *fakeScript, exe string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			os.WriteFile(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)), 0644)
-			fmt.Printf("started %s pid %d\n", sock, cmd.Process.Pid)
-			return 0
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !await.Poll(ctx, func() bool { _, err := os.Stat(sock); return err == nil }) {
+		fmt.Fprintln(os.Stderr, "the fake daemon did not listen")
+		return 1
 	}
-	fmt.Fprintln(os.Stderr, "the fake daemon did not listen")
-	return 1
+	os.WriteFile(pidPath, []byte(strconv.Itoa(cmd.Process.Pid)), 0644)
+	fmt.Printf("started %s pid %d\n", sock, cmd.Process.Pid)
+	return 0
 }
 
 func fakeServe(sc *fakeScript) int {
@@ -369,37 +370,7 @@ func (s *fakeNS) serve(c net.Conn) {
 			fids[tx.Fid] = root
 			rx.Qid = root.qid()
 		case plan9.Twalk:
-			n := fids[tx.Fid]
-			if n == nil {
-				rerror("unknown fid")
-				break
-			}
-			for _, name := range tx.Wname {
-				var next *fakeNode
-				for _, k := range n.kids {
-					if k.name == name {
-						next = k
-					}
-				}
-				if name == ".." {
-					next = root
-				}
-				if next == nil {
-					break
-				}
-				n = next
-				rx.Wqid = append(rx.Wqid, n.qid())
-			}
-			switch {
-			case len(rx.Wqid) == len(tx.Wname):
-				fids[tx.Newfid] = n
-			case len(rx.Wqid) == 0:
-				msg := s.sc.WalkError
-				if msg == "" {
-					msg = "file does not exist"
-				}
-				rerror(msg)
-			}
+			s.walk(fids, root, tx, rx)
 		case plan9.Topen:
 			n := fids[tx.Fid]
 			if n == nil {
@@ -418,34 +389,7 @@ func (s *fakeNS) serve(c net.Conn) {
 				rerror("unknown fid")
 				break
 			}
-			var all []byte
-			if n.endless {
-				rx.Data = endlessRead(n, tx.Offset, tx.Count)
-				break
-			}
-			if n.dir {
-				var entries [][]byte
-				for _, k := range n.kids {
-					d := k.stat()
-					b, _ := d.Bytes()
-					entries = append(entries, b)
-				}
-				// Whole entries from the offset, as many as fit.
-				off := uint64(0)
-				for _, e := range entries {
-					if off >= tx.Offset && uint32(len(rx.Data)+len(e)) <= tx.Count {
-						rx.Data = append(rx.Data, e...)
-					}
-					off += uint64(len(e))
-				}
-				break
-			}
-			if n.data != nil {
-				all = n.data()
-			}
-			if tx.Offset < uint64(len(all)) {
-				rx.Data = all[tx.Offset:min(uint64(len(all)), tx.Offset+uint64(tx.Count))]
-			}
+			rx.Data = n.read(tx.Offset, tx.Count)
 		case plan9.Twrite:
 			n := fids[tx.Fid]
 			if n == nil || n.write == nil {
@@ -472,6 +416,71 @@ func (s *fakeNS) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// walk walks tx's fid by its names, as far as they lead, into rx; the
+// new fid is kept only for a walk that went all the way.
+func (s *fakeNS) walk(fids map[uint32]*fakeNode, root *fakeNode, tx, rx *plan9.Fcall) {
+	n := fids[tx.Fid]
+	if n == nil {
+		rx.Type, rx.Ename = plan9.Rerror, "unknown fid"
+		return
+	}
+	for _, name := range tx.Wname {
+		var next *fakeNode
+		for _, k := range n.kids {
+			if k.name == name {
+				next = k
+			}
+		}
+		if name == ".." {
+			next = root
+		}
+		if next == nil {
+			break
+		}
+		n = next
+		rx.Wqid = append(rx.Wqid, n.qid())
+	}
+	switch {
+	case len(rx.Wqid) == len(tx.Wname):
+		fids[tx.Newfid] = n
+	case len(rx.Wqid) == 0:
+		msg := s.sc.WalkError
+		if msg == "" {
+			msg = "file does not exist"
+		}
+		rx.Type, rx.Ename = plan9.Rerror, msg
+	}
+}
+
+// read is what a Tread of count bytes at offset gets of n: for a
+// directory, whole entries from the offset, as many as fit.
+func (n *fakeNode) read(offset uint64, count uint32) []byte {
+	if n.endless {
+		return endlessRead(n, offset, count)
+	}
+	if n.dir {
+		var data []byte
+		off := uint64(0)
+		for _, k := range n.kids {
+			d := k.stat()
+			e, _ := d.Bytes()
+			if off >= offset && uint32(len(data)+len(e)) <= count {
+				data = append(data, e...)
+			}
+			off += uint64(len(e))
+		}
+		return data
+	}
+	var all []byte
+	if n.data != nil {
+		all = n.data()
+	}
+	if offset < uint64(len(all)) {
+		return all[offset:min(uint64(len(all)), offset+uint64(count))]
+	}
+	return nil
 }
 
 // msizeFlood sends, after its Rversion of 4 GiB, one reply of MsizeFrame
@@ -575,136 +584,163 @@ func fakeApprovals(sc *fakeScript, path string, key []byte) {
 	dial := func() (net.Conn, error) { return net.DialTimeout("unix", path, 5*time.Second) }
 	switch sc.Approvals {
 	case "escapes":
-		// A tool named with a sentence first: refused where it is
-		// received, the reason given back, never shown.
-		if c, err := dial(); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			req := hostileRequest(-1)
-			req.Tool = hostileField("tool")
-			_, ans, err := broker.AskKeyed(ctx, c, req, key)
-			fakeLog("escapes: tool name: %s %q %v", ans.Decision, ans.Reason, err)
-			cancel()
-		}
-		for i := 0; ; i++ {
-			c, err := dial()
-			if err != nil {
-				fakeLog("escapes: dial: %v", err)
-				time.Sleep(time.Second)
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			cv, ans, err := broker.AskKeyed(ctx, c, hostileRequest(i), key)
-			fakeLog("escapes: request %d: %s %v", i, ans.Decision, err)
-			if err == nil && ans.Decision != broker.Deny {
-				for attempt := 1; attempt <= broker.MaxPasswordAttempts; attempt++ {
-					pw, err := cv.Password(ctx, attempt, hostileField("wrong password"))
-					fakeLog("escapes: password %d: got %d bytes, %v", attempt, len(pw), err)
-					if err != nil {
-						break
-					}
-				}
-				cv.Close("ran")
-			}
-			cancel()
-			time.Sleep(200 * time.Millisecond)
-		}
+		fakeEscapes(dial, key)
 	case "password":
+		fakePasswordAsks(sc, dial, key)
+	case "flood":
+		fakeRequestFlood(sc, dial, key)
+	case "connflood":
+		fakeConnFlood(sc, dial)
+	}
+}
+
+// fakeEscapes asks with escape sequences in every field a person may be
+// shown, and in a tool's name, which is refused where it is received.
+func fakeEscapes(dial func() (net.Conn, error), key []byte) {
+	// A tool named with a sentence first: refused where it is
+	// received, the reason given back, never shown.
+	if c, err := dial(); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		req := hostileRequest(-1)
+		req.Tool = hostileField("tool")
+		_, ans, err := broker.AskKeyed(ctx, c, req, key)
+		fakeLog("escapes: tool name: %s %q %v", ans.Decision, ans.Reason, err)
+		cancel()
+	}
+	// A hostile host asks again and again, a few times a second.
+	pace := time.NewTicker(200 * time.Millisecond)
+	defer pace.Stop()
+	for i := 0; ; i++ {
 		c, err := dial()
 		if err != nil {
-			fakeLog("password: dial: %v", err)
-			return
+			fakeLog("escapes: dial: %v", err)
+			<-pace.C
+			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cv, ans, err := broker.AskKeyed(ctx, c, &broker.Request{Session: "s", Tool: "root_tool", Executable: "/usr/bin/id", Cwd: "/", Sudo: true}, key)
-		fakeLog("password: request: %s %v", ans.Decision, err)
-		if err != nil || ans.Decision == broker.Deny {
-			return
-		}
-		secrets := 0
-		for i := 0; i < sc.PasswordAsks; i++ {
-			// The wire allows attempts 1 to 3: a host asking more often
-			// counts them again.
-			_, err := cv.Password(ctx, i%broker.MaxPasswordAttempts+1, "wrong password")
-			if err != nil {
-				fakeLog("password: ask %d refused: %v", i+1, err)
-				break
+		cv, ans, err := broker.AskKeyed(ctx, c, hostileRequest(i), key)
+		fakeLog("escapes: request %d: %s %v", i, ans.Decision, err)
+		if err == nil && ans.Decision != broker.Deny {
+			for attempt := 1; attempt <= broker.MaxPasswordAttempts; attempt++ {
+				pw, err := cv.Password(ctx, attempt, hostileField("wrong password"))
+				fakeLog("escapes: password %d: got %d bytes, %v", attempt, len(pw), err)
+				if err != nil {
+					break
+				}
 			}
-			secrets++
-			fakeLog("password: ask %d: got a secret", i+1)
+			cv.Close("ran")
 		}
-		fakeLog("password: secrets %d", secrets)
-		cv.Close("failed")
-	case "flood":
+		cancel()
+		<-pace.C
+	}
+}
+
+// fakePasswordAsks asks for a sudo password more often than the wire
+// allows, counting the secrets it is given.
+func fakePasswordAsks(sc *fakeScript, dial func() (net.Conn, error), key []byte) {
+	c, err := dial()
+	if err != nil {
+		fakeLog("password: dial: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cv, ans, err := broker.AskKeyed(ctx, c, &broker.Request{Session: "s", Tool: "root_tool", Executable: "/usr/bin/id", Cwd: "/", Sudo: true}, key)
+	fakeLog("password: request: %s %v", ans.Decision, err)
+	if err != nil || ans.Decision == broker.Deny {
+		return
+	}
+	secrets := 0
+	for i := 0; i < sc.PasswordAsks; i++ {
+		// The wire allows attempts 1 to 3: a host asking more often
+		// counts them again.
+		_, err := cv.Password(ctx, i%broker.MaxPasswordAttempts+1, "wrong password")
+		if err != nil {
+			fakeLog("password: ask %d refused: %v", i+1, err)
+			break
+		}
+		secrets++
+		fakeLog("password: ask %d: got a secret", i+1)
+	}
+	fakeLog("password: secrets %d", secrets)
+	cv.Close("failed")
+}
+
+// fakeRequestFlood sends sc.Count whole requests at once, each on its
+// own connection, and counts those answered.
+func fakeRequestFlood(sc *fakeScript, dial func() (net.Conn, error), key []byte) {
+	var wg sync.WaitGroup
+	var written, answered, failed atomic.Int64
+	var conns []net.Conn
+	var mu sync.Mutex
+	for i := 0; i < sc.Count; i++ {
+		c, err := dial()
+		if err != nil {
+			failed.Add(1)
+			continue
+		}
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+		req := &broker.Request{ID: broker.NewID(), Session: fmt.Sprintf("flood-%03d", i), Tool: fmt.Sprintf("flood_tool_%03d", i), Executable: "/bin/true", Cwd: "/"}
+		line, _ := json.Marshal(map[string]any{"type": "request", "request": req, "key": key})
+		c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(append(line, '\n')); err != nil {
+			failed.Add(1)
+			continue
+		}
+		written.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			if l, err := bufio.NewReader(c).ReadString('\n'); err == nil && l != "" {
+				answered.Add(1)
+			}
+		}()
+	}
+	fakeLog("flood-sent written=%d failed=%d", written.Load(), failed.Load())
+	wg.Wait()
+	fakeLog("flood-done answered=%d", answered.Load())
+}
+
+// fakeConnFlood opens sc.Count connections a round and writes sc.Bytes of
+// junk on each, never a whole request: round 1 at once, round N once the
+// test makes go-N.
+func fakeConnFlood(sc *fakeScript, dial func() (net.Conn, error)) {
+	var conns []net.Conn
+	junk := make([]byte, sc.Bytes)
+	for i := range junk {
+		junk[i] = 'A'
+	}
+	for round := 1; ; round++ {
+		if round > 1 {
+			await.Poll(context.Background(), func() bool {
+				_, err := os.Stat(filepath.Join(fakeStateDir(), fmt.Sprintf("go-%d", round)))
+				return err == nil
+			})
+		}
 		var wg sync.WaitGroup
-		var written, answered, failed atomic.Int64
-		var conns []net.Conn
-		var mu sync.Mutex
+		var ok, failed atomic.Int64
 		for i := 0; i < sc.Count; i++ {
 			c, err := dial()
 			if err != nil {
 				failed.Add(1)
 				continue
 			}
-			mu.Lock()
 			conns = append(conns, c)
-			mu.Unlock()
-			req := &broker.Request{ID: broker.NewID(), Session: fmt.Sprintf("flood-%03d", i), Tool: fmt.Sprintf("flood_tool_%03d", i), Executable: "/bin/true", Cwd: "/"}
-			line, _ := json.Marshal(map[string]any{"type": "request", "request": req, "key": key})
-			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Write(append(line, '\n')); err != nil {
-				failed.Add(1)
-				continue
-			}
-			written.Add(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.SetReadDeadline(time.Now().Add(2 * time.Minute))
-				if l, err := bufio.NewReader(c).ReadString('\n'); err == nil && l != "" {
-					answered.Add(1)
+				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(junk); err != nil {
+					failed.Add(1)
+					return
 				}
+				ok.Add(1)
 			}()
 		}
-		fakeLog("flood-sent written=%d failed=%d", written.Load(), failed.Load())
 		wg.Wait()
-		fakeLog("flood-done answered=%d", answered.Load())
-	case "connflood":
-		// Round 1 at once; round N once the test makes go-N.
-		var conns []net.Conn
-		junk := make([]byte, sc.Bytes)
-		for i := range junk {
-			junk[i] = 'A'
-		}
-		for round := 1; ; round++ {
-			for round > 1 {
-				if _, err := os.Stat(filepath.Join(fakeStateDir(), fmt.Sprintf("go-%d", round))); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			var wg sync.WaitGroup
-			var ok, failed atomic.Int64
-			for i := 0; i < sc.Count; i++ {
-				c, err := dial()
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				conns = append(conns, c)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-					if _, err := c.Write(junk); err != nil {
-						failed.Add(1)
-						return
-					}
-					ok.Add(1)
-				}()
-			}
-			wg.Wait()
-			fakeLog("connflood-sent round=%d ok=%d failed=%d", round, ok.Load(), failed.Load())
-		}
+		fakeLog("connflood-sent round=%d ok=%d failed=%d", round, ok.Load(), failed.Load())
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -179,14 +180,12 @@ func (hl *hostileLab) fakeEvents() string {
 func (hl *hostileLab) waitEvent(t *testing.T, re string, within time.Duration) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
-		if m := rx.FindStringSubmatch(hl.fakeEvents()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fake did not log %q within %v; its log:\n%s", re, within, tailString(hl.fakeEvents(), 3000))
-		}
-	}
+	var m []string
+	await.Until(t, within, fmt.Sprintf("the fake did not log %q", re), func() bool {
+		m = rx.FindStringSubmatch(hl.fakeEvents())
+		return m != nil
+	}, func() string { return "its log:\n" + tailString(hl.fakeEvents(), 3000) })
+	return m
 }
 
 func tailString(s string, n int) string {
@@ -531,10 +530,8 @@ func (r *responder) step() {
 	r.prompts = append(r.prompts, prompt{kind, seg, time.Now()})
 	r.pos = r.buf.Len()
 	line, think := r.answer(kind, seg), r.think
-	go func() {
-		time.Sleep(think)
-		r.tty.Write([]byte(line + "\r"))
-	}()
+	// The person takes their think time to answer: the point, not a guess.
+	time.AfterFunc(think, func() { r.tty.Write([]byte(line + "\r")) })
 }
 
 func (r *responder) setThink(d time.Duration) {
@@ -563,12 +560,9 @@ func (r *responder) seen() []prompt {
 
 func (r *responder) waitFor(t *testing.T, what string, within time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if strings.Contains(r.String(), what) {
-			return
-		}
-	}
-	t.Fatalf("no %q on the broker's terminal within %v:\n%s", what, within, tailString(r.String(), 3000))
+	await.Until(t, within, fmt.Sprintf("no %q on the broker's terminal", what), func() bool {
+		return strings.Contains(r.String(), what)
+	}, func() string { return tailString(r.String(), 3000) })
 }
 
 // honestTool names the honest host's request, which no hostile prompt
@@ -641,57 +635,69 @@ func (d *desk) askHonest(within time.Duration) (honestResult, error) {
 	lookDone := make(chan struct{})
 	go func() {
 		defer close(lookDone)
-		for looking.Err() == nil {
+		look := time.NewTicker(200 * time.Microsecond)
+		defer look.Stop()
+		for {
 			if connectedTo(path) > base {
 				arrival.Store(time.Now().UnixNano())
 				return
 			}
-			time.Sleep(200 * time.Microsecond)
+			select {
+			case <-looking.Done():
+				return
+			case <-look.C:
+			}
 		}
 	}()
-	deadline := time.Now().Add(within)
-	for {
-		seen := d.screen.seen()
+	// The prompt's time is when the screen showed it, not when this looks.
+	showing, stopShowing := context.WithTimeout(context.Background(), within)
+	defer stopShowing()
+	var seen []prompt
+	shown := -1
+	await.Poll(showing, func() bool {
+		seen = d.screen.seen()
 		for i := nStart; i < len(seen); i++ {
 			if strings.Contains(seen[i].seg, honestTool) {
-				res.delay = seen[i].at.Sub(t0)
-				select {
-				case a := <-done:
-					res.decided = decided(a)
-				case <-time.After(70 * time.Second):
-					return res, fmt.Errorf("the honest request was shown but never answered")
-				}
-				// The conversation is over: the connection was seen by now
-				// or never will be.
-				stopLooking()
-				<-lookDone
-				if arrival.Load() == 0 {
-					// Its connection came and went between two looks (a
-					// loaded machine): every prompt shown since the ask
-					// counts, an upper bound of those after its arrival.
-					d.t.Logf("the honest request's connection to %s was not seen; counting every prompt since it was asked", path)
-					res.before = i - nStart
-					return res, nil
-				}
-				arrived := time.Unix(0, arrival.Load())
-				for _, p := range seen[nStart:i] {
-					if p.at.After(arrived) {
-						res.before++
-					}
-				}
-				return res, nil
+				shown = i
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			select {
-			case a := <-done:
-				return res, fmt.Errorf("the honest host's request was never shown (%d other prompts in %v); the tool said %q; the screen:\n%q", len(seen)-nStart, within, a.out, tailString(d.screen.String(), 2000))
-			default:
-			}
-			return res, fmt.Errorf("the honest host's request was not shown within %v (%d hostile prompts shown meanwhile)", within, len(seen)-nStart)
+		return false
+	})
+	if shown < 0 {
+		select {
+		case a := <-done:
+			return res, fmt.Errorf("the honest host's request was never shown (%d other prompts in %v); the tool said %q; the screen:\n%q", len(seen)-nStart, within, a.out, tailString(d.screen.String(), 2000))
+		default:
 		}
-		time.Sleep(time.Millisecond)
+		return res, fmt.Errorf("the honest host's request was not shown within %v (%d hostile prompts shown meanwhile)", within, len(seen)-nStart)
 	}
+	res.delay = seen[shown].at.Sub(t0)
+	select {
+	case a := <-done:
+		res.decided = decided(a)
+	case <-time.After(70 * time.Second):
+		return res, fmt.Errorf("the honest request was shown but never answered")
+	}
+	// The conversation is over: the connection was seen by now or never
+	// will be.
+	stopLooking()
+	<-lookDone
+	if arrival.Load() == 0 {
+		// Its connection came and went between two looks (a loaded
+		// machine): every prompt shown since the ask counts, an upper
+		// bound of those after its arrival.
+		d.t.Logf("the honest request's connection to %s was not seen; counting every prompt since it was asked", path)
+		res.before = shown - nStart
+		return res, nil
+	}
+	arrived := time.Unix(0, arrival.Load())
+	for _, p := range seen[nStart:shown] {
+		if p.at.After(arrived) {
+			res.before++
+		}
+	}
+	return res, nil
 }
 
 // connectedTo counts the connections accepted on the keeper's broker

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // Finding 4 of issue 11: a host exhausting the keeper, through deploy and
@@ -105,7 +107,9 @@ func TestHostileUnexpectedReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	time.Sleep(4 * time.Second)
+	// The 4 s of replies nobody asked for are the point: what the keeper
+	// logs and drops over a while.
+	await.For(t.Context(), 4*time.Second)
 	grew := d.keeperLogSize() - before
 	broken := strings.Count(hl.fakeEvents(), "tags: connection broken")
 	t.Logf("figure: replies to unknown tags for 4 s: keeper.log grew %d bytes; the keeper dropped the connection %d times", grew, broken)
@@ -131,9 +135,10 @@ func TestHostileRedial(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	time.Sleep(500 * time.Millisecond)
+	await.Until(t, 10*time.Second, "the keeper never dialled the server", func() bool { return countAccepts(hl.fakeEvents()) > 0 })
 	n0 := countAccepts(hl.fakeEvents())
-	time.Sleep(5 * time.Second)
+	// The 5 s are the window the dials are counted over.
+	await.For(t.Context(), 5*time.Second)
 	n := countAccepts(hl.fakeEvents()) - n0
 	t.Logf("figure: a server failing after Tversion: %d connections in 5 s", n)
 	if n > 30 {
@@ -229,7 +234,7 @@ func TestHostileKeeperBounded(t *testing.T) {
 	asks, slowest := 0, time.Duration(0)
 	for ; asks < 3; asks++ {
 		if asks > 0 {
-			time.Sleep(12 * time.Second)
+			await.For(t.Context(), 12*time.Second)
 		}
 		delay, err := d.promptDelay(2 * time.Second)
 		if err != nil {
@@ -241,7 +246,8 @@ func TestHostileKeeperBounded(t *testing.T) {
 			break
 		}
 	}
-	time.Sleep(30*time.Second - time.Since(start))
+	// The 30 s are the attack's length, the keeper's peak its figure.
+	await.For(t.Context(), 30*time.Second-time.Since(start))
 	close(stop)
 	readers.Wait()
 	peak := d.keeper.Peak()
@@ -269,14 +275,20 @@ func (d *desk) promptDelay(within time.Duration) (time.Duration, error) {
 		out, _ := askThroughGate(d.t, d.hl.lab, d.hl.good.Name, honestTool, `{"thought":"honest"}`)
 		said <- out
 	}()
-	for time.Since(t0) < within {
+	showing, cancel := context.WithDeadline(context.Background(), t0.Add(within))
+	defer cancel()
+	var at time.Time
+	if await.Poll(showing, func() bool {
 		for _, p := range d.screen.seen()[n:] {
 			if strings.Contains(p.seg, honestTool) {
-				<-said // denied by the responder: the tool ends
-				return p.at.Sub(t0), nil
+				at = p.at
+				return true
 			}
 		}
-		time.Sleep(time.Millisecond)
+		return false
+	}) {
+		<-said // denied by the responder: the tool ends
+		return at.Sub(t0), nil
 	}
 	select {
 	case out := <-said:

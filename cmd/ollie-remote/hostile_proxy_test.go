@@ -34,6 +34,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 )
@@ -200,6 +201,8 @@ func stealFlood(path, keyHex string, n int, dir string) int {
 	res := make([]stealAnswer, n)
 	t0 := time.Now()
 	var wg sync.WaitGroup
+	pace := time.NewTicker(stealGap)
+	defer pace.Stop()
 	for i := range n {
 		res[i].Sent = time.Since(t0)
 		wg.Add(1)
@@ -232,7 +235,7 @@ func stealFlood(path, keyHex string, n int, dir string) int {
 			a.Decision, a.Reason = ans.Decision, ans.Reason
 			cv.Close("not run")
 		}()
-		time.Sleep(stealGap)
+		<-pace.C
 	}
 	wg.Wait()
 	b, _ := json.Marshal(res)
@@ -319,29 +322,27 @@ func (a *attacker) proxy(sock string) {
 			}
 		}
 	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(a.dir, stealReady)); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(a.dir, stealLog))
-			t.Fatalf("the proxy did not take the socket's place within 20s:\n%s", b)
-		}
-	}
+	await.Until(t, 20*time.Second, "the proxy did not take the socket's place", func() bool {
+		_, err := os.Stat(filepath.Join(a.dir, stealReady))
+		return err == nil
+	}, func() string {
+		b, _ := os.ReadFile(filepath.Join(a.dir, stealLog))
+		return string(b)
+	})
 }
 
 // stolen waits for the proxy to have seen a registration.
 func (a *attacker) stolen(within time.Duration) (path, key string) {
 	a.t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+	await.Until(a.t, within, "no registration passed the proxy", func() bool {
 		b, err := os.ReadFile(filepath.Join(a.dir, stealStolen))
 		if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-			return f[0], f[1]
+			path, key = f[0], f[1]
+			return true
 		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("no registration passed the proxy within %v", within)
-		}
-	}
+		return false
+	})
+	return path, key
 }
 
 // flood runs the flood and returns its answers.
@@ -426,13 +427,10 @@ func waitBroker(t *testing.T, host, sock, want string, within time.Duration) {
 	t.Helper()
 	var bs []string
 	var err error
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	await.Until(t, within, fmt.Sprintf("%s never listed broker %q", host, want), func() bool {
 		bs, _, err = brokers(sock)
-		if err == nil && len(bs) > 0 && (want == "" || slices.Contains(bs, want)) {
-			return
-		}
-	}
-	t.Fatalf("%s lists brokers %q (%v) after %v, want %q", host, bs, err, within, want)
+		return err == nil && len(bs) > 0 && (want == "" || slices.Contains(bs, want))
+	}, func() string { return fmt.Sprintf("it lists %q (%v)", bs, err) })
 }
 
 // honestSudo has h12's olliesrv ask for root_id through its gate, and
@@ -514,9 +512,9 @@ func TestHostileStolenKey(t *testing.T) {
 	go func() {
 		// Into the flood, once h11 has had its budget, so that the flood
 		// goes on all around it.
-		for deadline := time.Now().Add(30 * time.Second); s.asked(0)-asked0 < desktop.DefaultPromptsPerMinute && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
+		budgetSpent, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		await.Poll(budgetSpent, func() bool { return s.asked(0)-asked0 >= desktop.DefaultPromptsPerMinute })
+		cancel()
 		began := time.Since(t0)
 		took, err := honestSudo(t, s)
 		honestDone <- honest{began, took, err}
@@ -525,62 +523,9 @@ func TestHostileStolenKey(t *testing.T) {
 	floodEnd := time.Now() // the attacker has every answer
 	hon := <-honestDone
 
-	var shown, over int
-	var lastSent, lastAnswer time.Duration
-	for i, ans := range res {
-		lastSent, lastAnswer = max(lastSent, ans.Sent), max(lastAnswer, ans.Answered)
-		switch {
-		case ans.Err != "":
-			t.Errorf("request %d got no answer: %s", i, ans.Err)
-		case ans.Decision == broker.Deny && strings.Contains(ans.Reason, "denied by the desktop's limit for this host") &&
-			strings.Contains(ans.Reason, fmt.Sprintf("at most %d prompts a minute", desktop.DefaultPromptsPerMinute)):
-			over++
-		case ans.Decision == broker.Once:
-			// The askpass approves: the person was asked.
-			shown++
-		default:
-			t.Errorf("request %d: %s, %q: neither asked nor refused over the budget", i, ans.Decision, ans.Reason)
-		}
-	}
-	asked := s.asked(0) - asked0
-	t.Logf("figure: %d requests sent in %v, all answered %v after the first; %d asked on the desktop (askpass: %d), %d refused over the budget",
-		len(res), lastSent.Round(time.Millisecond), lastAnswer.Round(time.Millisecond), shown, asked, over)
-	if len(res) != stolenFlood || lastSent > 10*time.Second {
-		t.Errorf("the flood sent %d requests in %v, want %d within 10s", len(res), lastSent, stolenFlood)
-	}
-	// The budget counts what is put to a person in any minute, and every
-	// request was sent within 10 s of the first, with no prompt of h11's
-	// before them: no more may reach the askpass.
-	if asked > desktop.DefaultPromptsPerMinute {
-		t.Errorf("the desktop's askpass was asked %d times for h11's stolen key, want at most %d (desktop.DefaultPromptsPerMinute)", asked, desktop.DefaultPromptsPerMinute)
-	}
-	if shown != asked {
-		t.Errorf("%d requests were approved, but the askpass was asked %d times", shown, asked)
-	}
-	if over != len(res)-asked {
-		t.Errorf("%d requests were refused over the budget, want every one not asked (%d)", over, len(res)-asked)
-	}
+	lastSent := checkStolenFlood(t, res, s.asked(0)-asked0)
 
-	// One notice for the burst: it is told a second after the burst's
-	// first refusal (Budget.NoticeDelay), and the burst lasts until a
-	// minute passes without one; 3 s after the last answer a second
-	// notice would have been logged.
-	time.Sleep(time.Until(floodEnd.Add(3 * time.Second)))
-	var notices []string
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		notices = budgetNotices(keeperLog(r))[len(notices0):]
-		if len(notices) > 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(notices) != 1 {
-		t.Errorf("the keeper logged %d over-budget notices for the burst, want one:\n%s", len(notices), strings.Join(notices, "\n"))
-	} else {
-		t.Logf("figure: the notice: %s", notices[0])
-		if !strings.Contains(notices[0], "host=h11") || !strings.Contains(notices[0], fmt.Sprintf("per_minute=%d", desktop.DefaultPromptsPerMinute)) {
-			t.Errorf("the notice does not name h11 and the budget: %s", notices[0])
-		}
-	}
+	checkOneBudgetNotice(t, r, len(notices0), floodEnd)
 
 	// The honest host's request went through the same keeper and the same
 	// askpass while the flood was answered: h12's budget is its own, and
@@ -606,6 +551,76 @@ func TestHostileStolenKey(t *testing.T) {
 	t.Logf("figure: the keeper's memory: peak %s (idle %s)", mib(peak), mib(mem.idle))
 	if peak > memBound {
 		t.Errorf("the keeper reached %s, over the bound of %s", mib(peak), mib(memBound))
+	}
+}
+
+// checkStolenFlood checks the answers to the stolen key's flood, the
+// desktop's askpass having been asked asked times: at most the budget put
+// to the person, every other request refused over the budget, saying so.
+// It returns when the last request was sent, from the first.
+func checkStolenFlood(t *testing.T, res []stealAnswer, asked int) (lastSent time.Duration) {
+	t.Helper()
+	var shown, over int
+	var lastAnswer time.Duration
+	for i, ans := range res {
+		lastSent, lastAnswer = max(lastSent, ans.Sent), max(lastAnswer, ans.Answered)
+		switch {
+		case ans.Err != "":
+			t.Errorf("request %d got no answer: %s", i, ans.Err)
+		case ans.Decision == broker.Deny && strings.Contains(ans.Reason, "denied by the desktop's limit for this host") &&
+			strings.Contains(ans.Reason, fmt.Sprintf("at most %d prompts a minute", desktop.DefaultPromptsPerMinute)):
+			over++
+		case ans.Decision == broker.Once:
+			// The askpass approves: the person was asked.
+			shown++
+		default:
+			t.Errorf("request %d: %s, %q: neither asked nor refused over the budget", i, ans.Decision, ans.Reason)
+		}
+	}
+	t.Logf("figure: %d requests sent in %v, all answered %v after the first; %d asked on the desktop (askpass: %d), %d refused over the budget",
+		len(res), lastSent.Round(time.Millisecond), lastAnswer.Round(time.Millisecond), shown, asked, over)
+	if len(res) != stolenFlood || lastSent > 10*time.Second {
+		t.Errorf("the flood sent %d requests in %v, want %d within 10s", len(res), lastSent, stolenFlood)
+	}
+	// The budget counts what is put to a person in any minute, and every
+	// request was sent within 10 s of the first, with no prompt of h11's
+	// before them: no more may reach the askpass.
+	if asked > desktop.DefaultPromptsPerMinute {
+		t.Errorf("the desktop's askpass was asked %d times for h11's stolen key, want at most %d (desktop.DefaultPromptsPerMinute)", asked, desktop.DefaultPromptsPerMinute)
+	}
+	if shown != asked {
+		t.Errorf("%d requests were approved, but the askpass was asked %d times", shown, asked)
+	}
+	if over != len(res)-asked {
+		t.Errorf("%d requests were refused over the budget, want every one not asked (%d)", over, len(res)-asked)
+	}
+	return lastSent
+}
+
+// checkOneBudgetNotice checks that r's keeper logs, after its first
+// before notices, one over-budget notice for the burst that ended at
+// floodEnd, naming h11 and the budget.
+func checkOneBudgetNotice(t *testing.T, r *remote, before int, floodEnd time.Time) {
+	t.Helper()
+	// One notice for the burst: it is told a second after the burst's
+	// first refusal (Budget.NoticeDelay), and the burst lasts until a
+	// minute passes without one; 3 s after the last answer a second
+	// notice would have been logged.
+	await.For(t.Context(), time.Until(floodEnd.Add(3*time.Second)))
+	var notices []string
+	logged, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	await.Poll(logged, func() bool {
+		notices = budgetNotices(keeperLog(r))[before:]
+		return len(notices) > 0
+	})
+	if len(notices) != 1 {
+		t.Errorf("the keeper logged %d over-budget notices for the burst, want one:\n%s", len(notices), strings.Join(notices, "\n"))
+	} else {
+		t.Logf("figure: the notice: %s", notices[0])
+		if !strings.Contains(notices[0], "host=h11") || !strings.Contains(notices[0], fmt.Sprintf("per_minute=%d", desktop.DefaultPromptsPerMinute)) {
+			t.Errorf("the notice does not name h11 and the budget: %s", notices[0])
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 	"ollie/internal/termsafe"
 	"ollie/tunnel/deploy"
 	"os"
@@ -54,12 +56,12 @@ func TestHostilePhishing(t *testing.T) {
 		}
 		return "o" // on to the password asks, whose problem is the host's too
 	})
-	for deadline := time.Now().Add(10 * time.Second); countKind(d.screen.seen(), "password") < 3; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			checkClean(t, "the broker's terminal", d.screen.String())
-			t.Fatalf("the terminal broker showed %d password prompts that are ollie's own lines", countKind(d.screen.seen(), "password"))
-		}
-	}
+	await.Until(t, 10*time.Second, "the terminal broker showed fewer than 3 password prompts that are ollie's own lines", func() bool {
+		return countKind(d.screen.seen(), "password") >= 3
+	}, func() string {
+		checkClean(t, "the broker's terminal", d.screen.String())
+		return fmt.Sprintf("it showed %d", countKind(d.screen.seen(), "password"))
+	})
 	for _, p := range d.screen.seen() {
 		if !strings.Contains(p.seg, honestTool) {
 			checkPrompt(t, "the terminal's "+p.kind+" prompt", p.seg, bad, p.kind == "approve")
@@ -102,7 +104,9 @@ func TestHostileApprovalFlood(t *testing.T) {
 	// how to lift the limit.
 	notice := "from " + bad + " refused: over this desktop's limit of"
 	d.screen.waitFor(t, notice, 10*time.Second)
-	time.Sleep(2 * time.Second) // a second notice for the same burst would come a second after the first
+	// The silence is the point: a second notice for the same burst would
+	// come a second after the first.
+	await.For(t.Context(), 2*time.Second)
 	if n := strings.Count(d.screen.String(), notice); n != 1 {
 		t.Errorf("%d notices of %s's refusals, want one for the burst:\n%s", n, bad, tailString(d.screen.String(), 3000))
 	}

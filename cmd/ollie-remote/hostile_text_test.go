@@ -16,6 +16,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 	"ollie/internal/termsafe"
 )
 
@@ -104,9 +105,9 @@ func TestTerminalBrokerHostile(t *testing.T) {
 			pwc <- pw
 		}()
 		scr.waitFor(t, "(asked by h4): ")
-		for strings.Count(scr.String(), "(asked by h4): ") < attempt+1 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		await.Until(t, 30*time.Second, fmt.Sprintf("password prompt %d never shown", attempt+1), func() bool {
+			return strings.Count(scr.String(), "(asked by h4): ") >= attempt+1
+		}, scr.String)
 		tty.Write([]byte("Hunter2-secret\r"))
 		if pw := <-pwc; string(pw) != "Hunter2-secret" {
 			t.Errorf("password %q", pw)
@@ -131,7 +132,15 @@ func TestTerminalBrokerHostile(t *testing.T) {
 		}
 	}()
 
-	screen := scr.String()[banner:]
+	checkHostileScreen(t, scr.String()[banner:])
+}
+
+// checkHostileScreen checks what the terminal broker showed of the
+// hostile request: no escape of the host's, the connection's host named
+// first on the prompt and on both password lines, no line of the host's
+// own, no echo of the password.
+func checkHostileScreen(t *testing.T, screen string) {
+	t.Helper()
 	if p := escapeOnScreen(screen); p != "" {
 		t.Errorf("the host reached the terminal: %s\n%q", p, screen)
 	}
