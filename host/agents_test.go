@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"9fans.net/go/plan9/client"
 
 	"ollie/agent/backend"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 )
 
@@ -51,8 +53,14 @@ func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []back
 // it as the admin; the test's end shuts it down.
 func modelDaemon(t *testing.T, be backend.Backend) (*Daemon, *client.Fsys) {
 	t.Helper()
+	return tracedModelDaemon(t, be, nil)
+}
+
+// tracedModelDaemon is modelDaemon, its 9P trace written to trace.
+func tracedModelDaemon(t *testing.T, be backend.Backend, trace io.Writer) (*Daemon, *client.Fsys) {
+	t.Helper()
 	d, err := Start(Config{StateDir: t.TempDir(), Dir: nstest.ShortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backends: func(name string) (backend.Backend, error) { return be, nil }})
+		Trace: trace, Backends: func(name string) (backend.Backend, error) { return be, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +77,8 @@ func TestAgentThroughNamespace(t *testing.T) {
 	t.Setenv("OLLIE_DATA", data)
 
 	be := &twoStep{}
-	d, fs := modelDaemon(t, be)
+	var trace nstest.SyncBuffer
+	d, fs := tracedModelDaemon(t, be, &trace)
 	n := d.ns
 	if _, err := nstest.RdWr(fs, "session/new", "name=s cwd=/tmp"); err != nil {
 		t.Fatal(err)
@@ -78,127 +87,9 @@ func TestAgentThroughNamespace(t *testing.T) {
 	if err != nil || name != "coder\n" {
 		t.Fatalf("agent/new = %q %v", name, err)
 	}
-	if sp, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "systemprompt"); err != nil || !strings.Contains(sp, "/tmp") || len(sp) < 200 {
-		t.Errorf("systemprompt = %q %v", sp, err)
-	}
-	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=x profile=nosuch"); err == nil || !strings.Contains(err.Error(), "coding") {
-		t.Errorf("unknown profile: %v", err)
-	}
-	// A profile's tool list narrows what its agent sees.
-	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=narrow profile=coding"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); err != nil || strings.Contains(got, "echo") {
-		t.Errorf("the coding profile's agent sees %q %v", got, err)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); err != nil || got != "echo\tEcho.\n" {
-		t.Errorf("the default profile's agent sees %q %v", got, err)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tool_load echo"); err != nil || !strings.HasSuffix(got, "reasoning_think\necho\n") {
-		t.Errorf("tool_load on a profile's agent: %q %v", got, err)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
-		t.Errorf("after tool_load the agent sees %q", got)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tool_unload echo"); strings.Contains(got, "echo") {
-		t.Errorf("tool_unload: %q", got)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "agent default"); err != nil || got != "default\n" {
-		t.Fatalf("profile switch: %q %v", got, err)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
-		t.Errorf("after switching to default the agent sees %q", got)
-	}
-	if _, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "agent nosuch"); err == nil || !strings.Contains(err.Error(), "available") {
-		t.Errorf("switch to an unknown profile: %v", err)
-	}
-	nstest.RdWr(fs, "session/s/agent/narrow/ctl", "kill")
-
-	// Agents without a list share the session's tools, and each one's
-	// tool_load and tool_unload change its own list only.
-	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=other profile=default"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_unload echo"); err != nil || got != "\n" {
-		t.Errorf("tool_unload on a shared agent: %q %v", got, err)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/other/ctl", "tools"); got != "" {
-		t.Errorf("after tool_unload the agent sees %q", got)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
-		t.Errorf("another agent's tool_unload changed coder's tools: %q", got)
-	}
-	os.WriteFile(filepath.Join(tools, "late.meta"), []byte(`{"description": "Late.", "readOnly": true}`), 0644)
-	os.WriteFile(filepath.Join(tools, "late"), []byte("#!/bin/sh\necho late\n"), 0755)
-	if _, err := nstest.RdWr(fs, "session/s/ctl", "invalidate"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_load late"); err != nil || got != "late\n" {
-		t.Errorf("tool_load of a tool the session lacks: %q %v", got, err)
-	}
-	if got, _ := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
-		t.Errorf("another agent's tool_load showed coder %q", got)
-	}
-	if _, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_load nosuch"); err == nil {
-		t.Error("tool_load of an unknown tool succeeded")
-	}
-	nstest.RdWr(fs, "session/s/agent/other/ctl", "kill")
-	if ag := nstest.ReadFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
-		t.Errorf("agents = %q", ag)
-	}
-	id := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/coder/id"))
-	if got := nstest.ReadFile(t, fs, "session/s/agent/coder/state"); got != "idle\n" {
-		t.Fatalf("state = %q", got)
-	}
-
-	chat, err := fs.Open("session/s/agent/coder/chat", plan9.OREAD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer chat.Close()
-	// statewait, read while idle, returns at the next change.
-	waited := make(chan string, 1)
-	go func() {
-		s, _ := nstest.TryRead(fs, "session/s/agent/coder/statewait")
-		waited <- s
-	}()
-	time.Sleep(100 * time.Millisecond) // let the wait begin; if it has not, it sees a later change
-	if err := nstest.WriteFile(fs, "session/s/agent/coder/prompt", "hello"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case s := <-waited:
-		if s != "thinking\n" && s != "calling\n" && s != "idle\n" {
-			t.Errorf("statewait = %q", s)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("statewait did not return after a prompt")
-	}
-	lines := readLines(t, chat, 5)
-	want := []string{"hello", "", `→ echo {"text":"hello"}`, `← echo: echo got {"text":"hello"}`, `the tool said: echo got {"text":"hello"}`}
-	if strings.Join(lines[:5], "\n") != strings.Join(want, "\n") {
-		t.Fatalf("chat = %q, want %q", lines, want)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if !d.ns.agents.lookup(strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), "coder").WaitTurns(ctx, 1) {
-		t.Fatal("the turn did not end")
-	}
-	if idx := nstest.ReadFile(t, fs, "session/s/agent/idx"); !strings.Contains(idx, id+"\tcoder\t-\t0\tidle") {
-		t.Errorf("agent idx = %q", idx)
-	}
-	logText := nstest.ReadFile(t, fs, "session/s/agent/"+id+"/log")
-	if strings.Count(logText, "\n") != 4 || !strings.Contains(logText, `"role":"tool"`) {
-		t.Errorf("log = %q", logText)
-	}
-	var stats struct{ Turns int }
-	json.Unmarshal([]byte(nstest.ReadFile(t, fs, "session/s/agent/coder/stats")), &stats)
-	if stats.Turns != 1 {
-		t.Errorf("stats turns = %d", stats.Turns)
-	}
-	if got, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "fly"); err == nil || !strings.Contains(err.Error(), "valid: help, stop") {
-		t.Errorf("bad ctl: %q %v", got, err)
-	}
+	profileTools(t, fs)
+	sharedTools(t, fs, tools)
+	id := firstTurn(t, d, fs, &trace)
 
 	// Another agent's identity cannot read this agent's chat or log, or
 	// write its prompt; anyone may read its state.
@@ -272,6 +163,143 @@ func TestAgentThroughNamespace(t *testing.T) {
 	}
 }
 
+// profileTools: a profile's tool list narrows what its agent sees, and
+// tool_load, tool_unload and a switch of profile change it.
+func profileTools(t *testing.T, fs *client.Fsys) {
+	if sp, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "systemprompt"); err != nil || !strings.Contains(sp, "/tmp") || len(sp) < 200 {
+		t.Errorf("systemprompt = %q %v", sp, err)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=x profile=nosuch"); err == nil || !strings.Contains(err.Error(), "coding") {
+		t.Errorf("unknown profile: %v", err)
+	}
+	// A profile's tool list narrows what its agent sees.
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=narrow profile=coding"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); err != nil || strings.Contains(got, "echo") {
+		t.Errorf("the coding profile's agent sees %q %v", got, err)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); err != nil || got != "echo\tEcho.\n" {
+		t.Errorf("the default profile's agent sees %q %v", got, err)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tool_load echo"); err != nil || !strings.HasSuffix(got, "reasoning_think\necho\n") {
+		t.Errorf("tool_load on a profile's agent: %q %v", got, err)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("after tool_load the agent sees %q", got)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tool_unload echo"); strings.Contains(got, "echo") {
+		t.Errorf("tool_unload: %q", got)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "agent default"); err != nil || got != "default\n" {
+		t.Fatalf("profile switch: %q %v", got, err)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("after switching to default the agent sees %q", got)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/narrow/ctl", "agent nosuch"); err == nil || !strings.Contains(err.Error(), "available") {
+		t.Errorf("switch to an unknown profile: %v", err)
+	}
+	nstest.RdWr(fs, "session/s/agent/narrow/ctl", "kill")
+
+}
+
+// sharedTools: agents without a list share the session's tools, and each
+// one's tool_load and tool_unload change its own list only.
+func sharedTools(t *testing.T, fs *client.Fsys, tools string) {
+	if _, err := nstest.RdWr(fs, "session/s/agent/new", "name=other profile=default"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_unload echo"); err != nil || got != "\n" {
+		t.Errorf("tool_unload on a shared agent: %q %v", got, err)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/other/ctl", "tools"); got != "" {
+		t.Errorf("after tool_unload the agent sees %q", got)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("another agent's tool_unload changed coder's tools: %q", got)
+	}
+	os.WriteFile(filepath.Join(tools, "late.meta"), []byte(`{"description": "Late.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "late"), []byte("#!/bin/sh\necho late\n"), 0755)
+	if _, err := nstest.RdWr(fs, "session/s/ctl", "invalidate"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_load late"); err != nil || got != "late\n" {
+		t.Errorf("tool_load of a tool the session lacks: %q %v", got, err)
+	}
+	if got, _ := nstest.RdWr(fs, "session/s/agent/coder/ctl", "tools"); got != "echo\tEcho.\n" {
+		t.Errorf("another agent's tool_load showed coder %q", got)
+	}
+	if _, err := nstest.RdWr(fs, "session/s/agent/other/ctl", "tool_load nosuch"); err == nil {
+		t.Error("tool_load of an unknown tool succeeded")
+	}
+	nstest.RdWr(fs, "session/s/agent/other/ctl", "kill")
+	if ag := nstest.ReadFile(t, fs, "agents"); !strings.Contains(ag, "coding\t") || !strings.Contains(ag, "orchestrator\t") {
+		t.Errorf("agents = %q", ag)
+	}
+}
+
+// firstTurn prompts agent coder: statewait returns at the change, the
+// chat shows the turn, and the log, idx and stats record it. It returns
+// the agent's ID.
+func firstTurn(t *testing.T, d *Daemon, fs *client.Fsys, trace *nstest.SyncBuffer) string {
+	id := strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/agent/coder/id"))
+	if got := nstest.ReadFile(t, fs, "session/s/agent/coder/state"); got != "idle\n" {
+		t.Fatalf("state = %q", got)
+	}
+
+	chat, err := fs.Open("session/s/agent/coder/chat", plan9.OREAD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chat.Close()
+	// statewait, read while idle, returns at the next change.
+	waited := make(chan string, 1)
+	go func() {
+		s, _ := nstest.TryRead(fs, "session/s/agent/coder/statewait")
+		waited <- s
+	}()
+	awaitRead(t, trace, "statewait")
+	if err := nstest.WriteFile(fs, "session/s/agent/coder/prompt", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-waited:
+		if s != "thinking\n" && s != "calling\n" && s != "idle\n" {
+			t.Errorf("statewait = %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("statewait did not return after a prompt")
+	}
+	lines := readLines(t, chat, 5)
+	want := []string{"hello", "", `→ echo {"text":"hello"}`, `← echo: echo got {"text":"hello"}`, `the tool said: echo got {"text":"hello"}`}
+	if strings.Join(lines[:5], "\n") != strings.Join(want, "\n") {
+		t.Fatalf("chat = %q, want %q", lines, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !d.ns.agents.lookup(strings.TrimSpace(nstest.ReadFile(t, fs, "session/s/id")), "coder").WaitTurns(ctx, 1) {
+		t.Fatal("the turn did not end")
+	}
+	if idx := nstest.ReadFile(t, fs, "session/s/agent/idx"); !strings.Contains(idx, id+"\tcoder\t-\t0\tidle") {
+		t.Errorf("agent idx = %q", idx)
+	}
+	logText := nstest.ReadFile(t, fs, "session/s/agent/"+id+"/log")
+	if strings.Count(logText, "\n") != 4 || !strings.Contains(logText, `"role":"tool"`) {
+		t.Errorf("log = %q", logText)
+	}
+	var stats struct{ Turns int }
+	json.Unmarshal([]byte(nstest.ReadFile(t, fs, "session/s/agent/coder/stats")), &stats)
+	if stats.Turns != 1 {
+		t.Errorf("stats turns = %d", stats.Turns)
+	}
+	if got, err := nstest.RdWr(fs, "session/s/agent/coder/ctl", "fly"); err == nil || !strings.Contains(err.Error(), "valid: help, stop") {
+		t.Errorf("bad ctl: %q %v", got, err)
+	}
+
+	return id
+}
+
 func TestGenerate(t *testing.T) {
 	be := &twoStep{}
 	_, fs := modelDaemon(t, be)
@@ -308,10 +336,11 @@ func TestRestartRestores(t *testing.T) {
 	t.Setenv("OLLIE_TOOLS_PATH", tools)
 	t.Setenv("OLLIE_DATA", data)
 	state := t.TempDir()
+	var trace nstest.SyncBuffer
 	start := func() (*Daemon, *twoStep) {
 		be := &twoStep{}
 		d, err := Start(Config{StateDir: state, Dir: nstest.ShortTempDir(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Backends: func(name string) (backend.Backend, error) { return be, nil }})
+			Trace: &trace, Backends: func(name string) (backend.Backend, error) { return be, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +394,7 @@ func TestRestartRestores(t *testing.T) {
 	}
 	waited := make(chan string, 1)
 	go func() { s, _ := nstest.TryRead(fs, "session/kept/goalwait"); waited <- s }()
-	time.Sleep(100 * time.Millisecond) // let the wait begin; if not, the select below fails rather than hangs
+	awaitRead(t, &trace, "goalwait")
 	if err := nstest.WriteFile(fs, "session/kept/goalstatus", "complete"); err != nil {
 		t.Fatal(err)
 	}
@@ -703,4 +732,21 @@ func TestAgentVerbsDeclaredOnce(t *testing.T) {
 			t.Errorf("help does not list %s", name)
 		}
 	}
+}
+
+// awaitRead waits until the server has taken in a read of the file name
+// (walked to last) in its 9P trace: a blocking read is then under way.
+func awaitRead(t *testing.T, trace *nstest.SyncBuffer, name string) {
+	t.Helper()
+	walk := regexp.MustCompile(`<-- Twalk tag \d+ fid \d+ newfid (\d+) wname \[[^\]]*\b` + regexp.QuoteMeta(name) + `\]`)
+	await.Until(t, 10*time.Second, "a read of "+name+" reaching the server", func() bool {
+		s := trace.String()
+		walks := walk.FindAllStringSubmatchIndex(s, -1)
+		if walks == nil {
+			return false
+		}
+		last := walks[len(walks)-1]
+		read := regexp.MustCompile(`<-- Tread tag \d+ fid ` + s[last[2]:last[3]] + ` `)
+		return read.MatchString(s[last[1]:])
+	})
 }
