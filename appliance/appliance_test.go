@@ -32,6 +32,8 @@ import (
 
 	"ollie/appliance"
 	"ollie/host"
+	"ollie/internal/await"
+	"ollie/internal/nstest"
 	"ollie/ns/client"
 	"ollie/shell"
 
@@ -332,7 +334,9 @@ func TestExecRefusesOtherCommands(t *testing.T) {
 }
 
 // sshOnPTY runs ssh -tt on a pty of the test's, as a person would.
-func (f *fixture) sshOnPTY(size *pty.Winsize) (cmd *exec.Cmd, ptmx *os.File, waitFor func(string)) {
+// waitFor waits for what on the pty, doing each (if given) before every
+// look.
+func (f *fixture) sshOnPTY(size *pty.Winsize) (cmd *exec.Cmd, ptmx *os.File, waitFor func(what string, each ...func())) {
 	t := f.t
 	cmd = exec.Command("ssh", f.sshArgs(f.key, "-tt")...)
 	ptmx, err := pty.StartWithSize(cmd, size)
@@ -342,15 +346,16 @@ func (f *fixture) sshOnPTY(size *pty.Winsize) (cmd *exec.Cmd, ptmx *os.File, wai
 	t.Cleanup(func() { ptmx.Close(); cmd.Process.Kill() })
 	var seen syncBuffer
 	go io.Copy(&seen, ptmx)
-	return cmd, ptmx, func(what string) {
+	return cmd, ptmx, func(what string, each ...func()) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(seen.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q through the pty; saw %q", what, seen.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		await.Until(t, 20*time.Second, fmt.Sprintf("%q through the pty", what),
+			func() bool {
+				for _, e := range each {
+					e()
+				}
+				return strings.Contains(seen.String(), what)
+			},
+			func() string { return fmt.Sprintf("saw %q", seen.String()) })
 	}
 }
 
@@ -373,7 +378,11 @@ func TestShellOnPTY(t *testing.T) {
 	// A read of a stream blocks until Ctrl-C, which the pty makes a
 	// SIGINT for the shell, which flushes the read.
 	io.WriteString(ptmx, "cat event\r")
-	time.Sleep(300 * time.Millisecond)
+	// The read is under way once an event comes through it: setting the
+	// bypass policy to what it is publishes one.
+	fs := nstest.Attach(t, filepath.Join(f.ns, "ollie"), "")
+	policy := nstest.ReadFile(t, fs, "bypass/policy")
+	waitFor("bypass.policy", func() { nstest.WriteFile(fs, "bypass/policy", policy) })
 	io.WriteString(ptmx, "\x03")
 	waitFor("^C\r\n\x1b[J\x1b[2K\rollie:/% ") // the prompt again: the read ended
 	io.WriteString(ptmx, "exit\r")
@@ -470,26 +479,24 @@ func TestReadOnlyKey(t *testing.T) {
 }
 
 // dialWhenThere dials a Unix socket ssh -L is about to make.
-func dialWhenThere(path string) (net.Conn, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil || time.Now().After(deadline) {
-			return c, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+func dialWhenThere(path string) (c net.Conn, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool {
+		c, err = net.Dial("unix", path)
+		return err == nil
+	})
+	return c, err
 }
 
+// waitLog waits for what in the log, and fails t (going on) if it never
+// comes.
 func waitLog(t *testing.T, log *syncBuffer, what string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(log.String(), what) {
-		if time.Now().After(deadline) {
-			t.Errorf("%q not logged:\n%s", what, log)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if !await.Poll(ctx, func() bool { return strings.Contains(log.String(), what) }) {
+		t.Errorf("%q not logged:\n%s", what, log)
 	}
 }
 
@@ -536,16 +543,10 @@ func TestForwards(t *testing.T) {
 	} {
 		var conn net.Conn
 		var err error
-		deadline := time.Now().Add(15 * time.Second)
-		for conn == nil {
+		await.Until(t, 15*time.Second, fmt.Sprintf("%s: ssh listening on %s", c.name, c.addr), func() bool {
 			conn, err = net.Dial(c.network, c.addr)
-			if err != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: ssh never listened on %s: %v", c.name, c.addr, err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
+			return err == nil
+		}, func() string { return fmt.Sprint(err) })
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		b, _ := io.ReadAll(conn)
 		conn.Close()
@@ -668,13 +669,11 @@ func TestClosedChannelEndsCommand(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("command pid %d still runs after its client went away", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !await.Poll(ctx, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("command pid %d still runs after its client went away", pid)
 	}
 }
 
@@ -699,12 +698,15 @@ func TestStaleSocketReplaced(t *testing.T) {
 	}
 	defer func() { fwd.Process.Kill(); fwd.Wait() }()
 	var got string
-	for deadline := time.Now().Add(15 * time.Second); got != "reached\n" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool {
 		if c, err := net.Dial("unix", models); err == nil {
 			got, _ = bufio.NewReader(c).ReadString('\n')
 			c.Close()
 		}
-	}
+		return got == "reached\n"
+	})
 	if got != "reached\n" {
 		t.Fatalf("the forward over a stale socket: read %q", got)
 	}

@@ -31,6 +31,7 @@ import (
 
 	"ollie/appliance"
 	"ollie/host"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/ns"
 	"ollie/ns/client"
@@ -256,17 +257,16 @@ func admitted(t *testing.T, c net.Conn) bool {
 // for when a slot it holds is being given back; it fails t after 5 s.
 func (f *fixture) admittedFrom(src string) net.Conn {
 	f.t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		c := f.dialFrom(src)
+	var c net.Conn
+	await.Until(f.t, 5*time.Second, "a connection from "+src+" admitted", func() bool {
+		c = f.dialFrom(src)
 		if admitted(f.t, c) {
-			return c
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			f.t.Fatalf("no connection from %s admitted in 5 s", src)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
+	return c
 }
 
 // login logs in from src with the key in file, by x/crypto/ssh, checking
@@ -347,7 +347,9 @@ func TestLoginGraceTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("login: %v", err)
 	}
-	time.Sleep(3 * grace)
+	// Outlasting LoginGraceTime is the point: the limit is for logins
+	// under way, not for connections logged in.
+	await.For(t.Context(), 3*grace)
 	if _, _, err := cl.SendRequest("keepalive@openssh.com", true, nil); err != nil {
 		t.Errorf("a logged-in connection, after LoginGraceTime: %v", err)
 	}
@@ -395,15 +397,11 @@ func TestMaxStartups(t *testing.T) {
 	// An authorized key gets in once there is room: as soon as the
 	// listener has seen the others close.
 	held[0].Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, err := f.login("127.0.0.1", f.key)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("login with none held: %v", err)
-		}
-	}
+	var err error
+	await.Until(t, 5*time.Second, "a login with none held", func() bool {
+		_, err = f.login("127.0.0.1", f.key)
+		return err == nil
+	}, func() string { return fmt.Sprint(err) })
 }
 
 // TestMaxStartupsPerSource: one address holds at most
@@ -526,16 +524,14 @@ func TestReadOnlySessionsCap(t *testing.T) {
 		}
 		// One ended makes room for one more.
 		open[0].Close()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			s, err := cl.NewSession()
-			if err == nil {
+		var err error
+		await.Until(t, 5*time.Second, "a read-only session after one ended", func() bool {
+			var s *ssh.Session
+			if s, err = cl.NewSession(); err == nil {
 				s.Close()
-				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a read-only session after one ended: %v", err)
-			}
-		}
+			return err == nil
+		}, func() string { return fmt.Sprint(err) })
 	}
 }
 

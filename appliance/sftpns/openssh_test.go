@@ -2,6 +2,7 @@ package sftpns_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"ollie/appliance/sftpns"
+	"ollie/internal/await"
 	"ollie/internal/demohost"
 	"ollie/internal/lab"
 )
@@ -164,10 +166,9 @@ func TestSSHFS(t *testing.T) {
 	if out, err := exec.Command("sh", "-c", "echo hi > "+strconv.Quote(filepath.Join(mnt, "prompt"))).CombinedOutput(); err != nil {
 		t.Errorf("echo hi > mnt/prompt: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(fx.sent()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool { return len(fx.sent()) > 0 })
 	if got := fx.sent(); len(got) != 1 || got[0] != "hi\n" {
 		t.Errorf("echo hi > mnt/prompt sent %q", got)
 	}
@@ -186,13 +187,19 @@ func TestSSHFS(t *testing.T) {
 	if err := tail.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	fx.chat.Write([]byte("second\n"))
-	time.Sleep(500 * time.Millisecond)
-	fx.chat.Write([]byte("third\n"))
-	deadline = time.Now().Add(3 * time.Second)
-	for !strings.Contains(tailOut.String(), "third") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	// Each line is written once tail has shown the one before: tail
+	// follows the chat as it grows.
+	tailShows := func(line string) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return await.Poll(ctx, func() bool { return strings.Contains(tailOut.String(), line) })
+	}
+	if tailShows("first\n") {
+		fx.chat.Write([]byte("second\n"))
+		if tailShows("second\n") {
+			fx.chat.Write([]byte("third\n"))
+			tailShows("third\n")
+		}
 	}
 	tail.Process.Kill()
 	tail.Wait()
@@ -270,12 +277,10 @@ func TestSSHFSNewSession(t *testing.T) {
 		t.Fatalf("ls mnt/session = %q before any session", got)
 	}
 	fx.addSession("proj")
-	deadline := time.Now().Add(2 * time.Second)
-	got := ls()
-	for !slices.Contains(got, "proj") && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		got = ls()
-	}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	await.Poll(ctx, func() bool { got = ls(); return slices.Contains(got, "proj") })
 	if !slices.Contains(got, "proj") {
 		t.Fatalf("ls mnt/session = %q 2 s after session proj was made, mounted with -o %s", got, opts)
 	}

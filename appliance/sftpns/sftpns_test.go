@@ -18,6 +18,7 @@ import (
 	"github.com/pkg/sftp"
 
 	"ollie/appliance/sftpns"
+	"ollie/internal/await"
 	"ollie/internal/nstest"
 	"ollie/ns"
 	"ollie/ns/client"
@@ -143,26 +144,70 @@ func (p pipeConn) Close() error {
 // is checked then.
 func session(t *testing.T, srv *sftpns.Server) *sftp.Client {
 	t.Helper()
+	c, _ := serveSession(t, srv)
+	return c
+}
+
+// served tells a test what reached the server of a session: delivered
+// counts the bytes of requests the server has taken in, ended waits (at
+// most 5 s) for Serve to return and reports whether it did.
+type served struct {
+	mu        sync.Mutex
+	delivered int
+	ended     func() bool
+}
+
+func (s *served) Delivered() int { s.mu.Lock(); defer s.mu.Unlock(); return s.delivered }
+
+// countingWriter counts into sv what a pipe's reader took: a pipe's
+// Write returns once its reader has read it all.
+type countingWriter struct {
+	io.WriteCloser
+	sv *served
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.WriteCloser.Write(p)
+	w.sv.mu.Lock()
+	w.sv.delivered += n
+	w.sv.mu.Unlock()
+	return n, err
+}
+
+// serveSession is session, with what reached the server.
+func serveSession(t *testing.T, srv *sftpns.Server) (*sftp.Client, *served) {
+	t.Helper()
 	cr, sw := io.Pipe()
 	sr, cw := io.Pipe()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(pipeConn{Reader: sr, WriteCloser: sw, r: sr}) }()
-	c, err := sftp.NewClientPipe(cr, cw)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(pipeConn{Reader: sr, WriteCloser: sw, r: sr}) }()
+	sv := &served{}
+	c, err := sftp.NewClientPipe(cr, countingWriter{cw, sv})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	returned := false
+	sv.ended = func() bool {
+		once.Do(func() {
+			select {
+			case err := <-done:
+				returned = true
+				if err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+			}
+		})
+		return returned
+	}
 	t.Cleanup(func() {
 		c.Close()
-		select {
-		case err := <-served:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(5 * time.Second):
+		if !sv.ended() {
 			t.Error("Serve did not return after the client closed")
 		}
 	})
-	return c
+	return c, sv
 }
 
 func TestListAndStat(t *testing.T) {
@@ -339,7 +384,8 @@ func TestStreamGrows(t *testing.T) {
 
 	// A read at the end gets what comes while it waits.
 	go func() {
-		time.Sleep(wait / 3)
+		// Into the read's wait is the point: what comes then is answered.
+		await.For(t.Context(), wait/3)
 		fx.chat.Write([]byte("world\n"))
 	}()
 	n, err = f.ReadAt(buf, 6)
@@ -491,7 +537,7 @@ func TestRequestBound(t *testing.T) {
 // cut short.
 func TestCutShort(t *testing.T) {
 	fx := newFixture(t)
-	c := session(t, &sftpns.Server{Dial: fx.dial})
+	c, sv := serveSession(t, &sftpns.Server{Dial: fx.dial})
 	f, err := c.OpenFile("/prompt", os.O_WRONLY)
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +546,9 @@ func TestCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	time.Sleep(100 * time.Millisecond)
+	if !sv.ended() { // the session, and what it would send, is over
+		t.Fatal("Serve did not return after the client closed")
+	}
 	if got := fx.sent(); len(got) != 0 {
 		t.Errorf("sent %q", got)
 	}
@@ -551,7 +599,7 @@ func TestDials(t *testing.T) {
 // server happens to run first.
 func TestRdWrPipelined(t *testing.T) {
 	fx := newFixture(t)
-	c := session(t, &sftpns.Server{Dial: fx.dial})
+	c, sv := serveSession(t, &sftpns.Server{Dial: fx.dial})
 	for _, start := range []int64{0, 8} { // seek back, read on
 		f, err := c.OpenFile("/upper", os.O_RDWR)
 		if err != nil {
@@ -561,12 +609,14 @@ func TestRdWrPipelined(t *testing.T) {
 			t.Fatal(err)
 		}
 		later := make(chan string, 1)
+		before := sv.Delivered()
 		go func() {
 			buf := make([]byte, 4)
 			n, err := f.ReadAt(buf, start+4)
 			later <- fmt.Sprintf("%s %v", buf[:n], err)
 		}()
-		time.Sleep(30 * time.Millisecond)
+		// The later read is asked first: the server has taken it in.
+		await.Until(t, 5*time.Second, "the read at the reply's end reaching the server", func() bool { return sv.Delivered() > before })
 		buf := make([]byte, 4)
 		n, err := f.ReadAt(buf, start)
 		if got := fmt.Sprintf("%s %v", buf[:n], err); got != "ABCD <nil>" {
@@ -599,15 +649,8 @@ func TestSlowStat(t *testing.T) {
 		t.Errorf("ls / while slow is measured: %v", err)
 	}
 	close(fx.slow)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		fi, err := c.Stat("/state")
-		if err == nil && fi.Size() == int64(len(stateText)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stat state after slow was measured: %v %v", fi, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, "stat state measured after slow was", func() bool {
+		fi, err = c.Stat("/state")
+		return err == nil && fi.Size() == int64(len(stateText))
+	}, func() string { return fmt.Sprintf("stat state: %v %v", fi, err) })
 }
