@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"9fans.net/go/plan9"
+
+	"ollie/internal/await"
 )
 
 // BenchmarkDispatchVsBare is the sandboxed dispatch as a session's
@@ -37,11 +39,7 @@ func BenchmarkDispatchVsBare(b *testing.B) {
 		}
 	}
 	full := func() {
-		for deadline := time.Now().Add(10 * time.Second); pooled.Helpers.Idle() < size; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("the pool did not refill in 10 s")
-			}
-		}
+		await.Until(b, 10*time.Second, "the pool refilling", func() bool { return pooled.Helpers.Idle() >= size })
 	}
 	var bare, pool, start []time.Duration
 	for b.Loop() {

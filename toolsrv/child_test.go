@@ -19,6 +19,7 @@ import (
 	"9fans.net/go/plan9"
 	"9fans.net/go/plan9/client"
 
+	"ollie/internal/await"
 	"ollie/toolsrv/tool"
 )
 
@@ -86,17 +87,32 @@ func TestChild(t *testing.T) {
 		b, _ := c.ReadFile(ctx, "revwait")
 		waited <- string(b)
 	}()
-	time.Sleep(100 * time.Millisecond) // let the wait begin; the check below fails if it missed the change
-	if _, err := c.RdWr(ctx, "ctl", []byte("unload ticker")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-waited:
-		if got == string(rev) {
-			t.Errorf("revwait returned the old revision %q", got)
+	// Nothing tells when the read has reached the child: a change made
+	// before it did is not the one it waits for. So unload, and if the
+	// wait goes on, load and unload again, each a new revision, ending
+	// unloaded.
+	changes := 0
+	for gap, deadline := 50*time.Millisecond, time.After(10*time.Second); ; gap = min(2*gap, time.Second) {
+		if changes > 0 {
+			if _, err := c.RdWr(ctx, "ctl", []byte("load ticker")); err != nil {
+				t.Fatal(err)
+			}
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("revwait did not return after unload")
+		if _, err := c.RdWr(ctx, "ctl", []byte("unload ticker")); err != nil {
+			t.Fatal(err)
+		}
+		changes++
+		select {
+		case got := <-waited:
+			if got == string(rev) {
+				t.Errorf("revwait returned the old revision %q", got)
+			}
+		case <-time.After(gap):
+			continue
+		case <-deadline:
+			t.Fatalf("revwait did not return after %d unloads", changes)
+		}
+		break
 	}
 	if _, err := c.RdWr(ctx, "ctl", []byte("load ticker")); err != nil {
 		t.Fatal(err)
@@ -210,27 +226,16 @@ func TestChildDiesWithParent(t *testing.T) {
 	}
 	parent.Process.Kill()
 	parent.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.Until(t, 10*time.Second, fmt.Sprintf("toolsrv %d ending with its parent", childPid), func() bool {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(childPid) + "/stat")
-		if err != nil || strings.Contains(string(stat), ") Z ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("toolsrv %d outlived its parent", childPid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err != nil || strings.Contains(string(stat), ") Z ")
+	})
 	// Its socket's private directory goes with it: a daemon killed
 	// outright leaves no directory per session behind in /tmp.
-	for deadline = time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Dir(sock)); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is left after the toolsrv's parent was killed", filepath.Dir(sock))
-		}
-	}
+	await.Until(t, 5*time.Second, filepath.Dir(sock)+" going after the toolsrv's parent was killed", func() bool {
+		_, err := os.Stat(filepath.Dir(sock))
+		return os.IsNotExist(err)
+	})
 }
 
 // Calls reuse the connections earlier ones finished with, and a call whose
@@ -270,15 +275,10 @@ func TestChildConnections(t *testing.T) {
 		slow <- res
 	}()
 	// The hanging call is running once its tool has left its mark.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(r.Cwd, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hanging tool never started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the hanging tool starting", func() bool {
+		_, err := os.Stat(filepath.Join(r.Cwd, "started"))
+		return err == nil
+	})
 	cancel()
 	if err := <-hung; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the cancelled call returned %v", err)

@@ -6,12 +6,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // procChildren lists the processes whose parent is pid and whose command
@@ -55,32 +58,20 @@ func alive(pid int) bool {
 // each with its confining stage, and returns every one of their pids.
 func waitingHelpers(t *testing.T, pid, n int) (helpers, stages []int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.Until(t, 10*time.Second, fmt.Sprintf("toolsrv %d having %d helpers waiting, each with its stage", pid, n), func() bool {
 		helpers, stages = procChildren(pid, "__ollie_sandbox", "warm"), nil
 		for _, h := range helpers {
 			stages = append(stages, procChildren(h, "__ollie_sandbox", "warm-confine")...)
 		}
-		if len(helpers) == n && len(stages) == n {
-			return helpers, stages
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("toolsrv %d has helpers %v with stages %v, want %d of each", pid, helpers, stages, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(helpers) == n && len(stages) == n
+	}, func() string { return fmt.Sprintf("helpers %v, stages %v", helpers, stages) })
+	return helpers, stages
 }
 
 func waitGone(t *testing.T, what string, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range pids {
-		for alive(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %d outlived its toolsrv", what, p)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		await.Until(t, 10*time.Second, fmt.Sprintf("%s %d ending with its toolsrv", what, p), func() bool { return !alive(p) })
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"ollie/broker"
+	"ollie/internal/await"
 	"ollie/toolsrv/meta"
 	"ollie/toolsrv/sandbox"
 	"ollie/toolsrv/tool"
@@ -145,18 +146,15 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	// the timeout ends it (at 1 s a full make test once did not).
 	go func() { done <- r.Run(context.Background(), "hang", json.RawMessage(`{"timeout": 5}`)) }()
 	pid := 0
-	for pid == 0 && time.Since(start) < 30*time.Second {
+	await.Until(t, 30*time.Second, fmt.Sprintf("the grandchild (sleep %s) showing", mark), func() bool {
 		cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, f := range cmdlines {
 			if b, _ := os.ReadFile(f); string(b) == "sleep\x00"+mark+"\x00" {
 				pid, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/cmdline"))
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if pid == 0 {
-		t.Fatalf("the grandchild (sleep %s) was never seen", mark)
-	}
+		return pid != 0
+	})
 	res := <-done
 	if !res.Failed || !strings.Contains(res.Output, "timed out after 5s") {
 		t.Fatalf("hang: %+v", res)
@@ -166,18 +164,15 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	if el := time.Since(start); el > 60*time.Second {
 		t.Errorf("timeout took %s: the grandchild held the call open", el)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		// A killed child of a killed shell is reparented and reaped by
-		// init; give that a moment.
-		if state, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); strings.Contains(string(state), ") Z ") {
-			break
+	// A killed child of a killed shell is reparented and reaped by init,
+	// a moment later: until then it is a zombie.
+	await.Until(t, 5*time.Second, fmt.Sprintf("grandchild %d ending with the timeout", pid), func() bool {
+		if syscall.Kill(pid, 0) != nil {
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d survived the timeout", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		state, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return strings.Contains(string(state), ") Z ")
+	})
 }
 
 func TestRunOutputCap(t *testing.T) {
