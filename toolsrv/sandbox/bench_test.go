@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // Dispatch overhead: /bin/true under the default profile (re-exec of this
@@ -114,12 +116,8 @@ func runPooledTrue(b *testing.B, p *Pool, pol *Policy) {
 // call's latency is measured as a session sees it, the pool refilled
 // since the last call (calls come seconds apart, at the model's pace).
 func waitFull(b *testing.B, p *Pool, size int) {
-	for deadline := time.Now().Add(10 * time.Second); p.Idle() < size; {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool has %d of %d helpers after 10 s", p.Idle(), size)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	await.Until(b, 10*time.Second, fmt.Sprintf("the pool holding %d helpers", size), func() bool { return p.Idle() >= size },
+		func() string { return fmt.Sprintf("%d idle", p.Idle()) })
 }
 
 // BenchmarkPoolVsBare alternates, in one loop, a bare fork/exec of
@@ -212,12 +210,13 @@ func BenchmarkProtectedHome(b *testing.B) {
 	pool := NewPool(size)
 	defer pool.Close()
 	var plain, home2 []time.Duration
-	// Calls come seconds apart, at the model's pace: each waits until the
-	// helpers started for the last have settled (their stages started and
-	// warmed up), which Idle alone does not say.
+	// Calls come seconds apart, at the model's pace: the pause after the
+	// pool is full stands for that think time, shortened, in which the
+	// helpers started for the last call settle (their stages start and
+	// warm up), which Idle alone does not say.
 	settle := func() {
 		waitFull(b, pool, size)
-		time.Sleep(100 * time.Millisecond)
+		await.For(context.Background(), 100*time.Millisecond)
 	}
 	for b.Loop() {
 		settle()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // A caller runs calls as one user: the test's own, or nobody when the test
@@ -228,14 +230,12 @@ func TestDescendantsEscapeWithoutHelper(t *testing.T) {
 	if writers != 2 {
 		t.Errorf("processesWith sees %q after the call, want both escaped writers", processesWith(cwd))
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
 	for _, f := range files {
-		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if _, err := os.Stat(f); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Errorf("%s: %v; want the escaped writer to have written it", f, err)
-				break
-			}
+		var err error
+		if !await.Poll(ctx, func() bool { _, err = os.Stat(f); return err == nil }) {
+			t.Errorf("%s: %v; want the escaped writer to have written it", f, err)
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // testPool, when set, makes run (and so every test that confines a tool
@@ -281,11 +283,7 @@ func TestPoolDeadHelper(t *testing.T) {
 	requireLandlock(t, 3)
 	e := newEnv(t)
 	p := newTestPool(t)
-	for deadline := time.Now().Add(10 * time.Second); p.Idle() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the pool did not fill")
-		}
-	}
+	await.Until(t, 10*time.Second, "the pool filling", func() bool { return p.Idle() >= 2 })
 	h := <-p.ready
 	h.proc.Kill()
 	h.proc.Wait()
