@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // hooksFor returns hooks running in a temporary directory with a short
@@ -154,10 +156,9 @@ func TestHookProcessGroup(t *testing.T) {
 
 func waitDead(t *testing.T, pid int) {
 	t.Helper()
-	for i := 0; procAlive(pid) && i < 100; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if procAlive(pid) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if !await.Poll(ctx, func() bool { return !procAlive(pid) }) {
 		t.Errorf("process %d outlived its hook", pid)
 	}
 }

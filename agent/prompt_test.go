@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 func promptEnv(t *testing.T) PromptEnv {
@@ -145,10 +147,9 @@ func TestPromptTimeout(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	pid := readPid(t, pidFile)
-	for i := 0; procAlive(pid) && i < 100; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if procAlive(pid) {
+	gone, cancelGone := context.WithTimeout(context.Background(), time.Second)
+	defer cancelGone()
+	if !await.Poll(gone, func() bool { return !procAlive(pid) }) {
 		t.Errorf("the command's background process %d outlived it", pid)
 	}
 

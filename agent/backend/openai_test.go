@@ -15,6 +15,7 @@ import (
 
 	"ollie/agent/backend"
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 )
 
 // testWriter sends log lines to the test's log.
@@ -510,11 +511,7 @@ func TestCancelStopsStream(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Chat still running 10s after its context was cancelled")
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.Abandoned() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the server never saw the client go")
-		}
-	}
+	await.Until(t, 10*time.Second, "the server seeing the client go", func() bool { return s.Abandoned() == 1 })
 	if s.Served() != 1 {
 		t.Fatalf("%d requests, want 1", s.Served())
 	}

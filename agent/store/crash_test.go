@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // The crash tests run this test binary as a child that opens a session
@@ -44,7 +46,8 @@ func TestMain(m *testing.M) {
 func stop(point string) {
 	fmt.Println("at", point)
 	if os.Getenv(stopEnv) == point {
-		time.Sleep(time.Minute)
+		// The parent kills us here; a minute bounds the wait.
+		await.For(context.Background(), time.Minute)
 		os.Exit(3) // the parent never killed us
 	}
 }
