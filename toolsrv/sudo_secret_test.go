@@ -2,6 +2,7 @@ package toolsrv
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/await"
 )
 
 // TestSudoPasswordNowhere runs the credential gate as a real user against
@@ -37,47 +40,11 @@ func TestSudoPasswordNowhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// Where the user and root can reach: the test binary, the tool, a
-	// wrapper that records how each sudo was started, and a fifo that
-	// holds the tool while it runs.
-	dir, err := os.MkdirTemp("", "ollie-sudo-secret-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0755)
-	exe := filepath.Join(dir, "toolsrv.test")
-	copyFile(t, exe)
-	logDir := filepath.Join(dir, "log")
-	os.Mkdir(logDir, 0777)
-	os.Chmod(logDir, 0777)
-	wrapper := filepath.Join(dir, "sudo")
-	os.WriteFile(wrapper, []byte(fmt.Sprintf(`#!/bin/sh
-# What sudo was started with, as the kernel shows it.
-f=%[1]s/sudo.$$
-cat /proc/$$/cmdline > "$f.cmdline"
-cat /proc/$$/environ > "$f.environ"
-exec %[2]s "$@"
-`, logDir, realSudo)), 0755)
-	fifo := filepath.Join(dir, "hold")
-	if err := syscall.Mkfifo(fifo, 0600); err != nil {
-		t.Fatal(err)
-	}
-	pidFile := filepath.Join(dir, "tool.pid")
-	tool := filepath.Join(dir, "hold_root")
-	os.WriteFile(tool, []byte(fmt.Sprintf("#!/bin/sh\necho $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s\ncat %[2]s >/dev/null\nid -u\ncat\n", pidFile, fifo)), 0755)
-	release := func() {
-		// Opening the fifo for writing (the tool reads it) lets it go.
-		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	}
-	t.Cleanup(release)
+	rig := newSudoRig(t, realSudo)
 
 	args := `{"n": 1}`
-	spec, _ := json.Marshal(sudoSpec{Tool: tool, Args: args, Passwords: []string{wrong, right}, Sudo: wrapper})
-	helper := exec.Command(exe, "-test.run=^$")
+	spec, _ := json.Marshal(sudoSpec{Tool: rig.tool, Args: args, Passwords: []string{wrong, right}, Sudo: rig.wrapper})
+	helper := exec.Command(rig.exe, "-test.run=^$")
 	helper.Env = []string{sudoHelperEnv + "=1", "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/"}
 	helper.Dir = "/"
 	helper.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
@@ -99,20 +66,7 @@ exec %[2]s "$@"
 
 	// The tool, as root, is held: find it and every process between it
 	// and the helper.
-	var toolPid int
-	deadline := time.After(60 * time.Second)
-	for toolPid == 0 {
-		select {
-		case err := <-exited:
-			t.Fatalf("the helper ended before the tool ran: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("the tool did not start within 60s\n%s", out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if b, err := os.ReadFile(pidFile); err == nil {
-			toolPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-	}
+	toolPid := rig.waitTool(t, exited, &out)
 	chain := []int{toolPid}
 	for p := toolPid; p != helper.Process.Pid; {
 		p = parentPid(t, p)
@@ -121,7 +75,111 @@ exec %[2]s "$@"
 		}
 		chain = append(chain, p)
 	}
-	sawSudo := false
+	if !searchChain(t, secrets, chain, realSudo) {
+		t.Fatalf("no process between the tool and the helper runs %s: %v", realSudo, chain)
+	}
+	searchProc(t, secrets)
+	searchDisk(t, secrets, rig.logDir)
+	searchSudoLogs(t, secrets, rig.logDir)
+
+	rig.release()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool did not end once released")
+	}
+	var o sudoOutcome
+	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
+		t.Fatalf("helper said %q: %v", out.String(), err)
+	}
+	if o.Err != "" || o.Output != "0\n"+args || fmt.Sprint(o.Problems) != "[ wrong password]" {
+		t.Errorf("outcome %+v: want the tool run as root with its arguments after one wrong password", o)
+	}
+	searchDisk(t, secrets, rig.logDir)
+}
+
+// sudoRig is where the user and root can reach: the test binary, the
+// tool, a wrapper that records how each sudo was started, and a fifo that
+// holds the tool while it runs.
+type sudoRig struct {
+	exe     string // the test binary, as the helper
+	logDir  string // the wrapper's records
+	wrapper string // the sudo the gate runs
+	tool    string // writes its pid to pidFile, then waits on the fifo
+	pidFile string
+	fifo    string
+}
+
+func newSudoRig(t *testing.T, realSudo string) *sudoRig {
+	dir, err := os.MkdirTemp("", "ollie-sudo-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0755)
+	r := &sudoRig{exe: filepath.Join(dir, "toolsrv.test"), logDir: filepath.Join(dir, "log"), wrapper: filepath.Join(dir, "sudo"),
+		tool: filepath.Join(dir, "hold_root"), pidFile: filepath.Join(dir, "tool.pid"), fifo: filepath.Join(dir, "hold")}
+	copyFile(t, r.exe)
+	os.Mkdir(r.logDir, 0777)
+	os.Chmod(r.logDir, 0777)
+	os.WriteFile(r.wrapper, []byte(fmt.Sprintf(`#!/bin/sh
+# What sudo was started with, as the kernel shows it.
+f=%[1]s/sudo.$$
+cat /proc/$$/cmdline > "$f.cmdline"
+cat /proc/$$/environ > "$f.environ"
+exec %[2]s "$@"
+`, r.logDir, realSudo)), 0755)
+	if err := syscall.Mkfifo(r.fifo, 0600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(r.tool, []byte(fmt.Sprintf("#!/bin/sh\necho $$ > %[1]s.tmp && mv %[1]s.tmp %[1]s\ncat %[2]s >/dev/null\nid -u\ncat\n", r.pidFile, r.fifo)), 0755)
+	t.Cleanup(r.release)
+	return r
+}
+
+// release lets the tool go: opening the fifo for writing (the tool reads
+// it).
+func (r *sudoRig) release() {
+	if f, err := os.OpenFile(r.fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		f.Close()
+	}
+}
+
+// waitTool waits for the tool's pid file, unless the helper ends first.
+func (r *sudoRig) waitTool(t *testing.T, exited <-chan error, out *bytes.Buffer) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var toolPid int
+	var ended error
+	started := await.Poll(ctx, func() bool {
+		select {
+		case ended = <-exited:
+			cancel()
+			return false
+		default:
+		}
+		if b, err := os.ReadFile(r.pidFile); err == nil {
+			toolPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return toolPid != 0
+	})
+	switch {
+	case started:
+		return toolPid
+	case ended != nil || ctx.Err() == context.Canceled:
+		t.Fatalf("the helper ended before the tool ran: %v\n%s", ended, out.String())
+	default:
+		t.Fatalf("the tool did not start within 60s\n%s", out.String())
+	}
+	return 0
+}
+
+// searchChain looks for the secrets in the argv, environment and open
+// regular files of each process in chain, and says whether one of them
+// runs realSudo.
+func searchChain(t *testing.T, secrets map[string]string, chain []int, realSudo string) (sawSudo bool) {
+	t.Helper()
 	for _, pid := range chain {
 		exePath, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		sawSudo = sawSudo || exePath == realSudo
@@ -153,14 +211,13 @@ exec %[2]s "$@"
 			}
 		}
 	}
-	if !sawSudo {
-		t.Fatalf("no process between the tool and the helper runs %s: %v", realSudo, chain)
-	}
-	searchProc(t, secrets)
-	searchDisk(t, secrets, logDir)
+	return sawSudo
+}
 
-	// Every sudo started, as the wrapper saw it: sudo -l, sudo -v for each
-	// password, and the one running the tool.
+// searchSudoLogs looks through every sudo started, as the wrapper saw it:
+// sudo -l, sudo -v for each password, and the one running the tool.
+func searchSudoLogs(t *testing.T, secrets map[string]string, logDir string) {
+	t.Helper()
 	logs, _ := filepath.Glob(filepath.Join(logDir, "sudo.*.cmdline"))
 	if len(logs) < 4 {
 		t.Errorf("%d sudo commands recorded, want sudo -l, sudo -v twice and the tool's", len(logs))
@@ -179,21 +236,6 @@ exec %[2]s "$@"
 			}
 		}
 	}
-
-	release()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the tool did not end once released")
-	}
-	var o sudoOutcome
-	if err := json.Unmarshal(out.Bytes(), &o); err != nil {
-		t.Fatalf("helper said %q: %v", out.String(), err)
-	}
-	if o.Err != "" || o.Output != "0\n"+args || fmt.Sprint(o.Problems) != "[ wrong password]" {
-		t.Errorf("outcome %+v: want the tool run as root with its arguments after one wrong password", o)
-	}
-	searchDisk(t, secrets, logDir)
 }
 
 func randomHex(t *testing.T) string {
