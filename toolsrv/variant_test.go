@@ -90,113 +90,121 @@ func mustParse(t *testing.T, file, content string) *meta.Meta {
 	return m
 }
 
-// TestVariants resolves .meta files across fake hosts: which variant wins,
-// what merges in from the top level, and when the tool is hidden.
+// variantsMerged has variants that override the top level's fields, and
+// variantsConds variants on each kind of condition.
+const variantsMerged = `{
+	"description": "top",
+	"prompt": "top prompt",
+	"tier": "warm",
+	"timeout": 30,
+	"readOnly": true,
+	"replaySafe": true,
+	"args": {"type": "object", "properties": {"q": {"type": "string"}}},
+	"variants": [
+		{"match": {"os": "darwin"}, "cmd": "mac_cmd", "tier": "cold"},
+		{"match": {"os": "linux", "arch": "arm64"}, "cmd": "arm_cmd", "description": "on arm",
+		 "args": {"type": "object", "properties": {"r": {"type": "integer"}}}},
+		{"match": {"os": "linux"}, "cmd": "linux_cmd", "timeout": 0, "readOnly": false, "sudo": true}
+	]
+}`
+const variantsConds = `{
+	"description": "conditions",
+	"variants": [
+		{"match": {"env": "DISPLAY", "nenv": "SSH_CONNECTION"}, "cmd": "gui"},
+		{"match": {"binary": "/opt/tool/bin/x"}, "cmd": "abs"},
+		{"match": {}, "cmd": "fallback"}
+	]
+}`
+
+// variantWant is what a resolved tool must be: hidden, or these fields.
+type variantWant struct {
+	hidden      bool
+	variant     int
+	cmd         string
+	description string
+	prompt      string
+	tier        tool.Tier
+	timeout     time.Duration
+	readOnly    bool
+	scope       tool.ScopeKind
+	sudo        bool
+	elevated    bool
+	replaySafe  bool
+	argsHas     string // a property of the tool's own schema
+}
+
+// variantCases are .meta files on fake hosts: which variant wins, what
+// merges in from the top level, and when the tool is hidden.
+var variantCases = []struct {
+	name   string
+	seed   bool // meta is testdata/system_logs.meta
+	meta   string
+	path   []string // executables in the fake PATH
+	files  map[string]fs.FileMode
+	env    map[string]string
+	goos   string
+	goarch string
+	want   variantWant
+}{
+	{
+		name: "seed: journald host", seed: true, path: []string{"journalctl"},
+		files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
+		want: variantWant{variant: 0, cmd: "system_logs_journald", description: "Read system logs (journald).",
+			tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "unit"},
+	},
+	{
+		name: "seed: syslog host", seed: true,
+		files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
+		want: variantWant{variant: 1, cmd: "system_logs_syslog", description: "Read system logs (syslog).",
+			tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "grep"},
+	},
+	{
+		name: "seed: neither, hidden", seed: true, path: []string{"dmesg"},
+		want: variantWant{hidden: true},
+	},
+	{
+		name: "merge: first match wins over a later one", meta: variantsMerged, goos: "darwin", goarch: "arm64",
+		want: variantWant{variant: 0, cmd: "mac_cmd", description: "top", prompt: "top prompt", tier: tool.TierCold,
+			timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "q"},
+	},
+	{
+		name: "merge: variant args and description replace the top level", meta: variantsMerged, goos: "linux", goarch: "arm64",
+		want: variantWant{variant: 1, cmd: "arm_cmd", description: "on arm", prompt: "top prompt", tier: tool.TierWarm,
+			timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "r"},
+	},
+	{
+		name: "merge: a variant's zero values override", meta: variantsMerged, goos: "linux", goarch: "amd64",
+		want: variantWant{variant: 2, cmd: "linux_cmd", description: "top", prompt: "top prompt", tier: tool.TierWarm,
+			timeout: 0, readOnly: false, scope: tool.ScopeGlobal, sudo: true, elevated: true, replaySafe: true, argsHas: "q"},
+	},
+	{
+		name: "merge: no variant for this OS", meta: variantsMerged, goos: "freebsd", goarch: "amd64",
+		want: variantWant{hidden: true},
+	},
+	{
+		name: "env and nenv both hold", meta: variantsConds, env: map[string]string{"DISPLAY": ":0"},
+		want: variantWant{variant: 0, cmd: "gui", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
+	},
+	{
+		name: "nenv fails, absolute binary holds", meta: variantsConds,
+		env:   map[string]string{"DISPLAY": ":0", "SSH_CONNECTION": "1.2.3.4"},
+		files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o755},
+		want:  variantWant{variant: 1, cmd: "abs", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
+	},
+	{
+		name: "absolute binary not executable, empty match catches all", meta: variantsConds,
+		files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o644},
+		want:  variantWant{variant: 2, cmd: "fallback", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
+	},
+}
+
+// TestVariants resolves each of variantCases on its fake host.
 func TestVariants(t *testing.T) {
 	seed, err := os.ReadFile("testdata/system_logs.meta")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const merged = `{
-		"description": "top",
-		"prompt": "top prompt",
-		"tier": "warm",
-		"timeout": 30,
-		"readOnly": true,
-		"replaySafe": true,
-		"args": {"type": "object", "properties": {"q": {"type": "string"}}},
-		"variants": [
-			{"match": {"os": "darwin"}, "cmd": "mac_cmd", "tier": "cold"},
-			{"match": {"os": "linux", "arch": "arm64"}, "cmd": "arm_cmd", "description": "on arm",
-			 "args": {"type": "object", "properties": {"r": {"type": "integer"}}}},
-			{"match": {"os": "linux"}, "cmd": "linux_cmd", "timeout": 0, "readOnly": false, "sudo": true}
-		]
-	}`
-	const conds = `{
-		"description": "conditions",
-		"variants": [
-			{"match": {"env": "DISPLAY", "nenv": "SSH_CONNECTION"}, "cmd": "gui"},
-			{"match": {"binary": "/opt/tool/bin/x"}, "cmd": "abs"},
-			{"match": {}, "cmd": "fallback"}
-		]
-	}`
-	type want struct {
-		hidden      bool
-		variant     int
-		cmd         string
-		description string
-		prompt      string
-		tier        tool.Tier
-		timeout     time.Duration
-		readOnly    bool
-		scope       tool.ScopeKind
-		sudo        bool
-		elevated    bool
-		replaySafe  bool
-		argsHas     string // a property of the tool's own schema
-	}
-	tests := []struct {
-		name   string
-		meta   string
-		path   []string // executables in the fake PATH
-		files  map[string]fs.FileMode
-		env    map[string]string
-		goos   string
-		goarch string
-		want   want
-	}{
-		{
-			name: "seed: journald host", meta: string(seed), path: []string{"journalctl"},
-			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
-			want: want{variant: 0, cmd: "system_logs_journald", description: "Read system logs (journald).",
-				tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "unit"},
-		},
-		{
-			name: "seed: syslog host", meta: string(seed),
-			files: map[string]fs.FileMode{"/var/log/syslog": 0o644},
-			want: want{variant: 1, cmd: "system_logs_syslog", description: "Read system logs (syslog).",
-				tier: tool.TierHot, timeout: meta.DefaultTimeout, readOnly: true, scope: tool.ScopeRead, argsHas: "grep"},
-		},
-		{
-			name: "seed: neither, hidden", meta: string(seed), path: []string{"dmesg"},
-			want: want{hidden: true},
-		},
-		{
-			name: "merge: first match wins over a later one", meta: merged, goos: "darwin", goarch: "arm64",
-			want: want{variant: 0, cmd: "mac_cmd", description: "top", prompt: "top prompt", tier: tool.TierCold,
-				timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "q"},
-		},
-		{
-			name: "merge: variant args and description replace the top level", meta: merged, goos: "linux", goarch: "arm64",
-			want: want{variant: 1, cmd: "arm_cmd", description: "on arm", prompt: "top prompt", tier: tool.TierWarm,
-				timeout: 30 * time.Second, readOnly: true, scope: tool.ScopeRead, replaySafe: true, argsHas: "r"},
-		},
-		{
-			name: "merge: a variant's zero values override", meta: merged, goos: "linux", goarch: "amd64",
-			want: want{variant: 2, cmd: "linux_cmd", description: "top", prompt: "top prompt", tier: tool.TierWarm,
-				timeout: 0, readOnly: false, scope: tool.ScopeGlobal, sudo: true, elevated: true, replaySafe: true, argsHas: "q"},
-		},
-		{
-			name: "merge: no variant for this OS", meta: merged, goos: "freebsd", goarch: "amd64",
-			want: want{hidden: true},
-		},
-		{
-			name: "env and nenv both hold", meta: conds, env: map[string]string{"DISPLAY": ":0"},
-			want: want{variant: 0, cmd: "gui", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
-		},
-		{
-			name: "nenv fails, absolute binary holds", meta: conds,
-			env:   map[string]string{"DISPLAY": ":0", "SSH_CONNECTION": "1.2.3.4"},
-			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o755},
-			want:  want{variant: 1, cmd: "abs", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
-		},
-		{
-			name: "absolute binary not executable, empty match catches all", meta: conds,
-			files: map[string]fs.FileMode{"/opt/tool/bin/x": 0o644},
-			want:  want{variant: 2, cmd: "fallback", description: "conditions", tier: tool.TierHot, timeout: meta.DefaultTimeout, scope: tool.ScopeGlobal},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range variantCases {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			tools, bin := filepath.Join(root, "tools"), filepath.Join(root, "bin")
@@ -211,7 +219,11 @@ func TestVariants(t *testing.T) {
 			if h.goos == "" {
 				h.goos, h.goarch = "linux", "amd64"
 			}
-			m := mustParse(t, filepath.Join(tools, "x.meta"), tt.meta)
+			src := tt.meta
+			if tt.seed {
+				src = string(seed)
+			}
+			m := mustParse(t, filepath.Join(tools, "x.meta"), src)
 			tool, ex := Resolve(m, tools, h)
 			if tt.want.hidden {
 				if tool != nil || ex.Status != Hidden || len(ex.Skipped) != len(m.Variants) {
@@ -223,10 +235,10 @@ func TestVariants(t *testing.T) {
 				t.Fatalf("hidden or broken: %s", ex)
 			}
 			w := tt.want
-			got := want{variant: tool.Variant, cmd: tool.Cmd, description: tool.Description, prompt: tool.Prompt,
+			got := variantWant{variant: tool.Variant, cmd: tool.Cmd, description: tool.Description, prompt: tool.Prompt,
 				tier: tool.Tier, timeout: tool.Timeout, readOnly: tool.ReadOnly, scope: tool.ScopeKind,
 				sudo: tool.Sudo, elevated: tool.Elevated, replaySafe: tool.ReplaySafe, argsHas: w.argsHas}
-			if tt.meta == string(seed) {
+			if tt.seed {
 				got.prompt = "" // the seed's prompts are long; the description pins the variant
 			}
 			if got != w {
