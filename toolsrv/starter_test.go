@@ -196,8 +196,30 @@ func TestStarterRegistry(t *testing.T) {
 		}
 	}
 
-	// Every definition of every variant, as a host where all its
-	// conditions hold would resolve it, follows the rules.
+	checkStarterDefinitions(t, dir, names)
+	checkStarterExecutables(t, dir)
+
+	// Scopes, for the parallel scheduler.
+	scopes := map[string]tool.ScopeKind{
+		"file_read": tool.ScopeRead, "file_grep": tool.ScopeRead, "file_glob": tool.ScopeRead, "reasoning_think": tool.ScopeRead,
+		"file_write": tool.ScopeWrite, "file_edit": tool.ScopeWrite, "shell": tool.ScopeGlobal,
+	}
+	for name, want := range scopes {
+		got, ok := reg.Tool(name)
+		if !ok {
+			continue // reported above
+		}
+		if got.ScopeKind != want || want == tool.ScopeWrite && got.ScopeArg != "path" {
+			t.Errorf("%s: scope %s (arg %q), want %s", name, got.ScopeKind, got.ScopeArg, want)
+		}
+	}
+}
+
+// checkStarterDefinitions checks that every definition of every variant
+// of the named tools, as a host where all its conditions hold would
+// resolve it, follows the rules.
+func checkStarterDefinitions(t *testing.T, dir string, names []string) {
+	t.Helper()
 	for _, name := range names {
 		data, err := os.ReadFile(filepath.Join(dir, name+".meta"))
 		if err != nil {
@@ -246,9 +268,13 @@ func TestStarterRegistry(t *testing.T) {
 			}
 		}
 	}
+}
 
-	// The executables: runnable by the sandbox, with an interpreter the
-	// sandbox lets them execute (not a pyenv shim under $HOME).
+// checkStarterExecutables checks that the executables are runnable by the
+// sandbox, with an interpreter the sandbox lets them execute (not a pyenv
+// shim under $HOME).
+func checkStarterExecutables(t *testing.T, dir string) {
+	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -274,21 +300,6 @@ func TestStarterRegistry(t *testing.T) {
 		first, _, _ := strings.Cut(string(b), "\n")
 		if first != "#!/usr/bin/python3 -I" && first != "#!/bin/sh" {
 			t.Errorf("%s: interpreter line %q, want #!/usr/bin/python3 -I or #!/bin/sh", e.Name(), first)
-		}
-	}
-
-	// Scopes, for the parallel scheduler.
-	scopes := map[string]tool.ScopeKind{
-		"file_read": tool.ScopeRead, "file_grep": tool.ScopeRead, "file_glob": tool.ScopeRead, "reasoning_think": tool.ScopeRead,
-		"file_write": tool.ScopeWrite, "file_edit": tool.ScopeWrite, "shell": tool.ScopeGlobal,
-	}
-	for name, want := range scopes {
-		got, ok := reg.Tool(name)
-		if !ok {
-			continue // reported above
-		}
-		if got.ScopeKind != want || want == tool.ScopeWrite && got.ScopeArg != "path" {
-			t.Errorf("%s: scope %s (arg %q), want %s", name, got.ScopeKind, got.ScopeArg, want)
 		}
 	}
 }
