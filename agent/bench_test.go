@@ -197,34 +197,8 @@ func BenchmarkAgents100(b *testing.B) {
 	// prompt runs one turn of agent i and returns how long it took to
 	// see the agent leave idle; false if the waiter missed the change.
 	prompt := func(i int, keep bool) (time.Duration, bool) {
-		a := agents[i]
 		turns[i]++
-		want := turns[i]
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		turned := make(chan struct{})
-		go func() {
-			a.WaitTurns(context.Background(), want)
-			close(turned)
-		}()
-		t0 := time.Now()
-		if err := a.Submit(ctx, "How full is /var?"); err != nil {
-			b.Error(err)
-			return 0, false
-		}
-		go func() {
-			<-turned
-			cancel()
-		}()
-		st, ok := a.WaitChange(ctx, StateIdle)
-		d := time.Since(t0)
-		<-turned
-		if !keep {
-			if err := a.Clear(); err != nil {
-				b.Error(err)
-			}
-		}
-		return d, ok && st != StateIdle
+		return promptOnce(b, agents[i], turns[i], keep)
 	}
 	// burst prompts every agent at once.
 	burst := func(record func(time.Duration, bool)) {
@@ -297,4 +271,35 @@ func BenchmarkAgents100(b *testing.B) {
 	}
 	b.Run("serial", func(b *testing.B) { run(b, true) })
 	b.Run("burst", func(b *testing.B) { run(b, false) })
+}
+
+// promptOnce runs turn number want of a and returns how long it took to
+// see the agent leave idle; false if the waiter missed the change. Unless
+// keep, the history is cleared after.
+func promptOnce(b *testing.B, a *Agent, want int, keep bool) (time.Duration, bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	turned := make(chan struct{})
+	go func() {
+		a.WaitTurns(context.Background(), want)
+		close(turned)
+	}()
+	t0 := time.Now()
+	if err := a.Submit(ctx, "How full is /var?"); err != nil {
+		b.Error(err)
+		return 0, false
+	}
+	go func() {
+		<-turned
+		cancel()
+	}()
+	st, ok := a.WaitChange(ctx, StateIdle)
+	d := time.Since(t0)
+	<-turned
+	if !keep {
+		if err := a.Clear(); err != nil {
+			b.Error(err)
+		}
+	}
+	return d, ok && st != StateIdle
 }
