@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/ns/client"
 )
 
@@ -39,14 +40,11 @@ func lockPID(hostSock string) int {
 func backWithBroker(t *testing.T, hostSock string, old int, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < within {
-		if bs, pid, err := brokers(hostSock); err == nil && pid != 0 && pid != old && len(bs) > 0 {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no daemon with a broker on the host within %v of pid %d's end", within, old)
-	return 0
+	await.Until(t, within, fmt.Sprintf("no daemon with a broker on the host after pid %d's end", old), func() bool {
+		bs, pid, err := brokers(hostSock)
+		return err == nil && pid != 0 && pid != old && len(bs) > 0
+	})
+	return time.Since(start)
 }
 
 func keeperLog(r *remote) string {
@@ -98,21 +96,26 @@ func TestKeeperRestartsDeadDaemon(t *testing.T) {
 	old := lockPID(hostSock)
 	syscall.Kill(old, syscall.SIGKILL)
 	kills = append(kills, time.Now())
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		p := lockPID(hostSock)
-		if p == 0 || p == old {
-			continue
-		}
-		age, err := procAge(p)
-		if err != nil {
-			continue
+	loop, endLoop := context.WithTimeout(t.Context(), 20*time.Second)
+	defer endLoop()
+	for {
+		var p int
+		var age time.Duration
+		if !await.Poll(loop, func() bool {
+			var err error
+			p = lockPID(hostSock)
+			if p == 0 || p == old {
+				return false
+			}
+			age, err = procAge(p)
+			return err == nil
+		}) {
+			break
 		}
 		starts = append(starts, time.Now().Add(-age))
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if _, answering, _ := brokers(hostSock); answering == p {
-				break
-			}
-		}
+		answers, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		await.Poll(answers, func() bool { _, answering, _ := brokers(hostSock); return answering == p })
+		cancel()
 		syscall.Kill(p, syscall.SIGKILL)
 		kills = append(kills, time.Now())
 		old = p
@@ -170,11 +173,9 @@ func TestKeeperRestartFailureSaysWhy(t *testing.T) {
 	}
 	os.Chown(conf, s.h.UID, s.h.GID)
 	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(keeperLog(r), "did not start again"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the keeper did not try to start olliesrv again")
-		}
-	}
+	await.Until(t, 10*time.Second, "the keeper did not try to start olliesrv again", func() bool {
+		return strings.Contains(keeperLog(r), "did not start again")
+	})
 	out := r.must("status", "h11")
 	if !strings.Contains(out, "starting it again failed") || !strings.Contains(out, "exited at once") || !strings.Contains(out, "no_such_setting") {
 		t.Errorf("status does not say why olliesrv did not start:\n%s", out)
@@ -213,7 +214,9 @@ func TestKeeperLeavesStoppedDaemon(t *testing.T) {
 	cancel()
 	c.Close()
 	waitGone(t, pid)
-	time.Sleep(5 * time.Second)
+	// The 5 s are the point: longer than the keeper takes to start a
+	// daemon that died (2 s), so one it left alone shows.
+	await.For(t.Context(), 5*time.Second)
 	if p := lockPID(hostSock); p != 0 {
 		t.Errorf("olliesrv was started again (pid %d) after ctl kill", p)
 	}
@@ -240,7 +243,9 @@ func TestKeeperLeavesStoppedDaemon(t *testing.T) {
 		t.Errorf("down -stop-daemon: %s", out)
 	}
 	waitGone(t, pid)
-	time.Sleep(5 * time.Second)
+	// The 5 s are the point: longer than the keeper takes to start a
+	// daemon that died (2 s), so one it left alone shows.
+	await.For(t.Context(), 5*time.Second)
 	if p := lockPID(hostSock); p != 0 {
 		t.Errorf("olliesrv was started again (pid %d) after down -stop-daemon", p)
 	}

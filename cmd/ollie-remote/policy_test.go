@@ -15,6 +15,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
 	"ollie/tunnel/keeper"
@@ -139,15 +140,13 @@ func TestPolicyBrokenReported(t *testing.T) {
 		kp.Process.Kill()
 		kp.Wait()
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("unix", keeper.ControlSocket(dir)); err == nil {
+	await.Until(t, 10*time.Second, "the keeper never listened", func() bool {
+		c, err := net.Dial("unix", keeper.ControlSocket(dir))
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the keeper never listened")
-		}
-	}
+		return err == nil
+	})
 
 	write("rules:\n  - {tool: rm_rf, decision: deny}\n  - {tool: x, decision: perhaps}\n")
 	scr.waitFor(t, `the policy file is broken: broker: bad policy: `)
@@ -158,15 +157,11 @@ func TestPolicyBrokenReported(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), `broker policy: broker: bad policy: `) || !strings.Contains(string(out), `decision "perhaps"`) {
 		t.Errorf("status: %v\n%s", err, out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		klog, _ := os.ReadFile(filepath.Join(dir, "keeper.log"))
-		if bytes.Contains(klog, []byte("the broker policy is broken")) && bytes.Contains(klog, []byte(`perhaps`)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("keeper.log does not say the policy is broken:\n%s", klog)
-		}
-	}
+	var klog []byte
+	await.Until(t, 10*time.Second, "keeper.log does not say the policy is broken", func() bool {
+		klog, _ = os.ReadFile(filepath.Join(dir, "keeper.log"))
+		return bytes.Contains(klog, []byte("the broker policy is broken")) && bytes.Contains(klog, []byte(`perhaps`))
+	}, func() string { return string(klog) })
 
 	write("rules:\n  - {tool: rm_rf, decision: deny}\n  - {tool: x, decision: allow}\n")
 	scr.waitFor(t, "was read again: 2 rules in force")
@@ -205,7 +200,7 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var sock string
-	for sock == "" {
+	if !await.Poll(ctx, func() bool {
 		if c, err := client.DialAs(filepath.Join(r.dir, "h11.ns"), ""); err == nil {
 			b, _ := c.ReadAll(ctx, "bypass/broker")
 			c.Close()
@@ -213,10 +208,9 @@ func TestPolicyLiveThroughKeeper(t *testing.T) {
 				sock = first
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatal("h11 never learnt of the desktop broker")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return sock != ""
+	}) {
+		t.Fatal("h11 never learnt of the desktop broker")
 	}
 	// Through the host's gate, as an agent's call asks: a deployed tool
 	// run with bypass.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"ollie/broker"
 	"ollie/broker/desktop"
+	"ollie/internal/await"
 )
 
 // TestTerminalBroker: with "ollie-remote broker" running on a terminal,
@@ -165,12 +167,9 @@ func (s *terminalScreen) String() string {
 // waitFor waits up to 15 s for what to appear on the screen.
 func (s *terminalScreen) waitFor(t *testing.T, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if strings.Contains(s.String(), what) {
-			return
-		}
-	}
-	t.Fatalf("no %q on the terminal:\n%s", what, s)
+	await.Until(t, 15*time.Second, fmt.Sprintf("no %q on the terminal", what), func() bool {
+		return strings.Contains(s.String(), what)
+	}, s.String)
 }
 
 // TestTerminalBrokerLetsGo: "ollie-remote broker" whose terminal hangs up
