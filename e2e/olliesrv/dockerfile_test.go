@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 // contrib/docker/Dockerfile is not built here (no container runtime runs
 // in the tests): this checks the recipe against the real binary instead.

@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func binaries(t testing.TB) (olliesrv, ollie string) {
 		}
 		dir := builtDir
 		nstest.AtExit(func() { os.RemoveAll(dir) })
-		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(builtDir, "olliesrv"), ".")
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", filepath.Join(builtDir, "olliesrv"), "../../cmd/olliesrv")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = err

@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 // The ollie.fleet collection (contrib/ansible/ollie/fleet) under the real
 // ansible-playbook, against real sshd lab hosts, one of which has no

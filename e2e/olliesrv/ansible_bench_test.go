@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 // What the engine costs: the same goal on the same lab hosts through the
 // ollie.fleet collection (ansible-playbook, forks = hosts) and through
@@ -45,7 +45,7 @@ func BenchmarkAnsibleVsFleetRun(b *testing.B) {
 	b.Cleanup(func() { os.RemoveAll(ctl) })
 	remoteDir := filepath.Join(ctl, "bin")
 	remoteBin := filepath.Join(remoteDir, "ollie-remote")
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", remoteBin, "../ollie-remote")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", remoteBin, "../../cmd/ollie-remote")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("go build ollie-remote: %v\n%s", err, out)

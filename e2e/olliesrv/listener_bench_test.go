@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 // The appliance listener's figures (issue 17), each beside its peer in the
 // same run, interleaved iteration by iteration: time to interactive next

@@ -1,4 +1,4 @@
-package main
+package olliesrv
 
 // The appliance listener with real clients against the real daemon:
 // sshfs mounting the namespace through the sftp subsystem, and the chat
