@@ -158,30 +158,7 @@ func TestListenerOnlyHost(t *testing.T) {
 		return cmd
 	}
 
-	// A cold deploy: no shell, no filesystem SFTP on this host.
-	out, err := remote(binDir, "deploy", "appl").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") || !strings.Contains(string(out), "of zstd, unpacked by the host's olliesrv") {
-		t.Fatalf("deploy (want the binary as zstd for the listener's olliesrv): %v\n%s\nlistener:\n%s", err, out, lh.log.String())
-	}
-	root := filepath.Join(h.Home, ".local/share/ollie")
-	ver := sha(t, filepath.Join(binDir, "olliesrv"))[:12]
-	lh.waitListening(t)
-	if cur, _ := os.Readlink(filepath.Join(root, "current")); cur != ver {
-		t.Errorf("current → %q, want %s", cur, ver)
-	}
-	if got := sha(t, filepath.Join(root, "data", "tools", "root_id")); got != sha(t, filepath.Join(data, "tools", "root_id")) {
-		t.Error("data/root_id differs from the desktop's")
-	}
-	if got, want := lh.exe(), filepath.Join(root, ver, "olliesrv"); got != want || lh.cmd.Process.Pid != pid {
-		t.Errorf("the listener (pid %d, was %d) runs %s, want %s", lh.cmd.Process.Pid, pid, got, want)
-	}
-	if _, err := os.Stat(filepath.Join(h.Home, ".local/bin/ollie")); err == nil {
-		t.Error("deploy installed ~/.local/bin/ollie on a listener host, whose shell is ollie's own")
-	}
-	// Again: nothing to do, and nothing restarted.
-	if out, err := remote(binDir, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "up to date") {
-		t.Fatalf("second deploy: %v\n%s", err, out)
-	}
+	root, ver := lh.checkColdDeploy(t, remote, data, pid)
 
 	// up, with the desktop's model for the host's agents.
 	llm := fakellm.Start(t)
@@ -221,19 +198,7 @@ func TestListenerOnlyHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the agent's answer", "session/s/agent/a/log", "root_id said so")
-	reqs := llm.ChatRequests()
-	toolOut := ""
-	for _, m := range reqs[len(reqs)-1].Messages {
-		if m.Role == "tool" {
-			toolOut = m.Text()
-		}
-	}
-	if strings.TrimSpace(toolOut) != "0" {
-		t.Errorf("root_id's output reached the model as %q, want 0", toolOut)
-	}
-	if b, _ := os.ReadFile(asked); !strings.Contains(string(b), "appl asks to run as root") || !strings.Contains(string(b), "sudo password for root on appl") {
-		t.Errorf("the desktop was asked:\n%s", b)
-	}
+	checkRootIDAsked(t, llm, asked, "appl")
 
 	// An upgrade through the held connection: another build (the same
 	// program with bytes after it, so another version) replaces the
@@ -256,7 +221,7 @@ func TestListenerOnlyHost(t *testing.T) {
 	waitFor("the approval channel after the upgrade", "bypass/broker", "broker-")
 	c.Close()
 
-	out, err = remote(binDir, "down", "-stop-daemon", "appl").CombinedOutput()
+	out, err := remote(binDir, "down", "-stop-daemon", "appl").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "its SSH listener too: it keeps running") {
 		t.Errorf("down -stop-daemon of a listener host: %v\n%s", err, out)
 	}
@@ -280,6 +245,59 @@ func TestListenerOnlyHost(t *testing.T) {
 
 	searchFor(t, password, h.Home, "/tmp", "/var/log")
 	searchProcsFor(t, password)
+}
+
+// checkColdDeploy deploys to the listener host, which has no shell and
+// no filesystem SFTP, and checks the listener restarted itself (still
+// pid) on the deployed binary; a second deploy finds it up to date. It
+// returns the deployed tree's root and the version it runs.
+func (lh *listenerHost) checkColdDeploy(t *testing.T, remote func(bin string, args ...string) *exec.Cmd, data string, pid int) (root, ver string) {
+	t.Helper()
+	h := lh.h
+	out, err := remote(binDir, "deploy", "appl").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "restarted the listener on the new version") || !strings.Contains(string(out), "of zstd, unpacked by the host's olliesrv") {
+		t.Fatalf("deploy (want the binary as zstd for the listener's olliesrv): %v\n%s\nlistener:\n%s", err, out, lh.log.String())
+	}
+	root = filepath.Join(h.Home, ".local/share/ollie")
+	ver = sha(t, filepath.Join(binDir, "olliesrv"))[:12]
+	lh.waitListening(t)
+	if cur, _ := os.Readlink(filepath.Join(root, "current")); cur != ver {
+		t.Errorf("current → %q, want %s", cur, ver)
+	}
+	if got := sha(t, filepath.Join(root, "data", "tools", "root_id")); got != sha(t, filepath.Join(data, "tools", "root_id")) {
+		t.Error("data/root_id differs from the desktop's")
+	}
+	if got, want := lh.exe(), filepath.Join(root, ver, "olliesrv"); got != want || lh.cmd.Process.Pid != pid {
+		t.Errorf("the listener (pid %d, was %d) runs %s, want %s", lh.cmd.Process.Pid, pid, got, want)
+	}
+	if _, err := os.Stat(filepath.Join(h.Home, ".local/bin/ollie")); err == nil {
+		t.Error("deploy installed ~/.local/bin/ollie on a listener host, whose shell is ollie's own")
+	}
+	// Again: nothing to do, and nothing restarted.
+	if out, err := remote(binDir, "deploy", "appl").CombinedOutput(); err != nil || !strings.Contains(string(out), "up to date") {
+		t.Fatalf("second deploy: %v\n%s", err, out)
+	}
+	return root, ver
+}
+
+// checkRootIDAsked checks that root_id's output, root's uid, reached the
+// model, and that the desktop's askpass was asked to approve it and for
+// the sudo password, naming host.
+func checkRootIDAsked(t *testing.T, llm *fakellm.Server, asked, host string) {
+	t.Helper()
+	reqs := llm.ChatRequests()
+	toolOut := ""
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == "tool" {
+			toolOut = m.Text()
+		}
+	}
+	if strings.TrimSpace(toolOut) != "0" {
+		t.Errorf("root_id's output reached the model as %q, want 0", toolOut)
+	}
+	if b, _ := os.ReadFile(asked); !strings.Contains(string(b), host+" asks to run as root") || !strings.Contains(string(b), "sudo password for root on "+host) {
+		t.Errorf("the desktop was asked:\n%s", b)
+	}
 }
 
 func syscallAlive(pid int) bool {

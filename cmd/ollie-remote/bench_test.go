@@ -283,9 +283,10 @@ var (
 // with a command and with -N; (c) the server's socket itself, reachable
 // here since the host is this machine: the floor.
 // The server is testdata/streamsrv, run as the host's user.
-func BenchmarkForward(b *testing.B) {
+// buildStreamsrv builds testdata/streamsrv once, beside the binaries
+// TestMain builds, and removed with them.
+func buildStreamsrv(b *testing.B) {
 	streamsrvOnce.Do(func() {
-		// Beside the binaries TestMain builds, and removed with them.
 		streamsrvBin = filepath.Join(binDir, "streamsrv")
 		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", streamsrvBin, "./testdata/streamsrv")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -296,6 +297,29 @@ func BenchmarkForward(b *testing.B) {
 	if streamsrvErr != nil {
 		b.Fatal(streamsrvErr)
 	}
+}
+
+// serveProxy serves on sock what the keeper serves for a host it holds:
+// a resuming proxy to remoteSock over th's connection. It returns sock.
+func serveProxy(b *testing.B, th *tunnel.Host, remoteSock, sock string) string {
+	proxy := &resume.Proxy{Log: slog.New(slog.DiscardHandler), Dial: func(ctx context.Context) (net.Conn, error) {
+		c, err := th.Client(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.DialUnix(remoteSock)
+	}}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go proxy.Serve(ln)
+	b.Cleanup(func() { proxy.Close(); ln.Close() })
+	return sock
+}
+
+func BenchmarkForward(b *testing.B) {
+	buildStreamsrv(b)
 	lab := sshlab.Start(b, sshlab.Config{Hosts: 1, UserPrefix: "orbench"})
 	h := lab.Host(0)
 	remoteSock := startStreamsrv(b, h)
@@ -320,40 +344,14 @@ func BenchmarkForward(b *testing.B) {
 	if _, err := c.Run(context.Background(), "test -S "+remoteSock, nil); err != nil {
 		b.Fatal(err)
 	}
-	proxy := &resume.Proxy{Log: quiet, Dial: func(ctx context.Context) (net.Conn, error) {
-		c, err := th.Client(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return c.DialUnix(remoteSock)
-	}}
-	upSock := filepath.Join(local, "up.sock")
-	ln, err := net.Listen("unix", upSock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	go proxy.Serve(ln)
-	b.Cleanup(func() { proxy.Close(); ln.Close() })
+	upSock := serveProxy(b, th, remoteSock, filepath.Join(local, "up.sock"))
 
 	// (a') The same without the exec, to set beside ssh -N -L: a connection
 	// on which no session has run streams ten times slower, which is why
 	// the keeper runs olliesrv start on every new connection.
 	thBare := tunnel.NewHost(h.Name, tunnel.Options{ConfigFile: lab.ConfigFile, Log: quiet})
 	b.Cleanup(func() { thBare.Close() })
-	proxyBare := &resume.Proxy{Log: quiet, Dial: func(ctx context.Context) (net.Conn, error) {
-		c, err := thBare.Client(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return c.DialUnix(remoteSock)
-	}}
-	bareSock := filepath.Join(local, "bare.sock")
-	lnBare, err := net.Listen("unix", bareSock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	go proxyBare.Serve(lnBare)
-	b.Cleanup(func() { proxyBare.Close(); lnBare.Close() })
+	bareSock := serveProxy(b, thBare, remoteSock, filepath.Join(local, "bare.sock"))
 
 	// (b) OpenSSH forwarding the same socket, twice: ssh -N -L, the usual
 	// way, and ssh -L with a command running, whose session gets it

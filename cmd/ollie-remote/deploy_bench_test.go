@@ -51,32 +51,8 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 	lab := sshlab.Start(b, sshlab.Config{Hosts: hosts, UserPrefix: "orslow"})
 	link := newSlowLink(10*time.Millisecond, 10_000_000)
 	dir := b.TempDir()
-	var cfg, known strings.Builder
-	var names []string
-	for _, h := range lab.Hosts {
-		port := link.relay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port))
-		key := strings.Fields(h.HostKeyPub)
-		fmt.Fprintf(&known, "[127.0.0.1]:%d %s %s\n", port, key[0], key[1])
-		fmt.Fprintf(&cfg, "Host far%s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  UserKnownHostsFile %s\n  BatchMode yes\n",
-			h.Name, port, h.User, lab.ClientKey, filepath.Join(dir, "known_hosts"))
-		names = append(names, "far"+h.Name)
-	}
-	os.WriteFile(filepath.Join(dir, "known_hosts"), []byte(known.String()), 0600)
-	cfgFile := filepath.Join(dir, "ssh_config")
-	os.WriteFile(cfgFile, []byte(cfg.String()), 0600)
-
-	// The upgrade: the same source, another version string.
-	bin2 := filepath.Join(dir, "bin2")
-	build := exec.Command("go", "build", "-buildvcs=false", "-trimpath", "-ldflags", "-s -w -X main.version=bench-upgrade", "-o", filepath.Join(bin2, "olliesrv"), "../olliesrv")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("building the upgrade: %v\n%s", err, out)
-	}
-	sum, err := os.ReadFile(filepath.Join(bin2, "olliesrv"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ver2 := fmt.Sprintf("%x", sha256.Sum256(sum))[:12]
+	cfgFile, names := slowLinkConfig(b, lab, link, dir)
+	bin2, ver2 := buildUpgrade(b, dir)
 	srcFor := func(bin string) string {
 		src := filepath.Join(dir, "src-"+filepath.Base(bin))
 		if _, err := os.Stat(src); err != nil {
@@ -178,6 +154,42 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 	b.ReportMetric(upWarm.Seconds()/n, "upgrade-cached-s")
 	b.ReportMetric(upWarm.Seconds()/upR.Seconds(), "upgrade-cached/rsync")
 	b.ReportMetric(0, "ns/op")
+}
+
+// slowLinkConfig relays every lab host over link and writes, in dir, an
+// ssh config and known_hosts that reach each as far<name> through it. It
+// returns the config file and the far names.
+func slowLinkConfig(b *testing.B, lab *sshlab.Lab, link *slowLink, dir string) (cfgFile string, names []string) {
+	var cfg, known strings.Builder
+	for _, h := range lab.Hosts {
+		port := link.relay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port))
+		key := strings.Fields(h.HostKeyPub)
+		fmt.Fprintf(&known, "[127.0.0.1]:%d %s %s\n", port, key[0], key[1])
+		fmt.Fprintf(&cfg, "Host far%s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  UserKnownHostsFile %s\n  BatchMode yes\n",
+			h.Name, port, h.User, lab.ClientKey, filepath.Join(dir, "known_hosts"))
+		names = append(names, "far"+h.Name)
+	}
+	os.WriteFile(filepath.Join(dir, "known_hosts"), []byte(known.String()), 0600)
+	cfgFile = filepath.Join(dir, "ssh_config")
+	os.WriteFile(cfgFile, []byte(cfg.String()), 0600)
+	return cfgFile, names
+}
+
+// buildUpgrade builds the upgrade, the same source with another version
+// string, into dir/bin2, and returns that directory and its version.
+func buildUpgrade(b *testing.B, dir string) (bin2, ver2 string) {
+	bin2 = filepath.Join(dir, "bin2")
+	build := exec.Command("go", "build", "-buildvcs=false", "-trimpath", "-ldflags", "-s -w -X main.version=bench-upgrade", "-o", filepath.Join(bin2, "olliesrv"), "../olliesrv")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building the upgrade: %v\n%s", err, out)
+	}
+	sum, err := os.ReadFile(filepath.Join(bin2, "olliesrv"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ver2 = fmt.Sprintf("%x", sha256.Sum256(sum))[:12]
+	return bin2, ver2
 }
 
 // wireShare is the mean share of the files' size that deploy's table says

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"ollie/internal/await"
 	"ollie/internal/paths"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -255,19 +256,16 @@ func TestFleetAcrossKeepers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	for sock, n := range map[string]int{paths.RemoteSocketIn(da, "h11"): 1, paths.RemoteSocketIn(da, "h12"): 2} {
-		for {
-			var b []byte
+		var b []byte
+		if !await.Poll(ctx, func() bool {
+			b = nil
 			if c, err := client.DialAs(sock, ""); err == nil {
 				b, _ = c.ReadAll(ctx, "bypass/broker")
 				c.Close()
 			}
-			if strings.Count(string(b), "broker-") >= n {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s lists %q, want %d desktop registrations", sock, b, n)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return strings.Count(string(b), "broker-") >= n
+		}) {
+			t.Fatalf("%s lists %q, want %d desktop registrations", sock, b, n)
 		}
 	}
 	askpassed := func() string { b, _ := os.ReadFile(asked); return string(b) }
@@ -287,7 +285,10 @@ func TestFleetAcrossKeepers(t *testing.T) {
 
 	// With B's h11 down, h11 is one host again.
 	k.must(k.b, "down", "h11")
-	time.Sleep(1500 * time.Millisecond) // past the keeper's look at the others
+	// A's keeper looks at the other keepers at most once a second
+	// (keeper.othersNow) and says nothing when it does: the wait outlasts
+	// its last look.
+	await.For(t.Context(), 1500*time.Millisecond)
 	before = len(askpassed())
 	if out, ran := askThroughGate(t, k.lab, "h11", "reasoning_think", `{"thought":"c"}`); !ran || !bare.MatchString(askpassed()[before:]) {
 		t.Errorf("the lab's h11, held once again: %s; askpass was asked:\n%s", out, askpassed()[before:])

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 )
 
@@ -52,21 +53,11 @@ func TestDesktopModel(t *testing.T) {
 		return string(out)
 	}
 	// The keeper writes the host's backend and has the daemon read it.
-	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
-		if i == 100 {
-			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitRead(t, 30*time.Second, ollie, "backends", "desktop\topenai", "the host never listed the desktop's backend")
 	ollie("name=m", "rdwr", "session/new")
 	ollie("name=a", "rdwr", "session/m/agent/new")
 	ollie("say something", "write", "session/m/agent/a/prompt")
-	for i := 0; !strings.Contains(ollie("", "read", "session/m/agent/a/log"), "the desktop's model answers"); i++ {
-		if i == 150 {
-			t.Fatalf("no reply through the desktop's model; log:\n%s\nstats:\n%s", ollie("", "read", "session/m/agent/a/log"), ollie("", "read", "session/m/agent/a/stats"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitRead(t, 45*time.Second, ollie, "session/m/agent/a/log", "the desktop's model answers", "no reply through the desktop's model", agentStats(ollie, "m"))
 	reqs := llm.Requests()
 	last := reqs[len(reqs)-1]
 	if got := last.Header.Get("Authorization"); got != "Bearer "+key || last.Header.Get("X-Ollie-Run") != "" {
@@ -144,23 +135,11 @@ func TestAirGappedHost(t *testing.T) {
 		t.Fatalf("up -model-via: %v\n%s", err, out)
 	}
 	ollie := ollieOn(lab, "h11")
-	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
-		if i == 100 {
-			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitRead(t, 30*time.Second, ollie, "backends", "desktop\topenai", "the host never listed the desktop's backend")
 	ollie("name=m", "rdwr", "session/new")
 	ollie("name=a", "rdwr", "session/m/agent/new")
 	ollie("look around", "write", "session/m/agent/a/prompt")
-	var log string
-	for i := 0; !strings.Contains(log, "done: "); i++ {
-		if i == 300 {
-			t.Fatalf("the agent did not finish; log:\n%s", log)
-		}
-		time.Sleep(100 * time.Millisecond)
-		log = ollie("", "read", "session/m/agent/a/log")
-	}
+	log := awaitRead(t, 90*time.Second, ollie, "session/m/agent/a/log", "done: ", "the agent did not finish")
 	if !strings.Contains(log, "Linux") || strings.Contains(log, "REACHED-NET") || !strings.Contains(log, "Permission denied") {
 		t.Errorf("the tools' results: want uname's answer and the internet refused:\n%s", log)
 	}
@@ -275,24 +254,13 @@ func TestDesktopModelDrop(t *testing.T) {
 	ollie("name=m", "rdwr", "session/new")
 	ollie("name=a", "rdwr", "session/m/agent/new")
 	ollie("count", "write", "session/m/agent/a/prompt")
-	for i := 0; llm.Served() == 0; i++ {
-		if i == 100 {
-			t.Fatal("the model was never asked")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(time.Second) // the stream is under way
+	// Once the model is asked, its reply streams: the first words, then
+	// nothing until its client is gone.
+	await.Until(t, 30*time.Second, "the model was never asked", func() bool { return llm.Served() > 0 })
 	if h.KillConnections() == 0 {
 		t.Fatal("no SSH connection to cut")
 	}
-	var log string
-	for i := 0; !strings.Contains(log, "asked again after the drop"); i++ {
-		if i == 300 {
-			t.Fatalf("the turn did not end with the reply asked again; log:\n%s\nstats:\n%s", log, ollie("", "read", "session/m/agent/a/stats"))
-		}
-		time.Sleep(100 * time.Millisecond)
-		log = ollie("", "read", "session/m/agent/a/log")
-	}
+	awaitRead(t, 90*time.Second, ollie, "session/m/agent/a/log", "asked again after the drop", "the turn did not end with the reply asked again", agentStats(ollie, "m"))
 	if llm.Abandoned() == 0 {
 		t.Error("the upstream stream went on after the host's connection dropped")
 	}
@@ -332,14 +300,7 @@ func TestAirGappedOllama(t *testing.T) {
 	ollie("name=m", "rdwr", "session/new")
 	ollie("name=a", "rdwr", "session/m/agent/new")
 	ollie("which kernel?", "write", "session/m/agent/a/prompt")
-	var log string
-	for i := 0; !strings.Contains(log, "the kernel is Linux"); i++ {
-		if i == 300 {
-			t.Fatalf("the agent did not answer on the host's Ollama; log:\n%s\nstats:\n%s", log, ollie("", "read", "session/m/agent/a/stats"))
-		}
-		time.Sleep(100 * time.Millisecond)
-		log = ollie("", "read", "session/m/agent/a/log")
-	}
+	awaitRead(t, 90*time.Second, ollie, "session/m/agent/a/log", "the kernel is Linux", "the agent did not answer on the host's Ollama", agentStats(ollie, "m"))
 	chats := ollama.OllamaChats()
 	if len(chats) != 2 {
 		t.Errorf("%d native chats, want 2", len(chats))
@@ -383,4 +344,28 @@ func ollieOn(lab *sshlab.Lab, host string) func(stdin string, args ...string) st
 		out, _ := cmd.CombinedOutput()
 		return string(out)
 	}
+}
+
+// awaitRead waits until file, read on the host with ollie, holds want,
+// and returns what it read last; if it does not within within, it fails t
+// saying what never happened, with what it read and any detail.
+func awaitRead(t *testing.T, within time.Duration, ollie func(stdin string, args ...string) string, file, want, what string, detail ...func() string) string {
+	t.Helper()
+	var got string
+	await.Until(t, within, what, func() bool {
+		got = ollie("", "read", file)
+		return strings.Contains(got, want)
+	}, func() string {
+		msg := file + ":\n" + got
+		for _, d := range detail {
+			msg += "\n" + d()
+		}
+		return msg
+	})
+	return got
+}
+
+// agentStats is a detail for awaitRead: agent a's stats in session.
+func agentStats(ollie func(stdin string, args ...string) string, session string) func() string {
+	return func() string { return "stats:\n" + ollie("", "read", "session/"+session+"/agent/a/stats") }
 }

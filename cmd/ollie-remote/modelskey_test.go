@@ -41,12 +41,7 @@ func TestDesktopModelKey(t *testing.T) {
 		t.Fatalf("up -model-via: %v\n%s", err, out)
 	}
 	ollie := ollieOn(lab, "h11")
-	for i := 0; !strings.Contains(ollie("", "read", "backends"), "desktop\topenai"); i++ {
-		if i == 100 {
-			t.Fatalf("the host never listed the desktop's backend:\n%s", ollie("", "read", "backends"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitRead(t, 30*time.Second, ollie, "backends", "desktop\topenai", "the host never listed the desktop's backend")
 	var cfg struct {
 		Backends map[string]struct{ Socket string }
 	}
@@ -102,16 +97,8 @@ func TestDesktopModelKey(t *testing.T) {
 		ollie("name="+session, "rdwr", "session/new")
 		ollie("name=a", "rdwr", "session/"+session+"/agent/new")
 		ollie("say something", "write", "session/"+session+"/agent/a/prompt")
-		for {
-			log := ollie("", "read", "session/"+session+"/agent/a/log")
-			if strings.Contains(log, "the desktop answers") {
-				return time.Since(start)
-			}
-			if time.Since(start) > within {
-				t.Fatalf("no answer through the desktop's model in %s; log:\n%s\nstats:\n%s", within, log, ollie("", "read", "session/"+session+"/agent/a/stats"))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		awaitRead(t, within, ollie, "session/"+session+"/agent/a/log", "the desktop answers", "no answer through the desktop's model", agentStats(ollie, session))
+		return time.Since(start)
 	}
 	answered("m", 30*time.Second)
 	if st := r.must("status", "h11"); !strings.Contains(st, "desktop:deskllm desk-model (1 requests, ") {

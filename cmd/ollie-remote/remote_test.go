@@ -19,6 +19,7 @@ import (
 	"github.com/creack/pty"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
 )
@@ -221,37 +222,7 @@ func TestDeploy(t *testing.T) {
 		}
 	}
 
-	// A damaged file and a missing one are repaired; a stray one removed.
-	h12, h13 := lab.Host(1), lab.Host(2)
-	os.WriteFile(filepath.Join(h12.Home, ".local/share/ollie/data/tools/shell.meta"), []byte("{damaged"), 0644)
-	os.Remove(filepath.Join(h13.Home, ".local/share/ollie/data/agents/default.json"))
-	stray := filepath.Join(h13.Home, ".local/share/ollie/data/tools/stray.meta")
-	os.WriteFile(stray, []byte("{}"), 0644)
-	// A skill deleted on the desktop, in a folder of its own.
-	straySkill := filepath.Join(h13.Home, ".local/share/ollie/data/skills/retired/SKILL.md")
-	os.MkdirAll(filepath.Dir(straySkill), 0755)
-	os.WriteFile(straySkill, []byte("---\nname: retired\ndescription: gone from the desktop\n---\n"), 0644)
-	os.Chown(filepath.Dir(straySkill), h13.UID, h13.GID)
-	os.Chown(straySkill, h13.UID, h13.GID)
-	out = r.must("deploy", "h11", "h12", "h13")
-	if row := tableRow(out, "h11"); row == nil || row[3] != "0" {
-		t.Errorf("h11 sent something: %q", row)
-	}
-	for _, h := range []*sshlab.Host{h12, h13} {
-		if row := tableRow(out, h.Name); row == nil || row[3] == "0" {
-			t.Errorf("%s: nothing sent to repair it: %q\n%s", h.Name, row, out)
-		}
-		checkDeployed(t, h, bin)
-	}
-	if _, err := os.Stat(stray); err == nil {
-		t.Error("a file no longer in data/ was left on the host")
-	}
-	if _, err := os.Stat(filepath.Dir(straySkill)); err == nil {
-		t.Error("a skill no longer in data/skills was left on the host (or its folder)")
-	}
-	if !strings.Contains(out, "removed data/skills/retired/SKILL.md") {
-		t.Errorf("deploy did not say it removed the retired skill:\n%s", out)
-	}
+	checkDeployRepairs(t, r, lab, bin)
 
 	// ssh host ollie, with the real OpenSSH client and no tty: the
 	// daemon starts on first use and outlives the connection.
@@ -313,6 +284,43 @@ func TestDeploy(t *testing.T) {
 	lab.SSH("h11", ".local/share/ollie/current/olliesrv", "stop").Run()
 }
 
+// checkDeployRepairs damages h12's deployed data, removes a file of h13's
+// and leaves it a stray tool and a retired skill: a deploy repairs the
+// first two, removes the strays, sends h11 nothing, and says so.
+func checkDeployRepairs(t *testing.T, r *remote, lab *sshlab.Lab, bin string) {
+	t.Helper()
+	h12, h13 := lab.Host(1), lab.Host(2)
+	os.WriteFile(filepath.Join(h12.Home, ".local/share/ollie/data/tools/shell.meta"), []byte("{damaged"), 0644)
+	os.Remove(filepath.Join(h13.Home, ".local/share/ollie/data/agents/default.json"))
+	stray := filepath.Join(h13.Home, ".local/share/ollie/data/tools/stray.meta")
+	os.WriteFile(stray, []byte("{}"), 0644)
+	// A skill deleted on the desktop, in a folder of its own.
+	straySkill := filepath.Join(h13.Home, ".local/share/ollie/data/skills/retired/SKILL.md")
+	os.MkdirAll(filepath.Dir(straySkill), 0755)
+	os.WriteFile(straySkill, []byte("---\nname: retired\ndescription: gone from the desktop\n---\n"), 0644)
+	os.Chown(filepath.Dir(straySkill), h13.UID, h13.GID)
+	os.Chown(straySkill, h13.UID, h13.GID)
+	out := r.must("deploy", "h11", "h12", "h13")
+	if row := tableRow(out, "h11"); row == nil || row[3] != "0" {
+		t.Errorf("h11 sent something: %q", row)
+	}
+	for _, h := range []*sshlab.Host{h12, h13} {
+		if row := tableRow(out, h.Name); row == nil || row[3] == "0" {
+			t.Errorf("%s: nothing sent to repair it: %q\n%s", h.Name, row, out)
+		}
+		checkDeployed(t, h, bin)
+	}
+	if _, err := os.Stat(stray); err == nil {
+		t.Error("a file no longer in data/ was left on the host")
+	}
+	if _, err := os.Stat(filepath.Dir(straySkill)); err == nil {
+		t.Error("a skill no longer in data/skills was left on the host (or its folder)")
+	}
+	if !strings.Contains(out, "removed data/skills/retired/SKILL.md") {
+		t.Errorf("deploy did not say it removed the retired skill:\n%s", out)
+	}
+}
+
 func TestDeployErrors(t *testing.T) {
 	lab := sshlab.Start(t, sshlab.Config{Hosts: 2, UserPrefix: "orerr"})
 	r := newRemote(t, lab)
@@ -352,7 +360,8 @@ func TestDeployErrors(t *testing.T) {
 	lab.Host(1).Stop()
 	restarted := make(chan struct{})
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		// The outage is the point: deploy's first connect finds no sshd.
+		await.For(t.Context(), 300*time.Millisecond)
 		lab.Host(1).Start()
 		close(restarted)
 	}()

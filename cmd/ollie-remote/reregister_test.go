@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"ollie/agent/fakellm"
+	"ollie/internal/await"
 	"ollie/internal/lab"
 	"ollie/internal/sshlab"
 	"ollie/ns/client"
@@ -157,12 +158,9 @@ func (s *sudoLab) sudoOn(c *client.Conn, session string, fresh bool, i int, with
 // waitModel waits for the model to have served n requests.
 func (s *sudoLab) waitModel(c *client.Conn, ctx context.Context, session string, n int) {
 	s.t.Helper()
-	for s.llm.Served() < n {
-		if ctx.Err() != nil {
-			b, _ := c.ReadAll(context.Background(), "session/"+session+"/agent/a/log")
-			s.t.Fatalf("%s: the agent did not come back to the model after root_id; bypass/pending %v; log:\n%s", session, pendingIDs(c), b)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !await.Poll(ctx, func() bool { return s.llm.Served() >= n }) {
+		b, _ := c.ReadAll(context.Background(), "session/"+session+"/agent/a/log")
+		s.t.Fatalf("%s: the agent did not come back to the model after root_id; bypass/pending %v; log:\n%s", session, pendingIDs(c), b)
 	}
 }
 
@@ -222,19 +220,20 @@ func brokers(sock string) ([]string, int, error) {
 func watchRestart(sock string, old int) <-chan time.Duration {
 	out := make(chan time.Duration, 1)
 	go func() {
-		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		age := time.Duration(-1)
+		await.Poll(ctx, func() bool {
 			bs, pid, err := brokers(sock)
 			if pid == 0 || pid == old || err != nil || len(bs) == 0 {
-				continue
+				return false
 			}
-			age, err := procAge(pid)
-			if err != nil {
-				break
+			if a, err := procAge(pid); err == nil {
+				age = a
 			}
-			out <- age
-			return
-		}
-		out <- -1
+			return true
+		})
+		out <- age
 	}()
 	return out
 }
@@ -266,12 +265,10 @@ func procAge(pid int) (time.Duration, error) {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			return
-		}
-	}
-	t.Fatalf("olliesrv pid %d did not exit", pid)
+	await.Until(t, 30*time.Second, fmt.Sprintf("olliesrv pid %d did not exit", pid), func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return err != nil
+	})
 }
 
 // approvalsColumn reads the host's APPROVALS cell and its row from
@@ -372,14 +369,11 @@ func TestApprovalsTwoKeepers(t *testing.T) {
 	wantBrokers := func(n int) []string {
 		t.Helper()
 		var bs []string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		await.Until(t, 10*time.Second, fmt.Sprintf("the host never listed %d brokers", n), func() bool {
 			bs, _, _ = brokers(hostSock)
-			if len(bs) == n {
-				return bs
-			}
-		}
-		t.Fatalf("the host lists brokers %q, want %d", bs, n)
-		return nil
+			return len(bs) == n
+		}, func() string { return fmt.Sprintf("it lists %q", bs) })
+		return bs
 	}
 	wantBrokers(2)
 	s.sudo(ns(0), "both", 1, 60*time.Second) // the newest: keeper 1
@@ -399,15 +393,10 @@ func TestApprovalsTwoKeepers(t *testing.T) {
 		t.Fatal("no ssh connection to kill")
 	}
 	var after []string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	await.Until(t, 20*time.Second, "after the connections dropped the host never listed two fresh brokers", func() bool {
 		after, _, _ = brokers(hostSock)
-		if len(after) == 2 && !slices.Contains(before, after[0]) && !slices.Contains(before, after[1]) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the connections dropped the host lists %q (before %q)", after, before)
-		}
-	}
+		return len(after) == 2 && !slices.Contains(before, after[0]) && !slices.Contains(before, after[1])
+	}, func() string { return fmt.Sprintf("it lists %q (before %q)", after, before) })
 	files, _ := filepath.Glob(filepath.Join(filepath.Dir(hostSock), "broker-*"))
 	slices.Sort(files)
 	slices.Sort(after)
@@ -450,13 +439,10 @@ func TestApprovalsParkedHandedOver(t *testing.T) {
 	if err := c.Write(ctx, "session/parked/agent/a/prompt", []byte("who am I as root?")); err != nil {
 		t.Fatal(err)
 	}
-	for len(pendingIDs(c)) == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the request never parked in bypass/pending")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !await.Poll(ctx, func() bool { return len(pendingIDs(c)) > 0 }) {
+		t.Fatal("the request never parked in bypass/pending")
 	}
-	time.Sleep(time.Second) // parked a while, as in the issue
+	await.For(t.Context(), time.Second) // parked a while, as in the issue: the point
 	s.up(0)
 	s.waitModel(c, ctx, "parked", served0+2)
 	if n := s.asked(0); n != 1 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -243,15 +242,7 @@ printf '%%s\n' '%[3]s'
 
 	// The password is nowhere on the host.
 	searchFor(t, password, h.Home, "/tmp", "/var/log", filepath.Dir(deploy.SystemCommand))
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"cmdline", "environ"} {
-			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(b, []byte(password)) {
-				cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-				t.Errorf("the password is in %s/%s (%q)", p, f, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
-			}
-		}
-	}
+	searchProcsFor(t, password)
 }
 
 // sshOllie runs "ssh HOST CMD help" with the real OpenSSH client, and
