@@ -216,11 +216,7 @@ func (n *namespace) ctlToolList(ctx context.Context, c *ns.Call, e *agentEntry, 
 	if arg == "" {
 		return nil, fmt.Errorf("%s: %s needs a tool name", c.Path(), verb)
 	}
-	s, err := n.session(c)
-	if err != nil {
-		return nil, err
-	}
-	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
+	s, child, err := n.toolsOf(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -289,11 +285,7 @@ func (n *namespace) ctlPeers(_ context.Context, _ *ns.Call, e *agentEntry, _, _ 
 }
 
 func (n *namespace) ctlProc(ctx context.Context, c *ns.Call, e *agentEntry, _, arg string) ([]byte, error) {
-	s, err := n.session(c)
-	if err != nil {
-		return nil, err
-	}
-	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
+	_, child, err := n.toolsOf(ctx, c)
 	if err != nil {
 		return nil, err
 	}

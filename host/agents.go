@@ -363,11 +363,7 @@ func (n *namespace) procOut(ctx context.Context, c *ns.Call) (*stream.Stream, er
 }
 
 func (n *namespace) procFile(ctx context.Context, c *ns.Call, file string) ([]byte, error) {
-	s, err := n.session(c)
-	if err != nil {
-		return nil, err
-	}
-	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
+	_, child, err := n.toolsOf(ctx, c)
 	if err != nil {
 		return nil, err
 	}

@@ -244,6 +244,17 @@ func (n *namespace) session(c *ns.Call) (*agent.Session, error) {
 	return s, nil
 }
 
+// toolsOf is the toolsrv of the session c names, started if it is not
+// running.
+func (n *namespace) toolsOf(ctx context.Context, c *ns.Call) (*agent.Session, *toolsrv.Child, error) {
+	s, err := n.session(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
+	return s, child, err
+}
+
 var sessionKeys = []string{"name", "cwd", "yolo", "resume"}
 
 func (n *namespace) newSession(ctx context.Context, c *ns.Call, req []byte) ([]byte, error) {
@@ -456,11 +467,7 @@ func (n *namespace) sessionCtl(ctx context.Context, c *ns.Call, req []byte) ([]b
 }
 
 func (n *namespace) sessionTools(ctx context.Context, c *ns.Call) ([]byte, error) {
-	s, err := n.session(c)
-	if err != nil {
-		return nil, err
-	}
-	child, err := n.tools.Get(ctx, s.ID, s.Cwd(), s.Yolo)
+	_, child, err := n.toolsOf(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Path(), err)
 	}

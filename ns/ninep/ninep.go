@@ -37,6 +37,16 @@ func (e *SizeError) Error() string {
 	return fmt.Sprintf("message of %d bytes exceeds msize %d", e.Size, e.Max)
 }
 
+// Refuse wraps a *SizeError as the relay's own malformed-message error
+// (malformed); any other error, the connection's, passes unchanged.
+func Refuse(err, malformed error) error {
+	var se *SizeError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w: %v", malformed, err)
+	}
+	return err
+}
+
 // PeekSize returns the size the next message in br claims (its first four
 // bytes, left in br) once it lies in [HeaderSize, max], else a
 // *SizeError. At the end of the input it returns io.EOF, or

@@ -220,12 +220,7 @@ func (h *heldHost) carryModels(ctx context.Context, route *ModelsRoute, p *model
 			}
 			log.Warn("ollie-remote: the desktop's model cannot reach this host", "err", err)
 			h.setModels("missing: " + err.Error())
-			select {
-			case <-c.Done():
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 10*time.Second)
+			delay = backOff(c.Done(), ctx.Done(), delay)
 			continue
 		}
 		delay = 250 * time.Millisecond

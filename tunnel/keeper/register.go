@@ -74,12 +74,7 @@ func (h *heldHost) carryApprovals(b *desktop.Broker, log *slog.Logger) {
 		if err != nil {
 			log.Warn("ollie-remote: approvals from this host cannot reach the desktop", "err", err)
 			h.setApprovals(ApprovalsMissing+": "+err.Error(), "")
-			select {
-			case <-c.Done():
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 10*time.Second)
+			delay = backOff(c.Done(), ctx.Done(), delay)
 			continue
 		}
 		delay = 250 * time.Millisecond
@@ -423,4 +418,18 @@ func (e *eventLines) Write(p []byte) (int, error) {
 		return 0, fmt.Errorf("an event line over 64 KiB")
 	}
 	return len(p), nil
+}
+
+// backOff waits delay, or less if the connection or the keeper ends, and
+// returns the next wait: twice as long, up to 10 s. A forward that could
+// not be made is tried again at once after a reconnect.
+func backOff(conn, keeper <-chan struct{}, delay time.Duration) time.Duration {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-conn:
+	case <-keeper:
+	case <-t.C:
+	}
+	return min(2*delay, 10*time.Second)
 }

@@ -30,15 +30,8 @@ func readFrame(br *bufio.Reader, max uint32) ([]byte, error) {
 	return f, nil
 }
 
-// malformed names a size that ninep refused as the mux's malformed
-// message; other errors (the connection's) pass unchanged.
-func malformed(err error) error {
-	var se *ninep.SizeError
-	if errors.As(err, &se) {
-		return fmt.Errorf("%w: %v", errMalformed, err)
-	}
-	return err
-}
+// malformed is ninep.Refuse with this package's malformed message.
+func malformed(err error) error { return ninep.Refuse(err, errMalformed) }
 
 // decode is ninep.Decode with its failures the mux's malformed message.
 func decode(f []byte) (*plan9.Fcall, error) {

@@ -64,15 +64,8 @@ func (r *frameReader) next(max uint32) ([]byte, error) {
 	return f, nil
 }
 
-// malformed names a size that ninep refused as the proxy's malformed
-// message; other errors (the connection's) pass unchanged.
-func malformed(err error) error {
-	var se *ninep.SizeError
-	if errors.As(err, &se) {
-		return fmt.Errorf("%w: %v", errMalformed, err)
-	}
-	return err
-}
+// malformed is ninep.Refuse with this package's malformed message.
+func malformed(err error) error { return ninep.Refuse(err, errMalformed) }
 
 func (r *frameReader) release() {
 	if r.held > 0 {
