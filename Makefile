@@ -63,7 +63,7 @@ fuzz:
 # docs/benchmarks.md. The fleet's take minutes on two cores: hence the
 # timeout.
 bench:
-	CGO_ENABLED=0 $(GO) test ./ns ./chat ./toolsrv ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./cmd/ollie-remote ./e2e/olliesrv -run '^$$' -bench . -benchtime 2s -timeout 60m
+	CGO_ENABLED=0 $(GO) test ./ns ./chat ./toolsrv ./toolsrv/sandbox ./agent ./agent/backend ./agent/store ./e2e/remote ./e2e/olliesrv -run '^$$' -bench . -benchtime 2s -timeout 60m
 
 # Start a local olliesrv (or reuse the running one) and show its namespace.
 run: build
