@@ -264,13 +264,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	s.mu.Lock()
-	im := s.immediate
-	if im != nil {
-		s.served++
-	}
-	s.mu.Unlock()
-	if im != nil {
+	if im := s.takeImmediate(); im != nil {
 		im.serve(w, body)
 		return
 	}
@@ -286,26 +280,43 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	s.mu.Lock()
-	s.served++
-	n := s.served
-	var resp Response
-	respond := s.respond
-	empty := len(s.script) == 0 && respond == nil
-	if respond != nil {
-		s.mu.Unlock()
-		resp = respond(&req)
-		s.mu.Lock()
-	} else if !empty {
-		resp = s.script[0]
-		s.script = s.script[1:]
-	}
-	s.mu.Unlock()
-	if empty {
+	resp, n, ok := s.next(&req)
+	if !ok {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("fakellm: the script is empty (chat request %d)", n))
 		return
 	}
 	s.play(w, r, &req, len(body), n, resp)
+}
+
+// takeImmediate is the canned answer SetImmediate set, counted as
+// served, or nil.
+func (s *Server) takeImmediate() *immediate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.immediate != nil {
+		s.served++
+	}
+	return s.immediate
+}
+
+// next counts a chat request in (n is its number, from 1) and takes its
+// answer: Respond's, else the script's next; ok is false when the script
+// is empty.
+func (s *Server) next(req *ChatRequest) (resp Response, n int, ok bool) {
+	s.mu.Lock()
+	s.served++
+	n = s.served
+	respond := s.respond
+	if respond == nil {
+		defer s.mu.Unlock()
+		if len(s.script) == 0 {
+			return Response{}, n, false
+		}
+		resp, s.script = s.script[0], s.script[1:]
+		return resp, n, true
+	}
+	s.mu.Unlock()
+	return respond(req), n, true
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {

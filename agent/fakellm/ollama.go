@@ -325,13 +325,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	s.mu.Lock()
-	im := s.immediate
-	if im != nil {
-		s.served++
-	}
-	s.mu.Unlock()
-	if im != nil {
+	if im := s.takeImmediate(); im != nil {
 		im.serveOllama(w, body)
 		return
 	}
@@ -376,22 +370,8 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	s.mu.Lock()
-	s.served++
-	seq := s.served
-	respond := s.respond
-	var resp Response
-	empty := len(s.script) == 0 && respond == nil
-	if respond != nil {
-		s.mu.Unlock()
-		resp = respond(asChatRequest(&req, kept))
-		s.mu.Lock()
-	} else if !empty {
-		resp = s.script[0]
-		s.script = s.script[1:]
-	}
-	s.mu.Unlock()
-	if empty {
+	resp, seq, ok := s.next(asChatRequest(&req, kept))
+	if !ok {
 		ollamaError(w, http.StatusInternalServerError, fmt.Sprintf("fakellm: the script is empty (chat request %d)", seq))
 		return
 	}
