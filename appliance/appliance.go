@@ -290,15 +290,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // track counts a channel in, unless the server is closing.
-func (s *Server) track() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.work.Add(1)
-	return true
-}
+func (s *Server) track() bool { return accept.Track(&s.mu, &s.closing, &s.work) }
 
 // LoadHostKey reads the ed25519 host key in file, or makes one there
 // (0600, its directory 0700) when there is none.

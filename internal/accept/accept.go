@@ -234,3 +234,17 @@ func (g *Group[C]) Wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Track counts a piece of a server's work (a channel, a forwarded
+// connection) in wg unless the server is closed, both under mu, the
+// server's lock: ordered before its Shutdown's wait, as Loop.Serve counts
+// a connection.
+func Track(mu *sync.Mutex, closed *bool, wg *sync.WaitGroup) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if *closed {
+		return false
+	}
+	wg.Add(1)
+	return true
+}

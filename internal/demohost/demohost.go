@@ -36,6 +36,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"golang.org/x/crypto/ssh/knownhosts"
+	"ollie/internal/accept"
 	"ollie/internal/sshsrv"
 )
 
@@ -328,15 +329,7 @@ func (h *Host) StopDaemon(ctx context.Context) error {
 }
 
 // track counts a channel in, unless the host is closing.
-func (h *Host) track() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closing {
-		return false
-	}
-	h.sessions.Add(1)
-	return true
-}
+func (h *Host) track() bool { return accept.Track(&h.mu, &h.closing, &h.sessions) }
 
 // close stops serving: listener, connections, and the commands and
 // forwards they carried.
