@@ -21,9 +21,9 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 	r, cwd := runner(t, map[string][2]string{
 		"priv": {`{"description": "Needs elevation.", "elevated": true}`, "#!/bin/sh\necho ran\n"},
 	})
-	gate := gate.New(nil)
+	g := gate.New(nil)
 	parked := make(chan string, 8) // Publish runs under the gate's lock
-	gate.Publish = func(topic, data string) {
+	g.Publish = func(topic, data string) {
 		if topic == "bypass.pending" {
 			id, _, _ := strings.Cut(data, " ")
 			parked <- id
@@ -39,8 +39,8 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go gate.Serve(l)
-	t.Cleanup(func() { gate.Shutdown(context.Background()) })
+	go g.Serve(l)
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
 	r.Approver, r.SessionID = GateApprover{Socket: sock}, "sess-1"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -54,7 +54,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%s: no request was parked at the gate", how)
 		}
-		req, ok := gate.PendingRequest(id)
+		req, ok := g.PendingRequest(id)
 		if !ok {
 			t.Fatalf("%s: request %s is not pending", how, id)
 		}
@@ -73,7 +73,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		ran <- res.Output
 	}()
 	id := next("RunFor", "agent-7", "fixer", `"web" ("sess-1"), agent "fixer" ("agent-7")`)
-	if err := gate.Decide(id, "approve"); err != nil {
+	if err := g.Decide(id, "approve"); err != nil {
 		t.Fatal(err)
 	}
 	if out := <-ran; out != "ran\n" {
@@ -88,7 +88,7 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		started <- err
 	}()
 	id = next("StartFor", "agent-8", "scout", `"web" ("sess-1"), agent "scout" ("agent-8")`)
-	if err := gate.Decide(id, "deny not now"); err != nil {
+	if err := g.Decide(id, "deny not now"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-started; !errors.Is(err, ErrNotApproved) || !strings.Contains(err.Error(), "priv was denied: not now") {
@@ -101,6 +101,6 @@ func TestApprovalNamesAgentAtGate(t *testing.T) {
 		ran <- res.Output
 	}()
 	id = next("no agent", "", "", `"web" ("sess-1"), no agent: called through the session's tools`)
-	gate.Decide(id, "deny")
+	g.Decide(id, "deny")
 	<-ran
 }
