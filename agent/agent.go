@@ -106,22 +106,25 @@ type Agent struct {
 	cancel   context.CancelCauseFunc // of the running turn, nil when idle
 	usage    backend.Usage
 	turns    int
-	steps    int    // the model's replies, every turn's
-	toolRuns int    // the tool calls it made
-	running  string // the tools running now, "" when none
-	window   int    // the context window at the last reply, 0 if unknown
-	lastIn   int    // the prompt tokens of the last reply
-	lastErr  string
-	closed   bool
-	procs    []*bgProc  // background calls whose output is still coming
-	started  []ProcInfo // every background call this agent started
-	stateVer uint64
-	plan     string
-	task     TaskState
-	skills   []loadedSkill // loaded, oldest first
-	offered  []SkillInfo   // on offer for the running turn
-	wake     chan struct{}
-	done     chan struct{}
+	// announcing holds the waiters for a turn's end until its idle event
+	// is out, so a waiter that wakes may trust every subscriber saw it.
+	announcing bool
+	steps      int    // the model's replies, every turn's
+	toolRuns   int    // the tool calls it made
+	running    string // the tools running now, "" when none
+	window     int    // the context window at the last reply, 0 if unknown
+	lastIn     int    // the prompt tokens of the last reply
+	lastErr    string
+	closed     bool
+	procs      []*bgProc  // background calls whose output is still coming
+	started    []ProcInfo // every background call this agent started
+	stateVer   uint64
+	plan       string
+	task       TaskState
+	skills     []loadedSkill // loaded, oldest first
+	offered    []SkillInfo   // on offer for the running turn
+	wake       chan struct{}
+	done       chan struct{}
 }
 
 // ErrClosed is the cause of a turn ended by Close.
@@ -205,7 +208,7 @@ func (a *Agent) WaitTurns(ctx context.Context, n int) bool {
 	return a.changed.Until(ctx, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return a.turns >= n
+		return a.turns >= n && !a.announcing
 	}) == nil
 }
 
@@ -459,13 +462,16 @@ func (a *Agent) run() {
 		if changed {
 			a.state = StateIdle
 			a.stateVer++
+			a.announcing = true
 		}
 		a.mu.Unlock()
-		// The event goes out before the waiters for the turn's end wake.
+		// The event goes out before the waiters for the turn's end wake;
+		// a waiter woken meanwhile by another change waits on.
 		if changed {
 			a.publish("state", StateIdle)
 		}
 		a.mu.Lock()
+		a.announcing = false
 		a.notify()
 		a.mu.Unlock()
 	}

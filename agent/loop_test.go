@@ -479,3 +479,39 @@ func TestCompactionAndTiers(t *testing.T) {
 		t.Errorf("cold result kept verbatim: %q", logs)
 	}
 }
+
+// TestTurnEndWaitsForItsEvent holds the idle event in its subscriber:
+// a waiter for the turn's end must not return before every subscriber
+// has seen the agent go idle (CI once read "thinking" alone).
+func TestTurnEndWaitsForItsEvent(t *testing.T) {
+	inPublish, release := make(chan struct{}), make(chan struct{})
+	a := New(Config{ID: "a1", SessionID: "s1", Backend: &script{replies: []func(context.Context, []backend.Message) (*backend.Reply, error){text("hello")}},
+		Publish: func(topic, data string) {
+			if data == StateIdle {
+				close(inPublish)
+				<-release
+			}
+		}})
+	defer a.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	if err := a.Submit(context.Background(), "hi"); err != nil {
+		t.Fatal(err)
+	}
+	<-inPublish
+	if a.Stats().Turns != 1 {
+		t.Fatalf("the turn is not counted while its event goes out: %+v", a.Stats())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if a.WaitTurns(ctx, 1) {
+		t.Fatal("a waiter for the turn's end returned before the idle event was out")
+	}
+	unblock()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if !a.WaitTurns(ctx2, 1) {
+		t.Fatal("the turn's end never came")
+	}
+}
