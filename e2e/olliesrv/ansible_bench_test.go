@@ -5,7 +5,7 @@ package olliesrv
 // ollie-remote fleet run, both from cold (no SSH connection held). The
 // figures and their reading are in docs/benchmarks.md.
 //
-//	OLLIE_LAB=1 go test ./cmd/olliesrv -run '^$' -bench AnsibleVsFleetRun -benchtime 1x -v
+//	OLLIE_LAB=1 go test ./e2e/olliesrv -run '^$' -bench AnsibleVsFleetRun -benchtime 1x -v
 //
 // OLLIE_BENCH_HOSTS sets how many hosts (default 4, at most 9).
 

@@ -6,7 +6,7 @@ package remote
 // and reports both and their ratio. Nothing here asserts a speed: the
 // figures and their reading are in docs/benchmarks.md.
 //
-//	go test ./cmd/ollie-remote -run '^$' -bench . -benchtime 5s -count 3
+//	go test ./e2e/remote -run '^$' -bench . -benchtime 5s -count 3
 //
 // They need root, sshd, rsync and parallel-scp (pssh), and fail without
 // them: a benchmark that skips would report nothing and look fine.

@@ -7,7 +7,7 @@ package remote
 // iteration. Nothing here asserts a speed: the figures and their reading
 // are in docs/benchmarks.md.
 //
-//	go test ./cmd/ollie-remote -run '^$' -bench 'Fleet|Hold200' -benchtime 1x -v
+//	go test ./e2e/remote -run '^$' -bench 'Fleet|Hold200' -benchtime 1x -v
 //
 // BenchmarkFleetPeers needs parallel-ssh (pssh) and ansible (ansible-core):
 // in the lab tier (OLLIE_LAB=1) a missing one fails it, elsewhere it skips.
