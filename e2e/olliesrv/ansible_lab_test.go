@@ -211,10 +211,18 @@ func (a *ansibleLab) checkDeploy() {
 	}
 	// data/'s tar is a file of each run's own: made new (O_EXCL), 0600,
 	// in the run's private Ansible directory, and gone after.
-	tarOpen := regexp.MustCompile(`openat\(AT_FDCWD<[^>]*>, "([^"]*ollie-data[^"]*)", ([A-Z_|]+), (0\d+)\)`)
+	// strace -f cuts a call another process interrupts short with
+	// "<unfinished ...>" after its arguments, which are all there.
+	tarOpen := regexp.MustCompile(`openat\(AT_FDCWD<[^>]*>, "([^"]*ollie-data[^"]*)", ([A-Z_|]+), (0\d+)(?:\)| <unfinished)`)
 	tars := tarOpen.FindAllStringSubmatch(opens, -1)
 	if len(tars) == 0 {
-		t.Errorf("the first deploy made no data tar that strace saw")
+		var seen []string
+		for _, line := range strings.Split(opens, "\n") {
+			if strings.Contains(line, "ollie-data") {
+				seen = append(seen, line)
+			}
+		}
+		t.Errorf("the first deploy made no data tar that strace saw; its lines naming ollie-data (%d bytes traced):\n%s", len(opens), strings.Join(seen, "\n"))
 	}
 	private := regexp.MustCompile("^" + regexp.QuoteMeta(filepath.Join(ctl, "tmp")) + `/ansible-local-[^/]+/ollie-data-[^/]+\.tar$`)
 	for _, m := range tars {
