@@ -17,16 +17,12 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/shared"
 
 	"ollie/agent/backend/config"
 )
 
 // OpenAI is a Backend for a server speaking OpenAI's Chat Completions API,
-// through github.com/openai/openai-go/v3, or, with TypeOllama, for Ollama
+// with the wire types of chatapi.go and openai-go's stream decoder, or, with TypeOllama, for Ollama
 // through its native API and github.com/ollama/ollama/api: the only path
 // on which Ollama honours num_ctx (see ollama.go). Both share Chat's
 // retries, error classes and checks of a reply. An OpenAI is safe for
@@ -45,8 +41,6 @@ type OpenAI struct {
 	base   string // the OpenAI API base, ending in /v1 for Ollama
 	root   string // Ollama: the server root for /api/...
 	client *http.Client
-	chat   openai.ChatCompletionService
-	models openai.ModelService
 	ollama *api.Client // TypeOllama only
 
 	mu     sync.Mutex
@@ -84,19 +78,6 @@ func NewOpenAI(c Config, key string) (*OpenAI, error) {
 		rt = socketTransport{path: c.Socket, rt: tr}
 	}
 	b.client = &http.Client{Transport: rt}
-	// The services are built without openai.NewClient, which would add
-	// OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS and the like
-	// from the environment to requests for every backend.
-	opts := []option.RequestOption{
-		option.WithHTTPClient(b.client),
-		option.WithBaseURL(b.base + "/"),
-		option.WithMaxRetries(0), // Chat retries itself, so the count is exact
-	}
-	if key != "" {
-		opts = append(opts, option.WithAPIKey(key))
-	}
-	b.chat = openai.NewChatCompletionService(opts...)
-	b.models = openai.NewModelService(opts...)
 	if c.Type == TypeOllama {
 		var err error
 		if b.ollama, err = newOllamaClient(b.root, b.client.Transport, key); err != nil {
@@ -144,11 +125,11 @@ func (b *OpenAI) Chat(ctx context.Context, msgs []Message, tools []Tool, p Param
 		}
 		send = func() (*Reply, bool, *attemptError) { return b.ollamaStream(ctx, req, onDelta) }
 	} else {
-		params, err := b.params(model, msgs, tools, p)
+		req, err := b.request(model, msgs, tools, p)
 		if err != nil {
 			return nil, &APIError{Backend: b.cfg.Name, Message: err.Error()}
 		}
-		send = func() (*Reply, bool, *attemptError) { return b.stream(ctx, params, onDelta) }
+		send = func() (*Reply, bool, *attemptError) { return b.stream(ctx, req, onDelta) }
 	}
 
 	if b.cfg.Socket != "" && p.Run != "" {
@@ -220,9 +201,9 @@ func (b *OpenAI) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // stream makes one attempt. delivered says whether onDelta got anything.
-func (b *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewParams, onDelta func(Delta)) (_ *Reply, delivered bool, _ *attemptError) {
+func (b *OpenAI) stream(ctx context.Context, req *chatRequest, onDelta func(Delta)) (_ *Reply, delivered bool, _ *attemptError) {
 	var rec capture
-	st := b.chat.NewStreaming(ctx, params, option.WithMiddleware(rec.middleware))
+	st := b.openStream(ctx, req, &rec)
 	defer st.Close()
 	var acc accumulator
 	for st.Next() {
@@ -241,52 +222,44 @@ func (b *OpenAI) stream(ctx context.Context, params openai.ChatCompletionNewPara
 	return acc.reply(), acc.delivered, nil
 }
 
-// params maps a request to openai-go's parameters.
-func (b *OpenAI) params(model string, msgs []Message, tools []Tool, p Params) (openai.ChatCompletionNewParams, error) {
-	params := openai.ChatCompletionNewParams{
-		Model:         shared.ChatModel(model),
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: param.NewOpt(true)},
-	}
+// request builds the body of one streamed completion.
+func (b *OpenAI) request(model string, msgs []Message, tools []Tool, p Params) (*chatRequest, error) {
+	req := &chatRequest{Model: model, Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}}
 	for i, m := range msgs {
-		u, err := toParam(m)
+		cm, err := toWire(m)
 		if err != nil {
-			return params, fmt.Errorf("message %d: %v", i, err)
+			return nil, fmt.Errorf("message %d: %v", i, err)
 		}
-		params.Messages = append(params.Messages, u)
+		req.Messages = append(req.Messages, cm)
 	}
 	for _, t := range tools {
-		fd := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fd.Description = param.NewOpt(t.Description)
-		}
-		// Only the top level is decoded: nested schemas pass through as
-		// raw JSON, byte for byte.
-		fd.Parameters = shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
+		params := json.RawMessage(`{"properties":{},"type":"object"}`)
 		if len(bytes.TrimSpace(t.Parameters)) > 0 {
+			// Nested schemas pass through byte for byte; the top must be an object.
 			var top map[string]json.RawMessage
 			if err := json.Unmarshal(t.Parameters, &top); err != nil {
-				return params, fmt.Errorf("tool %s: parameters are not a JSON object: %v", t.Name, err)
+				return nil, fmt.Errorf("tool %s: parameters are not a JSON object: %v", t.Name, err)
 			}
-			fd.Parameters = make(shared.FunctionParameters, len(top))
-			for k, v := range top {
-				fd.Parameters[k] = v
+			if top != nil {
+				params = t.Parameters
+			} else {
+				params = json.RawMessage(`{}`)
 			}
 		}
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fd))
+		req.Tools = append(req.Tools, chatTool{Type: "function", Function: functionDef{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
 	if p.MaxTokens > 0 {
 		// OpenAI's own API refuses max_tokens for its reasoning models;
 		// Ollama and older servers know only max_tokens.
+		n := int64(p.MaxTokens)
 		if b.official() {
-			params.MaxCompletionTokens = param.NewOpt(int64(p.MaxTokens))
+			req.MaxCompletionTokens = &n
 		} else {
-			params.MaxTokens = param.NewOpt(int64(p.MaxTokens))
+			req.MaxTokens = &n
 		}
 	}
-	if p.Temperature != nil {
-		params.Temperature = param.NewOpt(*p.Temperature)
-	}
-	return params, nil
+	req.Temperature = p.Temperature
+	return req, nil
 }
 
 // official reports whether the backend is OpenAI's own API.
@@ -295,59 +268,30 @@ func (b *OpenAI) official() bool {
 	return err == nil && u.Hostname() == "api.openai.com"
 }
 
-func toParam(m Message) (openai.ChatCompletionMessageParamUnion, error) {
+func toWire(m Message) (chatMessage, error) {
+	content := m.Content
 	switch m.Role {
-	case RoleSystem:
-		return openai.SystemMessage(m.Content), nil
-	case RoleUser:
-		return openai.UserMessage(m.Content), nil
+	case RoleSystem, RoleUser:
+		return chatMessage{Role: string(m.Role), Content: &content}, nil
 	case RoleTool:
-		return openai.ToolMessage(m.Content, m.ToolCallID), nil
+		return chatMessage{Role: string(m.Role), Content: &content, ToolCallID: m.ToolCallID}, nil
 	case RoleAssistant:
-		var a openai.ChatCompletionAssistantMessageParam
+		a := chatMessage{Role: string(m.Role)}
 		// Ollama refuses an assistant message with neither content nor
 		// tool calls, so the content is sent even when empty.
 		if m.Content != "" || len(m.ToolCalls) == 0 {
-			a.Content.OfString = param.NewOpt(m.Content)
+			a.Content = &content
 		}
 		for _, tc := range m.ToolCalls {
 			args := string(tc.Args)
 			if tc.ArgsError != "" || len(bytes.TrimSpace(tc.Args)) == 0 {
 				args = "{}"
 			}
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID:       tc.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
-				},
-			})
+			a.ToolCalls = append(a.ToolCalls, chatToolCall{ID: tc.ID, Type: "function", Function: chatFunction{Name: tc.Name, Arguments: args}})
 		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
+		return a, nil
 	}
-	return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
-}
-
-// capture keeps the status, headers and error body of the last response,
-// whatever openai-go makes of them: it cannot decode some servers' error
-// bodies (vLLM's top-level message, numeric codes, Ollama's plain string).
-type capture struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (c *capture) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-	res, err := next(req)
-	if res == nil {
-		return res, err
-	}
-	c.status, c.header = res.StatusCode, res.Header
-	if res.StatusCode >= 400 {
-		c.body, _ = io.ReadAll(io.LimitReader(res.Body, 64<<10))
-		res.Body.Close()
-		res.Body = io.NopCloser(bytes.NewReader(c.body))
-	}
-	return res, err
+	return chatMessage{}, fmt.Errorf("unknown role %q", m.Role)
 }
 
 // accumulator builds the reply from the chunks.
@@ -365,8 +309,8 @@ type partialCall struct {
 	args     strings.Builder
 }
 
-func (a *accumulator) add(c openai.ChatCompletionChunk, onDelta func(Delta)) {
-	if c.JSON.Usage.Valid() {
+func (a *accumulator) add(c chatChunk, onDelta func(Delta)) {
+	if c.Usage != nil {
 		a.usage = Usage{PromptTokens: int(c.Usage.PromptTokens), CompletionTokens: int(c.Usage.CompletionTokens)}
 	}
 	for _, ch := range c.Choices {
@@ -376,8 +320,8 @@ func (a *accumulator) add(c openai.ChatCompletionChunk, onDelta func(Delta)) {
 		d := ch.Delta
 		var delta Delta
 		if d.Content != "" {
-			a.text.WriteString(d.Content)
-			delta.Text = d.Content
+			a.text.WriteString(string(d.Content))
+			delta.Text = string(d.Content)
 		}
 		delta.Reasoning = reasoningOf(d)
 		if onDelta != nil && (delta.Text != "" || delta.Reasoning != "") {
@@ -388,7 +332,7 @@ func (a *accumulator) add(c openai.ChatCompletionChunk, onDelta func(Delta)) {
 			a.toolDelta(tc)
 		}
 		if ch.FinishReason != "" {
-			a.finish = ch.FinishReason
+			a.finish = string(ch.FinishReason)
 		}
 	}
 }
@@ -397,35 +341,40 @@ func (a *accumulator) add(c openai.ChatCompletionChunk, onDelta func(Delta)) {
 // and name once, then argument fragments under the same index; Ollama sends
 // each call whole; some servers leave out the index or reuse it for every
 // call, so a new id always starts a new call.
-func (a *accumulator) toolDelta(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+func (a *accumulator) toolDelta(tc chunkToolCall) {
+	id := string(tc.ID)
+	var index int64
+	if tc.Index != nil {
+		index = *tc.Index
+	}
 	var c *partialCall
 	if n := len(a.calls); n > 0 {
 		last := a.calls[n-1]
 		switch {
-		case tc.ID != "" && last.id != "" && tc.ID != last.id:
+		case id != "" && last.id != "" && id != last.id:
 			// a new call
-		case !tc.JSON.Index.Valid() || tc.Index == last.index:
+		case tc.Index == nil || index == last.index:
 			c = last
 		default:
 			for _, p := range a.calls {
-				if p.index == tc.Index && (tc.ID == "" || p.id == "" || p.id == tc.ID) {
+				if p.index == index && (id == "" || p.id == "" || p.id == id) {
 					c = p
 				}
 			}
 		}
 	}
 	if c == nil {
-		c = &partialCall{index: tc.Index}
+		c = &partialCall{index: index}
 		a.calls = append(a.calls, c)
 	}
-	if tc.ID != "" {
-		c.id = tc.ID
+	if id != "" {
+		c.id = id
 	}
 	// Some servers repeat the whole name in every fragment.
-	if n := tc.Function.Name; n != "" && n != c.name {
+	if n := string(tc.Function.Name); n != "" && n != c.name {
 		c.name += n
 	}
-	c.args.WriteString(tc.Function.Arguments)
+	c.args.WriteString(string(tc.Function.Arguments))
 }
 
 func (a *accumulator) reply() *Reply {
@@ -447,15 +396,10 @@ func (a *accumulator) reply() *Reply {
 
 // reasoningOf is the delta's reasoning text: "reasoning_content" (vLLM,
 // DeepSeek, llama.cpp) or "reasoning" (Ollama, OpenRouter).
-func reasoningOf(d openai.ChatCompletionChunkChoiceDelta) string {
-	for _, k := range [...]string{"reasoning_content", "reasoning"} {
-		// Extra fields are never Valid in openai-go: read the raw JSON.
-		f, ok := d.JSON.ExtraFields[k]
-		if !ok {
-			continue
-		}
+func reasoningOf(d chunkDelta) string {
+	for _, raw := range [...]json.RawMessage{d.ReasoningContent, d.Reasoning} {
 		var s string
-		if json.Unmarshal([]byte(f.Raw()), &s) == nil && s != "" {
+		if len(raw) > 0 && json.Unmarshal(raw, &s) == nil && s != "" {
 			return s
 		}
 	}
@@ -533,12 +477,12 @@ func (b *OpenAI) ModelInfos(ctx context.Context) ([]ModelInfo, error) {
 		return b.ollamaModelInfos(ctx)
 	}
 	var rec capture
-	page, err := b.models.List(ctx, option.WithMiddleware(rec.middleware))
+	models, err := b.listModels(ctx, &rec)
 	if err != nil {
 		return nil, b.classify(err, &rec).api
 	}
 	var out []ModelInfo
-	for _, m := range page.Data {
+	for _, m := range models {
 		mi := ModelInfo{Name: m.ID}
 		switch n := contextFromModel(m); {
 		case b.cfg.Context > 0:
@@ -558,12 +502,12 @@ func (b *OpenAI) Models(ctx context.Context) ([]string, error) {
 		return b.ollamaModels(ctx)
 	}
 	var rec capture
-	page, err := b.models.List(ctx, option.WithMiddleware(rec.middleware))
+	models, err := b.listModels(ctx, &rec)
 	if err != nil {
 		return nil, b.classify(err, &rec).api
 	}
 	var names []string
-	for _, m := range page.Data {
+	for _, m := range models {
 		names = append(names, m.ID)
 	}
 	return names, nil
@@ -591,12 +535,12 @@ func (b *OpenAI) ContextLength(ctx context.Context, model string) int {
 	if ok {
 		return n
 	}
-	page, err := b.models.List(ctx)
+	models, err := b.listModels(ctx, &capture{})
 	if err != nil {
 		b.log().Debug("backend: no context length", "backend", b.cfg.Name, "model", model, "error", err)
 		return 0
 	}
-	for _, m := range page.Data {
+	for _, m := range models {
 		if m.ID == model {
 			n = contextFromModel(m)
 			break
@@ -612,7 +556,7 @@ func (b *OpenAI) ContextLength(ctx context.Context, model string) int {
 }
 
 // contextFromModel reads the extra fields servers add to /v1/models.
-func contextFromModel(m openai.Model) int {
+func contextFromModel(m modelEntry) int {
 	var v struct {
 		ContextLength int `json:"context_length"` // OpenRouter, LM Studio
 		MaxModelLen   int `json:"max_model_len"`  // vLLM
@@ -620,7 +564,7 @@ func contextFromModel(m openai.Model) int {
 			NCtxTrain int `json:"n_ctx_train"` // llama.cpp
 		} `json:"meta"`
 	}
-	if json.Unmarshal([]byte(m.RawJSON()), &v) != nil {
+	if json.Unmarshal(m.Raw, &v) != nil {
 		return 0
 	}
 	switch {
