@@ -54,6 +54,10 @@ func (h *Host) startDaemon() bool {
 	d := &daemon{h: h, started: time.Now(), bus: &ns.Bus{}}
 	d.gate = gate.New(slog.New(slog.DiscardHandler))
 	d.gate.Publish = d.bus.Publish
+	// Dir stays "": the real daemon's gate sweeps dead broker sockets
+	// from its directory by reading /proc/net/unix at each registration,
+	// which here would read every simulated host's sockets, a thousand
+	// times over, where a real host reads its own.
 	tree, err := ns.NewTree(d.spec(), "admin", "admin")
 	if err != nil {
 		// The tree is declared here: a bad one is this package's bug.
