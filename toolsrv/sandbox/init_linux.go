@@ -54,6 +54,44 @@ func init() {
 // procMounted says a pre-started stage mounted its /proc while it waited.
 var procMounted bool
 
+// initSignals are the signals an init forwards to its tool.
+var initSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// earlySignals, when a pre-started stage set it up while it waited,
+// already receives initSignals: the Go runtime starts a thread of its own
+// for signals the first time one is asked for, a millisecond or more of
+// a call's path on a small virtual machine.
+var earlySignals chan os.Signal
+
+// listenEarly is called by a waiting stage, off the call's path. Until
+// the returned stop is called, a signal ends the stage as its default
+// action would have; after, it waits in earlySignals for the tool.
+func listenEarly() (stop func()) {
+	earlySignals = make(chan os.Signal, 8)
+	signal.Notify(earlySignals, initSignals...)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case s := <-earlySignals:
+			os.Exit(128 + int(s.(syscall.Signal)))
+		case <-quit:
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// pendingSignal is a signal that came to a pre-started stage between its
+// call and its tool's start: it ends the stage, as before the call.
+func pendingSignal() (syscall.Signal, bool) {
+	select {
+	case s := <-earlySignals:
+		return s.(syscall.Signal), true
+	default:
+		return 0, false
+	}
+}
+
 // mountProc mounts a /proc of the stage's pid namespace on /proc, in its
 // own mount namespace (made private first, so nothing reaches the host).
 func mountProc() error {
@@ -116,9 +154,13 @@ func initCall(tool string, argv, env []string) error {
 			return err
 		}
 	}
-	sigs := make(chan os.Signal, 8)
-	forwarded := []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
-	signal.Notify(sigs, forwarded...)
+	sigs := earlySignals
+	if sigs == nil {
+		sigs = make(chan os.Signal, 8)
+		signal.Notify(sigs, initSignals...)
+	} else if s, ok := pendingSignal(); ok {
+		os.Exit(128 + int(s))
+	}
 	pid, err := syscall.ForkExec(tool, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}})
 	if err != nil {
 		return execError(tool, err)

@@ -292,3 +292,60 @@ func TestPoolDeadHelper(t *testing.T) {
 		t.Errorf("after a dead helper: %+v", r)
 	}
 }
+
+// A waiting stage listens for the signals it forwards before its call
+// comes (off the call's path), but a signal then still ends it at once,
+// as it did when nothing listened; the next call goes to another helper.
+func TestPoolWaitingStageSignalled(t *testing.T) {
+	requireLandlock(t, 3)
+	e := newEnv(t)
+	p := newTestPool(t)
+	await.Until(t, 10*time.Second, "the pool filling", func() bool { return p.Idle() >= 2 })
+	h := <-p.ready
+	// The stage is the child of whichever of the helper's threads started
+	// it, once it has.
+	var children []byte
+	await.Until(t, 10*time.Second, "the helper's confining stage", func() bool {
+		children = nil
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", h.proc.Pid))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			children = append(children, b...)
+		}
+		return len(bytes.TrimSpace(children)) > 0
+	})
+	var stage int
+	if _, err := fmt.Sscan(string(children), &stage); err != nil {
+		t.Fatalf("the helper's confining stage: %q: %v", children, err)
+	}
+	// Waiting for its call: a signal before the stage's runtime has
+	// installed its handlers would be dropped, as for any pid namespace's
+	// init without one.
+	await.Until(t, 10*time.Second, "the stage waiting for its call", func() bool {
+		w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", stage))
+		return strings.Contains(string(w), "unix_stream_read")
+	})
+	if err := syscall.Kill(stage, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The outer stage reaps it and exits.
+	waited := make(chan *os.ProcessState, 1)
+	go func() {
+		state, _ := h.proc.Wait()
+		waited <- state
+	}()
+	var state *os.ProcessState
+	select {
+	case state = <-waited:
+	case <-time.After(10 * time.Second):
+		h.proc.Kill()
+		t.Fatal("the signalled stage still waits for a call 10 s later")
+	}
+	if code := state.ExitCode(); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("the helper exited %d, want %d (its stage ended by SIGTERM)", code, 128+int(syscall.SIGTERM))
+	}
+	p.ready <- h
+	if r := runPooled(t, context.Background(), p, e.policy(t), e.cwd, "/bin/sh", "-c", "echo ok"); r.code != 0 || r.stdout != "ok\n" {
+		t.Errorf("after a signalled stage: %+v", r)
+	}
+}

@@ -139,12 +139,15 @@ func warm(sigs chan os.Signal) int {
 func warmConfineMain() {
 	closeInherited(callFD)
 	warmUp()
+	stopListening := func() {}
 	if os.Args[len(os.Args)-2] == nsPidArg {
 		// Off the call's path; confine tries again if this failed, and
 		// then says why on the call's stderr.
 		procMounted = mountProc() == nil
+		stopListening = listenEarly()
 	}
 	data, fds, err := recvFramed(callFD, maxCall)
+	stopListening()
 	unix.Close(callFD)
 	if errors.Is(err, io.EOF) {
 		closeFDs(fds)
