@@ -316,6 +316,7 @@ func (g *guard) write(tag uint16, hdr, data []byte) (int, error) {
 	g.mu.Lock()
 	g.answered(tag)
 	g.writing++
+	msize := g.msize
 	g.mu.Unlock()
 	var n int
 	var err error
@@ -333,10 +334,17 @@ func (g *guard) write(tag uint16, hdr, data []byte) (int, error) {
 	default:
 		// Other transports (an SSH channel, a pipe) may take each Write
 		// as a message: one Write per reply.
-		if data != nil {
-			hdr = append(hdr[:len(hdr):len(hdr)], data...)
+		if data == nil {
+			n, err = g.conn.Write(hdr)
+			break
 		}
-		n, err = g.conn.Write(hdr)
+		// Built in a pooled buffer: a fresh one per reply would be an
+		// msize allocation for every large Rread. A Write does not
+		// keep what it is given, so the buffer is free once it returns.
+		bp := getReplyBuf(len(hdr)+len(data), msize)
+		b := append(append((*bp)[:0], hdr...), data...)
+		n, err = g.conn.Write(b)
+		putReplyBuf(bp, b)
 	}
 	g.wmu.Unlock()
 	g.mu.Lock()
@@ -353,4 +361,35 @@ func (g *guard) forget(tag uint16) {
 	g.answered(tag)
 	g.idleCheck()
 	g.mu.Unlock()
+}
+
+// replyBufs holds the buffers of replies written in one Write. sync.Pool
+// lets go of what has not been used since the last collection or two, so
+// an idle server keeps none; while busy it keeps about one per
+// connection writing at once.
+var replyBufs sync.Pool
+
+// maxPooledReply is the largest buffer kept for reuse: an Rread of
+// DefaultMaxMsize. A server allowed larger messages allocates those.
+const maxPooledReply = DefaultMaxMsize
+
+// getReplyBuf returns a buffer with room for n bytes, sized for any
+// reply on a connection of msize.
+func getReplyBuf(n int, msize uint32) *[]byte {
+	if bp, _ := replyBufs.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+		return bp
+	}
+	// One too small (from a connection of a smaller msize) is let go,
+	// so the pool settles on the largest in use.
+	b := make([]byte, 0, max(n, int(min(msize, maxPooledReply))))
+	return &b
+}
+
+// putReplyBuf gives back bp, now holding b (which append may have grown).
+func putReplyBuf(bp *[]byte, b []byte) {
+	if cap(b) > maxPooledReply {
+		return
+	}
+	*bp = b[:0]
+	replyBufs.Put(bp)
 }
