@@ -55,6 +55,11 @@ const (
 	peerRamfs = "ramfs" // srv9p's ramfs example's server, with hello
 	peerEcho  = "echo"  // echoes 32-byte messages
 	peerRaw   = "raw"   // answers a byte with 64 MiB
+
+	// The stream's 64 MiB served without ns (floor_test.go), as the
+	// file "file".
+	peerInline = "inline" // inlineServer: each Tread answered as it comes
+	peerAhead  = "ahead"  // aheadServer: each Rread written before its Tread
 )
 
 const (
@@ -99,6 +104,8 @@ func runBenchPeer(dir string) {
 	go serveEach(listen(peerRamfs), ramfs([]byte(hello)))
 	go serveEach(listen(peerEcho), echo)
 	go serveEach(listen(peerRaw), rawCopy(data))
+	go serveEach(listen(peerInline), inlineServer(data))
+	go serveEach(listen(peerAhead), aheadServer(data))
 	fmt.Println("ok")
 	io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
@@ -377,7 +384,10 @@ func BenchmarkSmallOp(b *testing.B) {
 // turn: through the 9fans client (one Tread of msize 128 KiB at a time)
 // and through ollie's client (ns/client's ReadAll, which keeps several
 // Treads in flight), beside a raw copy of 64 MiB over a Unix socket from
-// the peer, read with a 128 KiB buffer.
+// the peer, read with a 128 KiB buffer. Beside them, the 9fans client
+// reads the same 64 MiB from the two floors of floor_test.go in the peer:
+// inline (inline-of-raw) and ahead (ahead-of-raw), the most any server
+// can give that client.
 func BenchmarkStream(b *testing.B) {
 	dir := benchPeer(b)
 	fs := attach9fans(b, filepath.Join(dir, peerNS))
@@ -391,8 +401,12 @@ func BenchmarkStream(b *testing.B) {
 	sink := &countWriter{}
 	pr := newPipelinedReader(b, filepath.Join(dir, peerNS))
 
-	ninep := func() {
-		fid, err := fs.Open("stream", plan9.OREAD)
+	floors := []*struct {
+		fs *client.Fsys
+		t  time.Duration
+	}{{fs: attach9fans(b, filepath.Join(dir, peerInline))}, {fs: attach9fans(b, filepath.Join(dir, peerAhead))}}
+	read9fans := func(fs *client.Fsys, name string) {
+		fid, err := fs.Open(name, plan9.OREAD)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -412,6 +426,7 @@ func BenchmarkStream(b *testing.B) {
 			b.Fatalf("read %d bytes", total)
 		}
 	}
+	ninep := func() { read9fans(fs, "stream") }
 	ollie := func() {
 		sink.n = 0
 		if err := oc.Follow(context.Background(), "stream", sink); err != nil {
@@ -437,6 +452,9 @@ func BenchmarkStream(b *testing.B) {
 	ollie()
 	pr.read(b, buf)
 	raw()
+	for _, f := range floors {
+		read9fans(f.fs, "file")
+	}
 	var t9, tOllie, tPipe, tRaw time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -452,6 +470,11 @@ func BenchmarkStream(b *testing.B) {
 		tOllie += t2.Sub(t1)
 		tPipe += t3.Sub(t2)
 		tRaw += time.Since(t3)
+		for _, f := range floors {
+			t0 := time.Now()
+			read9fans(f.fs, "file")
+			f.t += time.Since(t0)
+		}
 	}
 	mb := float64(streamSize) * float64(b.N) / 1e6
 	b.ReportMetric(float64(t9.Nanoseconds())/float64(b.N), "ns/op")
@@ -462,6 +485,8 @@ func BenchmarkStream(b *testing.B) {
 	b.ReportMetric(tRaw.Seconds()/tOllie.Seconds(), "ollie-of-raw")
 	b.ReportMetric(mb/tPipe.Seconds(), "pipe-MB/s")
 	b.ReportMetric(tRaw.Seconds()/tPipe.Seconds(), "pipe-of-raw")
+	b.ReportMetric(tRaw.Seconds()/floors[0].t.Seconds(), "inline-of-raw")
+	b.ReportMetric(tRaw.Seconds()/floors[1].t.Seconds(), "ahead-of-raw")
 }
 
 // pipelinedReader is the least a client can do to read the stream over
@@ -554,180 +579,4 @@ type countWriter struct{ n int }
 func (w *countWriter) Write(p []byte) (int, error) {
 	w.n += len(p)
 	return len(p), nil
-}
-
-// The floors below serve the same operations in this process, to tell
-// ns's cost from that of the 9fans client and the protocol: "inline"
-// answers each request on the reading goroutine with no allocation it can
-// avoid (the cheapest 9P server there is for this client); "srv9p" is
-// srv9p with its own file tree; "ns" is ns.Server with the file as a Read
-// snapshot. Their ratios side by side say which part is whose.
-
-// listenFloor serves each connection accepted on a Unix socket with serve.
-func listenFloor(b *testing.B, serve func(net.Conn)) string {
-	sock := filepath.Join(b.TempDir(), "floor")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go serve(c)
-		}
-	}()
-	return sock
-}
-
-// inlineServer answers version, attach, walk, open, read and clunk of
-// one file whose content is data, in order, on the reading goroutine.
-func inlineServer(data []byte) func(net.Conn) {
-	return func(c net.Conn) {
-		defer c.Close()
-		for {
-			f, err := plan9.ReadFcall(c)
-			if err != nil {
-				return
-			}
-			r := &plan9.Fcall{Type: f.Type + 1, Tag: f.Tag}
-			switch f.Type {
-			case plan9.Tversion:
-				r.Msize, r.Version = f.Msize, "9P2000"
-			case plan9.Tattach:
-				r.Qid = plan9.Qid{Type: plan9.QTDIR}
-			case plan9.Twalk:
-				for range f.Wname {
-					r.Wqid = append(r.Wqid, plan9.Qid{Path: 1})
-				}
-			case plan9.Topen:
-				r.Qid = plan9.Qid{Path: 1}
-			case plan9.Tread:
-				// Header, then the data straight from its buffer (writev).
-				end := min(f.Offset+uint64(f.Count), uint64(len(data)))
-				chunk := data[min(f.Offset, end):end]
-				hdr := binary.LittleEndian.AppendUint32(nil, uint32(11+len(chunk)))
-				hdr = binary.LittleEndian.AppendUint16(append(hdr, plan9.Rread), f.Tag)
-				hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(chunk)))
-				bufs := net.Buffers{hdr, chunk}
-				if _, err := bufs.WriteTo(c); err != nil {
-					return
-				}
-				continue
-			}
-			if err := plan9.WriteFcall(c, r); err != nil {
-				return
-			}
-		}
-	}
-}
-
-// srv9pServer serves one file whose content is data with srv9p alone.
-func srv9pServer(data []byte) func(net.Conn) {
-	return func(c net.Conn) {
-		tree := srv9p.NewTree("glenda", "glenda", plan9.DMDIR|0555, nil)
-		tree.Root.Create("file", "glenda", 0444, nil)
-		s := &srv9p.Server{Tree: tree, Msize: ns.DefaultMaxMsize, Read: func(_ context.Context, fid *srv9p.Fid, p []byte, off int64) (int, error) {
-			return fid.ReadBytes(p, off, data)
-		}}
-		s.Serve(c, c)
-	}
-}
-
-// nsServer serves one file whose content is data with ns.
-func nsServer(data []byte) func(net.Conn) {
-	tree, err := ns.NewTree(ns.Dir("", 0555, "",
-		ns.ReadFile("file", 0444, "", func(context.Context, *ns.Call) ([]byte, error) { return data, nil }),
-	), "glenda", "glenda")
-	if err != nil {
-		panic(err)
-	}
-	srv := &ns.Server{Tree: tree, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	return func(c net.Conn) { srv.ServeConn(c, ns.Peer{Kind: ns.Owner, UID: -1}) }
-}
-
-func mountFloor(b *testing.B, serve func(net.Conn)) *client.Fsys {
-	c, err := client.Dial("unix", listenFloor(b, serve))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	fs, err := c.Attach(nil, "glenda", "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return fs
-}
-
-func BenchmarkSmallOpFloor(b *testing.B) {
-	hello := []byte(hello)
-	for _, floor := range []struct {
-		name  string
-		serve func(net.Conn)
-	}{{"inline", inlineServer(hello)}, {"srv9p", srv9pServer(hello)}, {"ns", nsServer(hello)}} {
-		b.Run(floor.name, func(b *testing.B) {
-			fs := mountFloor(b, floor.serve)
-			echo := dialUnix(b, listenFloor(b, echo))
-			msg, buf := make([]byte, echoSize), make([]byte, msize9fans)
-			var tOp, tRaw time.Duration
-			for range b.N {
-				t0 := time.Now()
-				fid, err := fs.Open("file", plan9.OREAD)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if n, err := fid.Read(buf); err != nil || n != len(hello) {
-					b.Fatalf("read %d, %v", n, err)
-				}
-				fid.Close()
-				t1 := time.Now()
-				for range 4 {
-					echo.Write(msg)
-					io.ReadFull(echo, msg)
-				}
-				tOp += t1.Sub(t0)
-				tRaw += time.Since(t1)
-			}
-			b.ReportMetric(float64(tOp.Nanoseconds())/float64(b.N), "ns/op")
-			b.ReportMetric(float64(tOp)/float64(tRaw), "x-4rt")
-		})
-	}
-}
-
-func BenchmarkStreamFloor(b *testing.B) {
-	data := streamData()
-	for _, floor := range []struct {
-		name  string
-		serve func(net.Conn)
-	}{{"inline", inlineServer(data)}, {"srv9p", srv9pServer(data)}, {"ns", nsServer(data)}} {
-		b.Run(floor.name, func(b *testing.B) {
-			fs := mountFloor(b, floor.serve)
-			buf := make([]byte, 128<<10)
-			b.SetBytes(streamSize)
-			for range b.N {
-				fid, err := fs.Open("file", plan9.OREAD)
-				if err != nil {
-					b.Fatal(err)
-				}
-				total := 0
-				for {
-					n, err := fid.Read(buf)
-					total += n
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				fid.Close()
-				if total != streamSize {
-					b.Fatalf("read %d bytes", total)
-				}
-			}
-		})
-	}
 }
