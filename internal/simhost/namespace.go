@@ -208,7 +208,7 @@ func keyValues(req string, keys ...string) (map[string]string, error) {
 	for _, w := range ws {
 		k, v, ok := strings.Cut(w, "=")
 		if !ok || !contains(keys, k) {
-			return nil, fmt.Errorf("%q is not one of %s=VALUE on a simulated host", w, strings.Join(keys, "=, "))
+			return nil, fmt.Errorf("%q is not KEY=VALUE with a key a simulated host takes (%s)", w, strings.Join(keys, ", "))
 		}
 		kv[k] = v
 	}
