@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 type guard struct {
 	rd        *bufio.Reader
 	conn      io.ReadWriteCloser
+	sock      *sockIO // conn's reads and writes if it is a socket, else nil
 	maxMsize  uint32
 	minMsize  uint32
 	maxOut    int
@@ -77,14 +77,20 @@ const (
 var errFrameTimeout = errors.New("ns: message not finished in time")
 
 func newGuard(conn io.ReadWriteCloser, maxMsize, minMsize uint32, maxOut int) *guard {
-	return &guard{
-		rd:       bufio.NewReaderSize(conn, 64<<10),
+	g := &guard{
 		conn:     conn,
+		sock:     newSockIO(conn),
 		maxMsize: maxMsize,
 		minMsize: minMsize,
 		maxOut:   maxOut,
 		msize:    maxMsize,
 	}
+	var rd io.Reader = conn
+	if g.sock != nil {
+		rd = g.sock
+	}
+	g.rd = bufio.NewReaderSize(rd, 64<<10)
+	return g
 }
 
 // next reads frames until one is admitted, answering refused ones itself.
@@ -320,17 +326,10 @@ func (g *guard) write(tag uint16, hdr, data []byte) (int, error) {
 	g.mu.Unlock()
 	var n int
 	var err error
-	switch g.conn.(type) {
-	case *net.UnixConn, *net.TCPConn:
-		if data != nil {
-			// One writev: the socket takes both parts as one write.
-			bufs := net.Buffers{hdr, data}
-			var m int64
-			m, err = bufs.WriteTo(g.conn)
-			n = int(m)
-			break
-		}
-		n, err = g.conn.Write(hdr)
+	switch {
+	case g.sock != nil:
+		// One writev: the socket takes both parts as one write.
+		n, err = g.sock.writev(hdr, data)
 	default:
 		// Other transports (an SSH channel, a pipe) may take each Write
 		// as a message: one Write per reply.

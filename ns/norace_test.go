@@ -1,0 +1,5 @@
+//go:build !race
+
+package ns_test
+
+const raceBuild = false
