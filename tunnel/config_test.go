@@ -240,3 +240,38 @@ func TestOverrideNotForHops(t *testing.T) {
 		t.Fatalf("Dial through hop1: %v, want an error with %q", err, want)
 	}
 }
+
+// A config file is parsed once while it is unchanged, and read again at
+// the next resolve once it changes, even to the same size.
+func TestResolveSeesAnEditedConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config")
+	write := func(addr string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte("Host web1\n  HostName "+addr+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(cfg, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolve := func() string {
+		t.Helper()
+		tg, err := Resolve("web1", Options{ConfigFile: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg.HostName
+	}
+	t0 := time.Now().Add(-time.Hour)
+	write("10.0.0.1", t0)
+	if got := resolve(); got != "10.0.0.1" {
+		t.Fatalf("HostName %q", got)
+	}
+	if got := resolve(); got != "10.0.0.1" {
+		t.Fatalf("again: HostName %q", got)
+	}
+	write("10.0.0.2", t0.Add(time.Second)) // the same size
+	if got := resolve(); got != "10.0.0.2" {
+		t.Errorf("after an edit: HostName %q, want 10.0.0.2", got)
+	}
+}
