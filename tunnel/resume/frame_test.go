@@ -1,6 +1,7 @@
 package resume
 
 import (
+	"io"
 	"slices"
 	"testing"
 
@@ -100,4 +101,66 @@ func FuzzParseT(f *testing.F) {
 			check(t, b, m)
 		}
 	})
+}
+
+// A connection reads small messages from a small buffer and moves to the
+// large one at its first large message, losing nothing that was already
+// buffered behind it; a large message is then handed on in place.
+func TestFrameReaderGrows(t *testing.T) {
+	var msgs [][]byte
+	for i, n := range []int{10, 200 << 10, 5, 120 << 10, 300 << 10, 7} {
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(i + j)
+		}
+		m, err := (&plan9.Fcall{Type: plan9.Twrite, Tag: uint16(i), Fid: 1, Data: data}).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	var stream []byte
+	for _, m := range msgs {
+		stream = append(stream, m...)
+	}
+	// One byte a read at first, so that the small buffer holds the start
+	// of the large message when it grows; then whole reads.
+	fr := newFrameReader(&trickle{data: stream})
+	if fr.br.Size() != smallBufSize {
+		t.Fatalf("a new connection's buffer is %d bytes, want %d", fr.br.Size(), smallBufSize)
+	}
+	for i, want := range msgs {
+		got, err := fr.next(1 << 20)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("message %d: %d bytes, not the %d sent", i, len(got), len(want))
+		}
+		if len(want) > smallBufSize && len(want) <= readBufSize && fr.br.Size() != readBufSize {
+			t.Errorf("message %d of %d bytes read with a buffer of %d", i, len(want), fr.br.Size())
+		}
+	}
+	if _, err := fr.next(1 << 20); err == nil {
+		t.Error("a message past the end")
+	}
+}
+
+// trickle gives its data a byte a read for the first 20 KiB, then whole.
+type trickle struct {
+	data []byte
+	off  int
+}
+
+func (r *trickle) Read(p []byte) (int, error) {
+	if r.off == len(r.data) {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if r.off < 20<<10 {
+		n = min(n, 4096)
+	}
+	n = copy(p[:n], r.data[r.off:])
+	r.off += n
+	return n, nil
 }
