@@ -140,43 +140,14 @@ func (f *Fleet) start(name, userName string, clientKey ssh.PublicKey, extra []st
 		}
 	}
 	h.env = append(h.ownEnv(), extra...)
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("demohost: %s: host key: %w", name, err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("demohost: %s: host key: %w", name, err)
-	}
-	h.HostKey = signer.PublicKey()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := sshsrv.ServeLoopback("ollie_demohost", h.authorize, map[string]gliderssh.ChannelHandler{
+		"session":                        h.session,
+		"direct-streamlocal@openssh.com": h.directStreamLocal,
+	}, h.fwd.Handlers(h.socketPath, h.trackDone, h.log), h.log)
 	if err != nil {
 		return nil, fmt.Errorf("demohost: %s: %w", name, err)
 	}
-	h.Port = ln.Addr().(*net.TCPAddr).Port
-	h.srv = &gliderssh.Server{
-		HostSigners:      []gliderssh.Signer{signer},
-		Version:          "ollie_demohost",
-		PublicKeyHandler: h.authorize,
-		ChannelHandlers: map[string]gliderssh.ChannelHandler{
-			"session":                        h.session,
-			"direct-streamlocal@openssh.com": h.directStreamLocal,
-		},
-		// Requests not named here, keepalive@openssh.com among them, are
-		// answered with a failure, as sshd answers them: any answer
-		// tells a client that the server is alive.
-		RequestHandlers: map[string]gliderssh.RequestHandler{
-			"streamlocal-forward@openssh.com":        h.streamLocalForward,
-			"cancel-streamlocal-forward@openssh.com": h.cancelStreamLocalForward,
-		},
-		ConnectionFailedCallback: func(c net.Conn, err error) {
-			h.log.Info("demohost: connection failed", "remote", c.RemoteAddr(), "err", err)
-		},
-	}
-	go func() {
-		defer close(h.served)
-		h.srv.Serve(ln)
-	}()
+	h.srv, h.served, h.Port, h.HostKey = l.Srv, l.Served, l.Port, l.HostKey
 	return h, nil
 }
 
@@ -330,6 +301,9 @@ func (h *Host) StopDaemon(ctx context.Context) error {
 
 // track counts a channel in, unless the host is closing.
 func (h *Host) track() bool { return accept.Track(&h.mu, &h.closing, &h.sessions) }
+
+// trackDone is track for sshsrv's forwards.
+func (h *Host) trackDone() (func(), bool) { return h.sessions.Done, h.track() }
 
 // close stops serving: listener, connections, and the commands and
 // forwards they carried.

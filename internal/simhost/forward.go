@@ -9,7 +9,6 @@ package simhost
 // back for each connection.
 
 import (
-	"net"
 	"path/filepath"
 
 	gliderssh "github.com/gliderlabs/ssh"
@@ -59,37 +58,4 @@ func (h *Host) directStreamLocal(_ *gliderssh.Server, _ *ssh.ServerConn, nc ssh.
 	// sshd connects to the socket as the host's user: olliesrv sees its
 	// owner, the admin.
 	d.srv.ServeConn(ch, ns.Peer{Kind: ns.Owner, UID: h.uid})
-}
-
-func (h *Host) streamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
-	if !ok {
-		return false, nil
-	}
-	// As sshd without StreamLocalBindUnlink: an existing file is in the way.
-	ln, err := net.Listen("unix", h.socketPath(path))
-	if err != nil {
-		h.log.Info("simhost: streamlocal-forward", "path", path, "err", err)
-		return false, nil
-	}
-	return h.fwd.Hold(ctx, conn, path, ln, func(c *net.UnixConn) { h.forwarded(conn, path, c) }), nil
-}
-
-// forwarded carries one connection to a forwarded socket back to the
-// client.
-func (h *Host) forwarded(conn *ssh.ServerConn, path string, c *net.UnixConn) {
-	if !h.track() {
-		c.Close()
-		return
-	}
-	defer h.channels.Done()
-	sshsrv.Reverse(conn, path, c)
-}
-
-func (h *Host) cancelStreamLocalForward(ctx gliderssh.Context, _ *gliderssh.Server, req *ssh.Request) (bool, []byte) {
-	path, conn, ok := sshsrv.ForwardRequest(ctx, req)
-	if !ok {
-		return false, nil
-	}
-	return h.fwd.Remove(conn, path), nil
 }

@@ -22,8 +22,6 @@ package simhost
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -141,43 +139,14 @@ func (f *Fleet) start(name, userName string, uid int, clientKey ssh.PublicKey) (
 	if n := len(h.Socket()) + len("/broker-") + 16; n > 107 {
 		return nil, fmt.Errorf("simhost: %s: the sockets under %s would be %d bytes, over the 107 of a Unix socket: start the fleet in a shorter directory", name, h.Home, n)
 	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("simhost: %s: host key: %w", name, err)
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("simhost: %s: host key: %w", name, err)
-	}
-	h.HostKey = signer.PublicKey()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := sshsrv.ServeLoopback("ollie_simhost", h.authorize, map[string]gliderssh.ChannelHandler{
+		"session":                        h.session,
+		"direct-streamlocal@openssh.com": h.directStreamLocal,
+	}, h.fwd.Handlers(h.socketPath, h.trackDone, h.log), h.log)
 	if err != nil {
 		return nil, fmt.Errorf("simhost: %s: %w", name, err)
 	}
-	h.Port = ln.Addr().(*net.TCPAddr).Port
-	h.srv = &gliderssh.Server{
-		HostSigners:      []gliderssh.Signer{signer},
-		Version:          "ollie_simhost",
-		PublicKeyHandler: h.authorize,
-		ChannelHandlers: map[string]gliderssh.ChannelHandler{
-			"session":                        h.session,
-			"direct-streamlocal@openssh.com": h.directStreamLocal,
-		},
-		// Requests not named here, keepalive@openssh.com among them, are
-		// answered with a failure, as sshd answers them: any answer
-		// tells a client that the server is alive.
-		RequestHandlers: map[string]gliderssh.RequestHandler{
-			"streamlocal-forward@openssh.com":        h.streamLocalForward,
-			"cancel-streamlocal-forward@openssh.com": h.cancelStreamLocalForward,
-		},
-		ConnectionFailedCallback: func(c net.Conn, err error) {
-			h.log.Info("simhost: connection failed", "remote", c.RemoteAddr(), "err", err)
-		},
-	}
-	go func() {
-		defer close(h.served)
-		h.srv.Serve(ln)
-	}()
+	h.srv, h.served, h.Port, h.HostKey = l.Srv, l.Served, l.Port, l.HostKey
 	return h, nil
 }
 
@@ -253,6 +222,9 @@ func (f *Fleet) WriteClientFiles(dir, identityFile string) (ClientFiles, error) 
 
 // track counts a channel in, unless the host is closing.
 func (h *Host) track() bool { return accept.Track(&h.mu, &h.closing, &h.channels) }
+
+// trackDone is track for sshsrv's forwards.
+func (h *Host) trackDone() (func(), bool) { return h.channels.Done, h.track() }
 
 // close stops serving: listener, connections, the forwards they made and
 // the namespace.

@@ -1,9 +1,11 @@
-// Package sshsrv is what both of ollie's SSH servers (the appliance
-// listener, package appliance, and make demo's hosts, internal/demohost)
-// share of SSH's own protocol: a session's command run as sshd runs it
+// Package sshsrv is what ollie's SSH servers (the appliance listener,
+// package appliance; make demo's hosts, internal/demohost; the
+// benchmark's simulated hosts, internal/simhost) share of SSH's own
+// protocol: a session's command run as sshd runs it
 // (its process group, its signals, its end reported as exit-status or
 // exit-signal, what it left running ended when the channel closes),
-// stream-local forwards both ways, and the signal names of RFC 4254. Each
+// stream-local forwards both ways, the signal names of RFC 4254, and a
+// server on a loopback port for the hosts that run inside a process. Each
 // server keeps its own policy (which commands, which paths, which
 // requests); this package keeps the protocol.
 package sshsrv
