@@ -55,12 +55,11 @@ func startSimFleet(tb testing.TB, n int) *simFleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cf, err := sf.sim.WriteClientFiles(dir, d.key)
+	d.files, err = sf.sim.WriteClientFiles(dir, d.key)
 	if err != nil {
 		sf.sim.Close()
 		tb.Fatal(err)
 	}
-	d.files = demohost.ClientFiles{Config: cf.Config, KnownHosts: cf.KnownHosts}
 	d.names = sf.sim.Names()
 	tb.Cleanup(func() {
 		// The hosts end with the test process; what the keeper held on

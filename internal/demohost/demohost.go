@@ -227,17 +227,37 @@ type ClientFiles struct {
 // public key was given to Start. The config is complete: OpenSSH's ssh -F
 // reads it as well as ollie-remote -F.
 func (f *Fleet) WriteClientFiles(dir, identityFile string) (ClientFiles, error) {
+	hosts := make([]ClientHost, len(f.Hosts))
+	for i, h := range f.Hosts {
+		hosts[i] = ClientHost{h.Name, h.Addr, h.Port, h.User, h.HostKey}
+	}
+	return WriteClientFiles(dir, identityFile, "ollie demo hosts", hosts)
+}
+
+// A ClientHost is what a client's files say of one host inside a process.
+type ClientHost struct {
+	Name, Addr string
+	Port       int
+	User       string
+	HostKey    ssh.PublicKey
+}
+
+// WriteClientFiles writes dir/ssh_config and dir/known_hosts for hosts
+// that run inside this process (what names them, in the config's first
+// line); identityFile is the private half of the client key they trust.
+func WriteClientFiles(dir, identityFile, what string, hosts []ClientHost) (ClientFiles, error) {
 	cf := ClientFiles{Config: filepath.Join(dir, "ssh_config"), KnownHosts: filepath.Join(dir, "known_hosts")}
 	identityFile, err := filepath.Abs(identityFile)
 	if err != nil {
 		return cf, fmt.Errorf("demohost: %w", err)
 	}
 	var cfg, known strings.Builder
-	fmt.Fprintf(&cfg, "# ollie demo hosts: SSH servers inside the process %d; they end with it.\n", os.Getpid())
-	for _, h := range f.Hosts {
+	fmt.Fprintf(&cfg, "# %s: SSH servers inside the process %d; they end with it.\n", what, os.Getpid())
+	for _, h := range hosts {
 		fmt.Fprintf(&cfg, "\nHost %s\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n",
 			h.Name, h.Addr, h.Port, h.User, configQuote(identityFile), configQuote(cf.KnownHosts))
-		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.HostPort())}, h.HostKey) + "\n")
+		hostPort := net.JoinHostPort(h.Addr, strconv.Itoa(h.Port))
+		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(hostPort)}, h.HostKey) + "\n")
 	}
 	if err := os.MkdirAll(dir, 0700); err != nil {
 		return cf, fmt.Errorf("demohost: %w", err)

@@ -30,15 +30,14 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/crypto/ssh/knownhosts"
 
 	"ollie/internal/accept"
+	"ollie/internal/demohost"
 	"ollie/internal/sshsrv"
 	"ollie/tunnel/deploy"
 )
@@ -182,42 +181,15 @@ func (f *Fleet) Names() []string {
 	return names
 }
 
-// ClientFiles are what a client needs to reach the fleet.
-type ClientFiles struct {
-	Config     string // ssh config: one Host block per host
-	KnownHosts string // every host's key, for [127.0.0.1]:PORT
-}
-
 // WriteClientFiles writes dir/ssh_config and dir/known_hosts for the
-// fleet; identityFile is the private half of the client key given to
-// Start (demohost.NewClientKey writes one). OpenSSH's ssh -F reads the
-// config as well as ollie-remote -F.
-func (f *Fleet) WriteClientFiles(dir, identityFile string) (ClientFiles, error) {
-	cf := ClientFiles{Config: filepath.Join(dir, "ssh_config"), KnownHosts: filepath.Join(dir, "known_hosts")}
-	identityFile, err := filepath.Abs(identityFile)
-	if err != nil {
-		return cf, fmt.Errorf("simhost: %w", err)
+// fleet, as demohost's fleet does; identityFile is the private half of
+// the client key given to Start (demohost.NewClientKey writes one).
+func (f *Fleet) WriteClientFiles(dir, identityFile string) (demohost.ClientFiles, error) {
+	hosts := make([]demohost.ClientHost, len(f.Hosts))
+	for i, h := range f.Hosts {
+		hosts[i] = demohost.ClientHost{Name: h.Name, Addr: h.Addr, Port: h.Port, User: h.User, HostKey: h.HostKey}
 	}
-	if strings.ContainsAny(identityFile+cf.KnownHosts, " \t\"") {
-		return cf, fmt.Errorf("simhost: %s or %s has a space or a quote, which an ssh config would need quoted", identityFile, cf.KnownHosts)
-	}
-	var cfg, known strings.Builder
-	fmt.Fprintf(&cfg, "# simulated ollie hosts: SSH servers inside the process %d; they end with it.\n", os.Getpid())
-	for _, h := range f.Hosts {
-		fmt.Fprintf(&cfg, "\nHost %s\n  HostName %s\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n",
-			h.Name, h.Addr, h.Port, h.User, identityFile, cf.KnownHosts)
-		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.HostPort())}, h.HostKey) + "\n")
-	}
-	if err := os.MkdirAll(dir, 0700); err != nil {
-		return cf, fmt.Errorf("simhost: %w", err)
-	}
-	if err := os.WriteFile(cf.Config, []byte(cfg.String()), 0600); err != nil {
-		return cf, fmt.Errorf("simhost: %w", err)
-	}
-	if err := os.WriteFile(cf.KnownHosts, []byte(known.String()), 0600); err != nil {
-		return cf, fmt.Errorf("simhost: %w", err)
-	}
-	return cf, nil
+	return demohost.WriteClientFiles(dir, identityFile, "simulated ollie hosts", hosts)
 }
 
 // track counts a channel in, unless the host is closing.
