@@ -54,6 +54,7 @@ func (s *sockIO) Read(p []byte) (int, error) {
 			switch e {
 			case 0:
 				n = int(r)
+				raceAcquireIO(fd)
 			case syscall.EINTR:
 				continue
 			case syscall.EAGAIN:
@@ -88,6 +89,7 @@ func (s *sockIO) writev(hdr, data []byte) (int, error) {
 	}
 	// Let go of the buffers once written: a stream's may be large.
 	defer clear(s.iov[:])
+	raceReleaseIO()
 	total := 0
 	var errno syscall.Errno
 	err := s.rc.Write(func(fd uintptr) bool {
