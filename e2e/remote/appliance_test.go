@@ -341,8 +341,11 @@ func TestDeployCompressed(t *testing.T) {
 		t.Fatalf("no share of the size in %q", row)
 		return 0
 	}
-	if s := share(deploy(binDir, "unpacked by the host's zstd")); s > 25 {
-		t.Errorf("a cold deploy sent %.1f%% of the files' size, want at most 25%%", s)
+	// zstd's best level takes olliesrv to about 38 % since it no longer
+	// links openai-go's whole API (issue 33: 13 MB; the 30 MB binary was
+	// 23 %, mostly that API's repetitive code); sent as it is, 100 %.
+	if s := share(deploy(binDir, "unpacked by the host's zstd")); s > 45 {
+		t.Errorf("a cold deploy sent %.1f%% of the files' size, want at most 45%%", s)
 	}
 	bin2 := filepath.Join(t.TempDir(), "bin")
 	os.MkdirAll(bin2, 0755)
