@@ -52,7 +52,7 @@ func binaries(t testing.TB) (olliesrv, ollie string) {
 
 // startBinary starts the real olliesrv in namespace dir and waits for its
 // socket.
-func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *logBuffer) {
+func startBinary(t testing.TB, dir string, env ...string) (*exec.Cmd, *logBuffer) {
 	t.Helper()
 	srv, _ := binaries(t)
 	cmd := exec.Command(srv)
@@ -80,7 +80,7 @@ func startBinary(t *testing.T, dir string, env ...string) (*exec.Cmd, *logBuffer
 	return cmd, &log
 }
 
-func runBinary(t *testing.T, dir, stdin string, args ...string) (string, int) {
+func runBinary(t testing.TB, dir, stdin string, args ...string) (string, int) {
 	t.Helper()
 	_, ollie := binaries(t)
 	cmd := exec.Command(ollie, args...)

@@ -1,0 +1,125 @@
+package olliesrv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ollie/internal/await"
+	"ollie/internal/nstest"
+)
+
+// BenchmarkIdleSessions is what an idle session costs a host (issue 33's
+// goal: at most 2 MB and no process of its own): the real olliesrv with
+// the starter tools, one session, then n, each made and left idle; the
+// daemon's whole process tree (the daemon, each session's tool server,
+// their sandbox helpers and stages) counted once it has settled, by
+// processes and by proportional set size (a page shared by k processes
+// counted 1/k, so the binary's text is not counted once per process).
+// Per idle session is (tree at n − tree at 1) / (n − 1).
+func BenchmarkIdleSessions(b *testing.B) {
+	const n = 11
+	data, _ := filepath.Abs("../../data")
+	for b.Loop() {
+		dir := nstest.ShortTempDir(b)
+		srv, log := startBinary(b, dir, "OLLIE_DATA="+data)
+		work := b.TempDir()
+		tree := func(sessions int) (procs int, pss int64) {
+			// Settled: the same processes for a whole second, with a
+			// tool server for every session.
+			var last []int
+			changed := time.Now()
+			await.Until(b, 30*time.Second, fmt.Sprintf("the tree of %d sessions settling", sessions), func() bool {
+				now := descendants(srv.Process.Pid)
+				if !slices.Equal(now, last) {
+					last, changed = now, time.Now()
+				}
+				return len(last) >= sessions && time.Since(changed) > time.Second
+			}, func() string {
+				return fmt.Sprintf("processes %v, last change %s ago\n%s", last, time.Since(changed), log.String())
+			})
+			all := append([]int{srv.Process.Pid}, last...)
+			return len(all), pssOf(all)
+		}
+		// A session's tool server starts with its first use (here, its
+		// list of tools) and stays: an idle session is one used before.
+		newSession := func(i int) {
+			if out, code := runBinary(b, dir, fmt.Sprintf("name=idle%d cwd=%s", i, work), "rdwr", "session/new"); code != 0 {
+				b.Fatalf("session/new: %d %q", code, out)
+			}
+			if out, code := runBinary(b, dir, "", "read", fmt.Sprintf("session/idle%d/tools", i)); code != 0 || out == "" {
+				b.Fatalf("session tools: %d %q", code, out)
+			}
+		}
+		newSession(0)
+		p1, m1 := tree(1)
+		for i := 1; i < n; i++ {
+			newSession(i)
+		}
+		pn, mn := tree(n)
+		perProcs := float64(pn-p1) / (n - 1)
+		perMB := float64(mn-m1) / (n - 1) / 1e6
+		b.ReportMetric(perProcs, "procs/idle-session")
+		b.ReportMetric(perMB, "PSS-MB/idle-session")
+		b.ReportMetric(float64(m1)/1e6, "PSS-MB-1-session")
+		b.Logf("one session: %d processes, %.1f MB PSS; %d sessions: %d processes, %.1f MB; per idle session %.1f processes (goal 0), %.1f MB (goal ≤ 2 MB)",
+			p1, float64(m1)/1e6, n, pn, float64(mn)/1e6, perProcs, perMB)
+		srv.Process.Kill()
+		srv.Wait()
+	}
+}
+
+// descendants are pid's descendants, sorted.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis: state, ppid.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 {
+			parent[p], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pssOf is the processes' proportional set size, in bytes.
+func pssOf(pids []int) int64 {
+	var n int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				n += kb << 10
+			}
+		}
+	}
+	return n
+}
