@@ -105,6 +105,29 @@ type childConn struct {
 // cold path's cost.
 const helperPoolSize = 2
 
+// HelpersIdleEnv sets how long a session's helpers wait for a call before
+// they are let go (a Go duration; 0 keeps them): an idle session then
+// costs its host one process, its tool server, and its next call starts
+// a helper itself (tens of milliseconds) while the others start behind it.
+const HelpersIdleEnv = "OLLIE_HELPERS_IDLE"
+
+// defaultHelpersIdle: a model's turns call tools seconds apart; a session
+// without a call for a minute is one a person has left.
+const defaultHelpersIdle = time.Minute
+
+func helpersIdle(log *slog.Logger) time.Duration {
+	v := os.Getenv(HelpersIdleEnv)
+	if v == "" {
+		return defaultHelpersIdle
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		log.Warn("toolsrv: ignoring a bad "+HelpersIdleEnv, "value", v, "using", defaultHelpersIdle)
+		return defaultHelpersIdle
+	}
+	return d
+}
+
 // maxIdle bounds the connections kept for reuse: as many as calls
 // commonly run at once in one session.
 const maxIdle = 8
@@ -549,6 +572,7 @@ func child() error {
 		// is this process's: its helpers die with it (Pdeathsig, and
 		// their sockets close), and Close below ends the idle ones.
 		runner.Helpers = sandbox.NewPool(helperPoolSize)
+		runner.Helpers.IdleAfter(helpersIdle(log))
 		defer runner.Helpers.Close()
 	}
 	procs := &Procs{Runner: runner}

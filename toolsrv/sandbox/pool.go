@@ -95,10 +95,17 @@ func sendFramed(fd int, data []byte, fds []int) error {
 // every idle helper and waits for them; calls already handed over run on.
 type Pool struct {
 	ready chan *warmHelper
+	size  int
 
 	mu      sync.Mutex
 	closed  bool
 	pending sync.WaitGroup // refills and discards
+	// An idle pool lets its helpers go (IdleAfter): drained until the
+	// next call, which starts its helper itself and the rest in the
+	// background.
+	idle    time.Duration
+	timer   *time.Timer
+	drained bool
 }
 
 // warmHelper is one pre-started helper and the pool's ends of its
@@ -125,18 +132,74 @@ func NewPool(size int) *Pool {
 	if !poolSupported || size <= 0 {
 		return nil
 	}
-	p := &Pool{ready: make(chan *warmHelper, size)}
+	p := &Pool{ready: make(chan *warmHelper, size), size: size}
 	for range size {
 		p.refill()
 	}
 	return p
 }
 
+// IdleAfter has the pool end its waiting helpers once no call has
+// started for d (0, the default, keeps them): an idle session then costs
+// its host no helper processes, and its next call pays for starting one
+// (the cold figure of BenchmarkDispatchVsBare) while the others start
+// behind it.
+func (p *Pool) IdleAfter(d time.Duration) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idle = d
+	p.touch()
+}
+
+// touch restarts the idle clock; p.mu is held.
+func (p *Pool) touch() {
+	if p.idle <= 0 || p.closed {
+		return
+	}
+	if p.timer == nil {
+		p.timer = time.AfterFunc(p.idle, p.drain)
+		return
+	}
+	p.timer.Reset(p.idle)
+}
+
+// drain ends the waiting helpers of a pool no call has used for its idle
+// time, and keeps refills from starting others until the next call.
+func (p *Pool) drain() {
+	p.mu.Lock()
+	if p.closed || p.drained {
+		p.mu.Unlock()
+		return
+	}
+	p.drained = true
+	p.pending.Add(1)
+	p.mu.Unlock()
+	defer p.pending.Done()
+	for {
+		select {
+		case h := <-p.ready:
+			h.discard()
+		default:
+			return
+		}
+	}
+}
+
+// Drained reports whether the pool let its helpers go for being idle.
+func (p *Pool) Drained() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drained
+}
+
 // refill starts one helper in the background and adds it to the pool.
 func (p *Pool) refill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.drained {
 		return
 	}
 	p.pending.Add(1)
@@ -147,7 +210,7 @@ func (p *Pool) refill() {
 			return // the next call starts one itself, and reports why it cannot
 		}
 		p.mu.Lock()
-		if !p.closed {
+		if !p.closed && !p.drained {
 			select {
 			case p.ready <- h:
 				p.mu.Unlock()
@@ -164,10 +227,19 @@ func (p *Pool) refill() {
 // caller has the pool start another (refill) once the call is done.
 func (p *Pool) take() (*warmHelper, error) {
 	p.mu.Lock()
-	closed := p.closed
+	closed, woke := p.closed, p.drained
+	p.drained = false
+	p.touch()
 	p.mu.Unlock()
 	if closed {
 		return nil, errors.New("sandbox: the helper pool is closed")
+	}
+	if woke {
+		// This call starts its own helper below; the others wait for
+		// the next calls, as before the pool went idle.
+		for range p.size - 1 {
+			p.refill()
+		}
 	}
 	select {
 	case h := <-p.ready:
@@ -188,6 +260,9 @@ func (p *Pool) Close() {
 	}
 	p.mu.Lock()
 	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 	p.mu.Unlock()
 	p.pending.Wait() // no refill sends after this
 	for {

@@ -349,3 +349,36 @@ func TestPoolWaitingStageSignalled(t *testing.T) {
 		t.Errorf("after a signalled stage: %+v", r)
 	}
 }
+
+// An idle pool lets its helpers go, and its next call starts one itself
+// and works as any other; the pool is full again behind it.
+func TestPoolIdleLetsHelpersGo(t *testing.T) {
+	requireLandlock(t, 3)
+	e := newEnv(t)
+	p := newTestPool(t)
+	await.Until(t, 10*time.Second, "the pool filling", func() bool { return p.Idle() >= 2 })
+	var pids []int
+	for range 2 {
+		h := <-p.ready
+		pids = append(pids, h.proc.Pid)
+		p.ready <- h
+	}
+	p.IdleAfter(200 * time.Millisecond)
+	await.Until(t, 10*time.Second, "the idle pool letting its helpers go", func() bool {
+		for _, pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				return false
+			}
+		}
+		return p.Drained() && p.Idle() == 0
+	})
+	// Long enough not to go idle again during the call.
+	p.IdleAfter(time.Hour)
+	if r := runPooled(t, context.Background(), p, e.policy(t), e.cwd, "/bin/sh", "-c", "echo ok"); r.code != 0 || r.stdout != "ok\n" {
+		t.Errorf("the first call after idling: %+v", r)
+	}
+	if p.Drained() {
+		t.Error("still drained after a call")
+	}
+	await.Until(t, 10*time.Second, "the pool filling again", func() bool { return p.Idle() == 2 })
+}
