@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kevinburke/ssh_config"
@@ -228,8 +229,18 @@ type parsedConfig struct {
 	cfg   *ssh_config.Config
 }
 
+// statStamp is what tells a file changed without reading it: its inode,
+// size and modification time (the ssh config's and known_hosts' caches).
 func statStamp(fi os.FileInfo) string {
 	return fmt.Sprint(fileID(fi), " ", fi.Size(), " ", fi.ModTime().UnixNano())
+}
+
+// fileID is a file's inode, 0 where the system gives none.
+func fileID(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Ino)
+	}
+	return 0
 }
 
 func parseConfig(name string) (*ssh_config.Config, error) {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -103,7 +102,7 @@ func newHostKeys(t *Target, acceptNew bool, log *slog.Logger) (*hostKeys, error)
 			return nil, &ConfigError{File: f, Err: err}
 		}
 		files = append(files, f)
-		fmt.Fprintf(&stamp, "%q %d %d %d\n", f, fileID(fi), fi.Size(), fi.ModTime().UnixNano())
+		fmt.Fprintf(&stamp, "%q %s\n", f, statStamp(fi))
 	}
 	hk := &hostKeys{t: t, acceptNew: acceptNew, log: log, files: files}
 	if len(files) > 0 {
@@ -277,12 +276,4 @@ func appendKnownHost(file, hostname string, key ssh.PublicKey) error {
 		return err
 	}
 	return f.Close()
-}
-
-// fileID is a file's inode, 0 where the system gives none.
-func fileID(fi os.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Ino)
-	}
-	return 0
 }

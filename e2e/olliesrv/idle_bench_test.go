@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"ollie/internal/await"
+	"ollie/internal/lab"
 	"ollie/internal/nstest"
 )
 
@@ -46,7 +47,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 				return fmt.Sprintf("processes %v, last change %s ago\n%s", last, time.Since(changed), log.String())
 			})
 			all := append([]int{srv.Process.Pid}, last...)
-			return len(all), pssOf(all)
+			return len(all), lab.PSS(all)
 		}
 		// A session's tool server starts with its first use (here, its
 		// list of tools) and stays: an idle session is one used before.
@@ -106,22 +107,4 @@ func descendants(pid int) []int {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// pssOf is the processes' proportional set size, in bytes.
-func pssOf(pids []int) int64 {
-	var n int64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				n += kb << 10
-			}
-		}
-	}
-	return n
 }

@@ -217,26 +217,6 @@ func rssSum(pids []int) int64 {
 	return n
 }
 
-// pssSum is the proportional set size of the processes, in bytes: each
-// page shared by k of them counted 1/k (RSS counts the binary's pages,
-// shared by every daemon, in full for each).
-func pssSum(pids []int) int64 {
-	var n int64
-	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				n += kb << 10
-			}
-		}
-	}
-	return n
-}
-
 // phases are when each host of a fleet run first showed each state, from
 // the start of the command, read from its line view (no terminal).
 type phases struct {

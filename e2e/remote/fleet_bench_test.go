@@ -322,7 +322,7 @@ func BenchmarkHold200(b *testing.B) {
 			if len(daemons) != n {
 				b.Fatalf("%d olliesrv daemons run, want %d", len(daemons), n)
 			}
-			rss, pss := rssSum(daemons), pssSum(daemons)
+			rss, pss := rssSum(daemons), lab.PSS(daemons)
 			b.Logf("keeper RSS: %s holding 1 host, %s holding %d, %s after status; olliesrv daemons: RSS %s in all, PSS %s",
 				mib(rss1), mib(rssN), n, mib(rssS), mib(rss), mib(pss))
 			held += float64(rssN-rss1) / float64(n-1)

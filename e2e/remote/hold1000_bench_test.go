@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ollie/internal/lab"
 )
 
 // The goals of issue 33 for 1,000 hosts.
@@ -216,9 +218,9 @@ func (sf *simFleet) holdMemory(b *testing.B, n int, self0 int64) {
 		sf.killKeeper()
 		sf.up(b, 1)
 		pid := keeperPid(sf.dir)
-		rss1, pss1 := settledRSS(pid), pssSum([]int{pid})
+		rss1, pss1 := settledRSS(pid), lab.PSS([]int{pid})
 		sf.up(b, n)
-		rssN, pssN := settledRSS(pid), pssSum([]int{pid})
+		rssN, pssN := settledRSS(pid), lab.PSS([]int{pid})
 		// Holding, idle: keepalives and nothing else.
 		sf.quiet()
 		t0 := cpuTicks(pid)
