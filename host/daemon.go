@@ -189,7 +189,7 @@ func (d *Daemon) build(cfg Config) error {
 	gate.Sweep()
 	d.gate = gate
 	d.ns = &namespace{bus: bus, sessions: agent.NewSessions(bus), host: host, kill: d.kill,
-		tools: &toolsrv.Pool{Elevate: filepath.Join(cfg.Dir, "elevate"), Namespace: cfg.Dir, Spill: d.spill.Dir}, gate: gate,
+		tools: &toolsrv.Pool{Elevate: filepath.Join(cfg.Dir, "elevate"), Namespace: cfg.Dir, Spill: d.spill.Dir, IdleAfter: toolsrv.ToolsrvIdle(cfg.Log)}, gate: gate,
 		agents: &agents{}, started: time.Now(), version: cfg.Version, backends: cfg.Backends, registry: cfg.Registry,
 		seenFiles: backendFiles(cfg.Registry), loadBackends: cfg.LoadBackends, log: cfg.Log, logs: &sessionLogs{dir: cfg.StateDir}}
 	tree, err := ns.NewTree(d.ns.spec(), "admin", "admin")

@@ -95,7 +95,7 @@ func BenchmarkChildOp(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		cc, err := c.dial(ctx)
+		cc, err := c.dial(ctx, c.current())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -47,6 +47,10 @@ type childConfig struct {
 	Namespace     string          `json:"namespace"`
 	SpillDir      string          `json:"spill_dir"` // the session's, made by Spawn
 	Yolo          bool            `json:"yolo,omitempty"`
+	// Where a run after a rest goes on from: the revision its tool set
+	// moves on from, and the first id its background processes take.
+	Revision uint64 `json:"revision,omitempty"`
+	LastProc int    `json:"last_proc,omitempty"`
 }
 
 // SpawnConfig describes a session's toolsrv.
@@ -68,34 +72,58 @@ type SpawnConfig struct {
 	// Yolo runs every call without the sandbox and without approval
 	// (Runner.Yolo): for a yolo session, which only the admin may make.
 	Yolo bool
+	// IdleAfter stops the process once no operation has used it for
+	// that long (and it runs no background process); the next operation
+	// starts it again. 0 keeps it running.
+	IdleAfter time.Duration
 }
 
-// A Child is a running toolsrv process serving one session.
+// A Child is a session's toolsrv: a process of this binary serving the
+// session's tools, started by Spawn and, once the session has been idle
+// for a while (SpawnConfig.IdleAfter), stopped and started again at its
+// next use, with the tools it had loaded (see rest.go). An idle session
+// then costs its host no process.
 type Child struct {
-	Socket string
+	cfg   SpawnConfig // as Spawn resolved it: CwdID and SpillDir set
+	spill string      // the session's directory for cut tool output: it outlives each run
 
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	secret string
-	dir    string
-	spill  string // the session's directory for cut tool output
-	done   chan error
-
+	// mu guards the rest. run is the process serving now, nil while the
+	// session rests; while a start or a rest is under way, moving is
+	// open, and operations wait for it to close.
+	mu     sync.Mutex
+	run    *childRun
+	moving chan struct{}
+	kept   childState // what the next run starts with
+	active int        // operations holding a connection
+	used   time.Time  // when the last one ended
+	timer  *time.Timer
+	closed bool
 	// idle holds connections an operation finished with, for the next:
 	// a tool call then costs no dial and no attach. One in use belongs to
 	// one operation, so ending that operation's context can close it
 	// (interrupting the call, which kills the tool) without touching
 	// another's.
-	mu     sync.Mutex
-	idle   []*childConn
-	closed bool
+	idle []*childConn
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// A childRun is one process of a Child: its private directory and socket,
+// and the secret its attaches present, all fresh for each run.
+type childRun struct {
+	socket string
+	secret string
+	dir    string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	exited chan struct{} // closed once cmd has been waited for
+	err    error         // Wait's, once exited is closed
+}
+
 // childConn is one attached connection to the child.
 type childConn struct {
+	run  *childRun
 	conn *client.Conn
 	fsys *client.Fsys
 }
@@ -116,16 +144,7 @@ const HelpersIdleEnv = "OLLIE_HELPERS_IDLE"
 const defaultHelpersIdle = time.Minute
 
 func helpersIdle(log *slog.Logger) time.Duration {
-	v := os.Getenv(HelpersIdleEnv)
-	if v == "" {
-		return defaultHelpersIdle
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		log.Warn("toolsrv: ignoring a bad "+HelpersIdleEnv, "value", v, "using", defaultHelpersIdle)
-		return defaultHelpersIdle
-	}
-	return d
+	return envDuration(log, HelpersIdleEnv, defaultHelpersIdle)
 }
 
 // maxIdle bounds the connections kept for reuse: as many as calls
@@ -151,10 +170,30 @@ func ChildMain() {
 // Close is called, when this process dies (its stdin closes; Pdeathsig
 // too), and it kills its processes on the way out.
 func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
+	if cfg.ToolsPath == nil {
+		cfg.ToolsPath = ToolsPath()
 	}
+	if cfg.CwdID == nil && cfg.Cwd != "" {
+		id, err := sandbox.Identify(cfg.Cwd)
+		if err != nil {
+			return nil, fmt.Errorf("toolsrv: the session's directory: %w", err)
+		}
+		cfg.CwdID = &id
+	}
+	c := &Child{cfg: cfg, kept: childState{Tools: cfg.Tools}}
+	if c.spill, err = makeSessionSpill(cfg.SpillBase); err != nil {
+		return nil, err
+	}
+	if c.run, err = c.start(ctx, c.kept); err != nil {
+		os.RemoveAll(c.spill)
+		return nil, err
+	}
+	return c, nil
+}
+
+// start runs a process for the Child, going on from st.
+func (c *Child) start(ctx context.Context, st childState) (_ *childRun, err error) {
+	cfg := c.cfg
 	dir, err := os.MkdirTemp("", "ollie-tools-")
 	if err != nil {
 		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
@@ -166,27 +205,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 	}()
 	var raw [32]byte
 	rand.Read(raw[:])
-	c := &Child{Socket: filepath.Join(dir, "toolsrv"), secret: hex.EncodeToString(raw[:]), dir: dir, done: make(chan error, 1)}
-	if cfg.ToolsPath == nil {
-		cfg.ToolsPath = ToolsPath()
-	}
-	if c.spill, err = makeSessionSpill(cfg.SpillBase); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(c.spill)
-		}
-	}()
-	if cfg.CwdID == nil && cfg.Cwd != "" {
-		id, err := sandbox.Identify(cfg.Cwd)
-		if err != nil {
-			return nil, fmt.Errorf("toolsrv: the session's directory: %w", err)
-		}
-		cfg.CwdID = &id
-	}
-	conf, err := json.Marshal(childConfig{Secret: c.secret, Socket: c.Socket, Cwd: cfg.Cwd, CwdID: cfg.CwdID, SessionID: cfg.SessionID,
-		ToolsPath: cfg.ToolsPath, Tools: cfg.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill, Yolo: cfg.Yolo})
+	r := &childRun{socket: filepath.Join(dir, "toolsrv"), secret: hex.EncodeToString(raw[:]), dir: dir, exited: make(chan struct{})}
+	conf, err := json.Marshal(childConfig{Secret: r.secret, Socket: r.socket, Cwd: cfg.Cwd, CwdID: cfg.CwdID, SessionID: cfg.SessionID,
+		ToolsPath: cfg.ToolsPath, Tools: st.Tools, ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SpillDir: c.spill, Yolo: cfg.Yolo,
+		Revision: st.Revision, LastProc: st.LastProc})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +220,9 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		cw.Write(conf)
 		cw.Close()
 	}()
-	cmd := exec.Command(self, childArg)
+	// /proc/self/exe: this very binary, even when a deploy has since
+	// replaced, or pruned, the file it was started from.
+	cmd := exec.Command("/proc/self/exe", childArg)
 	cmd.ExtraFiles = []*os.File{cr}
 	cmd.Stderr = cfg.Stderr
 	// Its own process group keeps a terminal's ^C for the parent to
@@ -218,7 +242,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		inW.Close()
 		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
 	}
-	cmd.Stdin, cmd.Stdout, c.stdin = inR, outW, inW
+	cmd.Stdin, cmd.Stdout, r.stdin = inR, outW, inW
 	err = cmd.Start()
 	cr.Close()
 	inR.Close()
@@ -228,7 +252,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		outR.Close()
 		return nil, fmt.Errorf("toolsrv: spawn: %w", err)
 	}
-	c.cmd = cmd
+	r.cmd = cmd
 	ready := make(chan error, 1)
 	go func() {
 		defer outR.Close()
@@ -239,7 +263,10 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		ready <- err
 		io.Copy(io.Discard, outR)
 	}()
-	go func() { c.done <- cmd.Wait() }()
+	go func() {
+		r.err = cmd.Wait()
+		close(r.exited)
+	}()
 	select {
 	case err = <-ready:
 	case <-ctx.Done():
@@ -249,11 +276,25 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 	}
 	if err != nil {
 		cmd.Process.Kill()
-		<-c.done
+		<-r.exited
 		inW.Close()
 		return nil, fmt.Errorf("toolsrv: spawn: the child did not start: %w", err)
 	}
-	return c, nil
+	return r, nil
+}
+
+// stop ends the run: its stdin closes, which has it kill its processes
+// and exit; one that has not within 10 s is killed.
+func (r *childRun) stop() error {
+	r.stdin.Close()
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.exited
+	}
+	os.RemoveAll(r.dir)
+	return r.err
 }
 
 // attach gives one operation a connection to the child, idle or new. The
@@ -276,7 +317,7 @@ func (c *Child) attachFrom(ctx context.Context, idle bool) (_ *client.Fsys, _ fu
 	return cc.fsys, func(ok bool) {
 		if !stop() || !ok || ctx.Err() != nil {
 			cc.conn.Close()
-			return
+			cc = nil
 		}
 		c.put(cc)
 	}, reused, nil
@@ -305,8 +346,14 @@ func (c *Child) open(ctx context.Context, path string, mode uint8) (*client.Fid,
 	}
 }
 
+// take gives an operation a connection to the running process, starting
+// it first when the session rests (or the process has died), and counts
+// the operation as active until put.
 func (c *Child) take(ctx context.Context, idle bool) (*childConn, bool, error) {
-	c.mu.Lock()
+	run, err := c.running(ctx)
+	if err != nil {
+		return nil, false, err
+	}
 	if n := len(c.idle); idle && n > 0 {
 		cc := c.idle[n-1]
 		c.idle = c.idle[:n-1]
@@ -314,14 +361,17 @@ func (c *Child) take(ctx context.Context, idle bool) (*childConn, bool, error) {
 		return cc, true, nil
 	}
 	c.mu.Unlock()
-	cc, err := c.dial(ctx)
+	cc, err := c.dial(ctx, run)
+	if err != nil {
+		c.put(nil)
+	}
 	return cc, false, err
 }
 
-// dial makes a new attached connection to the child.
-func (c *Child) dial(ctx context.Context) (*childConn, error) {
+// dial makes a new attached connection to run.
+func (c *Child) dial(ctx context.Context, run *childRun) (*childConn, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", c.Socket)
+	nc, err := d.DialContext(ctx, "unix", run.socket)
 	if err != nil {
 		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
@@ -330,17 +380,28 @@ func (c *Child) dial(ctx context.Context) (*childConn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
-	fsys, err := conn.Attach(nil, "agent", c.secret)
+	fsys, err := conn.Attach(nil, "agent", run.secret)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("toolsrv: %w", err)
 	}
-	return &childConn{conn: conn, fsys: fsys}, nil
+	return &childConn{run: run, conn: conn, fsys: fsys}, nil
 }
 
+// put ends an operation, keeping its connection (nil: none) for the next
+// while it is of the running process.
 func (c *Child) put(cc *childConn) {
 	c.mu.Lock()
-	if c.closed || len(c.idle) >= maxIdle {
+	c.active--
+	c.used = time.Now()
+	if c.active == 0 {
+		c.restLater()
+	}
+	if cc == nil {
+		c.mu.Unlock()
+		return
+	}
+	if c.closed || cc.run != c.run || len(c.idle) >= maxIdle {
 		c.mu.Unlock()
 		cc.conn.Close()
 		return
@@ -501,21 +562,25 @@ func (c *Child) Close() error {
 func (c *Child) close() error {
 	c.mu.Lock()
 	c.closed = true
-	idle := c.idle
-	c.idle = nil
+	for c.moving != nil {
+		moving := c.moving
+		c.mu.Unlock()
+		<-moving
+		c.mu.Lock()
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	idle, run := c.idle, c.run
+	c.idle, c.run = nil, nil
 	c.mu.Unlock()
 	for _, cc := range idle {
 		cc.conn.Close()
 	}
-	c.stdin.Close()
 	var err error
-	select {
-	case err = <-c.done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		err = <-c.done
+	if run != nil {
+		err = run.stop()
 	}
-	os.RemoveAll(c.dir)
 	os.RemoveAll(c.spill)
 	return err
 }
@@ -562,6 +627,9 @@ func child() error {
 			log.Warn("toolsrv: cannot load", "tool", name, "err", err)
 		}
 	}
+	if cfg.Revision > 0 {
+		session.MovePast(cfg.Revision)
+	}
 	runner := &Runner{Tools: session, Cwd: cfg.Cwd, CwdID: cfg.CwdID, Profiles: sandbox.DefaultProfiles(), ToolsPath: cfg.ToolsPath,
 		ElevateSocket: cfg.ElevateSocket, Namespace: cfg.Namespace, SessionID: cfg.SessionID, SpillDir: cfg.SpillDir, Yolo: cfg.Yolo}
 	if cfg.ElevateSocket != "" {
@@ -575,7 +643,8 @@ func child() error {
 		runner.Helpers.IdleAfter(helpersIdle(log))
 		defer runner.Helpers.Close()
 	}
-	procs := &Procs{Runner: runner}
+	runner.spilled = spilledIn(cfg.SpillDir)
+	procs := &Procs{Runner: runner, next: cfg.LastProc}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {
 		var b strings.Builder
 		for _, e := range session.Registry().Explain() {

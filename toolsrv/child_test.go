@@ -35,7 +35,7 @@ func testParent() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	fmt.Println(c.cmd.Process.Pid, c.Socket)
+	fmt.Println(c.current().cmd.Process.Pid, c.current().socket)
 	select {}
 }
 
@@ -171,12 +171,12 @@ func TestChild(t *testing.T) {
 // TestChildSecret checks that only the holder of the spawn secret gets in.
 func TestChildSecret(t *testing.T) {
 	c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
-	fi, err := os.Stat(filepath.Dir(c.Socket))
+	fi, err := os.Stat(filepath.Dir(c.current().socket))
 	if err != nil || fi.Mode().Perm() != 0700 {
 		t.Fatalf("socket dir mode %v %v", fi.Mode().Perm(), err)
 	}
-	for _, aname := range []string{"", "guess", c.secret[:len(c.secret)-1]} {
-		nc, err := net.Dial("unix", c.Socket)
+	for _, aname := range []string{"", "guess", c.current().secret[:len(c.current().secret)-1]} {
+		nc, err := net.Dial("unix", c.current().socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,11 +191,11 @@ func TestChildSecret(t *testing.T) {
 	}
 	// The secret is in neither argv nor the environment of the child.
 	for _, f := range []string{"cmdline", "environ"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", c.cmd.Process.Pid, f))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", c.current().cmd.Process.Pid, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(b), c.secret) {
+		if strings.Contains(string(b), c.current().secret) {
 			t.Errorf("the secret is in the child's %s", f)
 		}
 	}

@@ -79,7 +79,7 @@ func waitGone(t *testing.T, what string, pids []int) {
 // ahead of them, and refills the pool after each call.
 func TestChildHelperPool(t *testing.T) {
 	c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
-	pid := c.cmd.Process.Pid
+	pid := c.current().cmd.Process.Pid
 	before, _ := waitingHelpers(t, pid, helperPoolSize)
 	res, err := c.Call(context.Background(), "echo", json.RawMessage(`{"text": "pooled"}`))
 	if err != nil || res.Failed || !strings.Contains(res.Output, "pooled") || res.Sandbox != "default" {
@@ -101,7 +101,7 @@ func TestChildHelperPool(t *testing.T) {
 // root directory, and no descriptor but its socket, /dev/null and the log.
 func TestHelperCleanState(t *testing.T) {
 	c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
-	helpers, stages := waitingHelpers(t, c.cmd.Process.Pid, helperPoolSize)
+	helpers, stages := waitingHelpers(t, c.current().cmd.Process.Pid, helperPoolSize)
 	for _, p := range append(helpers, stages...) {
 		dir := "/proc/" + strconv.Itoa(p)
 		env, err := os.ReadFile(dir + "/environ")
@@ -127,7 +127,7 @@ func TestHelperCleanState(t *testing.T) {
 			switch {
 			case target == "/dev/null", strings.HasPrefix(target, "socket:"), strings.HasPrefix(target, "anon_inode:"):
 			case strings.HasPrefix(target, "/sys/fs/cgroup/"): // the Go runtime's, for GOMAXPROCS
-			case strings.HasPrefix(target, "mnt:[") && !sameNS(target, c.cmd.Process.Pid):
+			case strings.HasPrefix(target, "mnt:[") && !sameNS(target, c.current().cmd.Process.Pid):
 				// Its own stage's mount namespace, held so that its
 				// teardown is off the call's path (holdMountNS).
 			case fd.Name() == "2": // the toolsrv's log
@@ -142,14 +142,14 @@ func TestHelperCleanState(t *testing.T) {
 func TestHelpersDieWithChild(t *testing.T) {
 	t.Run("killed", func(t *testing.T) {
 		c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
-		helpers, stages := waitingHelpers(t, c.cmd.Process.Pid, helperPoolSize)
-		c.cmd.Process.Kill()
+		helpers, stages := waitingHelpers(t, c.current().cmd.Process.Pid, helperPoolSize)
+		c.current().cmd.Process.Kill()
 		waitGone(t, "helper", helpers)
 		waitGone(t, "confining stage", stages)
 	})
 	t.Run("closed", func(t *testing.T) {
 		c, _ := spawnChild(t, map[string][2]string{"echo": {echoMeta, "#!/bin/sh\ncat\n"}})
-		helpers, stages := waitingHelpers(t, c.cmd.Process.Pid, helperPoolSize)
+		helpers, stages := waitingHelpers(t, c.current().cmd.Process.Pid, helperPoolSize)
 		c.Close()
 		waitGone(t, "helper", helpers)
 		waitGone(t, "confining stage", stages)

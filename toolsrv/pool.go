@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,6 +26,9 @@ type Pool struct {
 	// Spill the daemon's SpillArea, where each session's toolsrv keeps
 	// cut output. Set them before the first Get.
 	Elevate, Namespace, Spill string
+	// IdleAfter is how long a session's toolsrv waits unused before it
+	// stops, to start again at its next use (SpawnConfig.IdleAfter).
+	IdleAfter time.Duration
 
 	closed bool
 }
@@ -83,7 +87,7 @@ func (ts *Pool) Get(ctx context.Context, id, cwd string, yolo bool) (*Child, err
 	if h, ok := ts.held[id]; ok {
 		cwdID = &h.id
 	}
-	c, err := Spawn(ctx, SpawnConfig{Cwd: cwd, CwdID: cwdID, SessionID: id, Stderr: os.Stderr, ElevateSocket: ts.Elevate, Namespace: ts.Namespace, SpillBase: ts.Spill, Yolo: yolo})
+	c, err := Spawn(ctx, SpawnConfig{Cwd: cwd, CwdID: cwdID, SessionID: id, Stderr: os.Stderr, ElevateSocket: ts.Elevate, Namespace: ts.Namespace, SpillBase: ts.Spill, Yolo: yolo, IdleAfter: ts.IdleAfter})
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +96,15 @@ func (ts *Pool) Get(ctx context.Context, id, cwd string, yolo bool) (*Child, err
 	}
 	ts.children[id] = c
 	return c, nil
+}
+
+// Running reports whether session id's toolsrv has a process now: not
+// before its first use, nor while it rests.
+func (ts *Pool) Running(id string) bool {
+	ts.mu.Lock()
+	c := ts.children[id]
+	ts.mu.Unlock()
+	return c != nil && c.Running()
 }
 
 // Stop ends a session's toolsrv, which kills its processes.

@@ -275,6 +275,14 @@ func (p *Proc) Status() string {
 	return p.reason
 }
 
+// resumeFrom is the last id given and how many processes are held (for
+// a rest: see childState).
+func (ps *Procs) resumeFrom() (last, held int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.next, len(ps.procs)
+}
+
 // Collect forgets exited processes whose output was last read, or which
 // exited, more than Linger ago. It returns how many it forgot.
 func (ps *Procs) Collect() int {

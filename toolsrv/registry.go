@@ -364,6 +364,15 @@ func (s *Session) Unload(name string) error {
 	return nil
 }
 
+// MovePast has the revision move on past rev: a run of a session's tool
+// server after a rest goes on from the last one's revision, so that a
+// revision once read never comes back with other tools.
+func (s *Session) MovePast(rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rev.BumpPast(rev)
+}
+
 // Loaded are the names loaded, in load order, whether the current registry
 // offers them or not.
 func (s *Session) Loaded() []string {

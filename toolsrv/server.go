@@ -69,6 +69,7 @@ func (s *Server) Tree() (*ns.Tree, error) {
 		ns.ReadFile("schema", 0400, "Loaded tools as model function declarations (JSON).", s.schema),
 		ns.ReadFile("revision", 0400, "The tool set's revision: it changes when tools are loaded, unloaded or reloaded.", s.revision),
 		ns.WaitFile("revwait", 0400, "Blocks until the revision changes, then reads the new one.", s.revwait),
+		ns.ReadFile("state", 0400, "What a run of the session's tool server hands the next when the session rests: the tools loaded, the revision, the last background process id, and how many background processes it holds (JSON).", s.state),
 		ns.ReadFile("registry", 0400, "Every tool on this host, the variant chosen and why.", s.registry),
 		ns.RdWrFile("ctl", 0600, "Tool controls: "+strings.Join(ctlCommands, ", ")+".", s.ctl),
 		ns.RdWrFile("call", 0600, `Run a call: write {"tool": NAME, "args": {...}}; read the result (JSON).`, s.call),

@@ -29,12 +29,13 @@ func BenchmarkIdleSessions(b *testing.B) {
 	for b.Loop() {
 		dir := nstest.ShortTempDir(b)
 		// Helpers go after 2 s without a call here (a minute by default),
-		// so that the settled tree is the idle one.
-		srv, log := startBinary(b, dir, "OLLIE_DATA="+data, "OLLIE_HELPERS_IDLE=2s")
+		// and the tool servers after 2 s too (five minutes), so that the
+		// settled tree is the idle one.
+		srv, log := startBinary(b, dir, "OLLIE_DATA="+data, "OLLIE_HELPERS_IDLE=2s", "OLLIE_TOOLSRV_IDLE=2s")
 		work := b.TempDir()
 		tree := func(sessions int) (procs int, pss int64) {
-			// Settled: the same processes for three seconds (past the
-			// helpers' idle time), with a tool server for every session.
+			// Settled: the same processes for three seconds, past the
+			// helpers' and the tool servers' idle time.
 			var last []int
 			changed := time.Now()
 			await.Until(b, 30*time.Second, fmt.Sprintf("the tree of %d sessions settling", sessions), func() bool {
@@ -42,7 +43,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 				if !slices.Equal(now, last) {
 					last, changed = now, time.Now()
 				}
-				return len(last) >= sessions && time.Since(changed) > 3*time.Second
+				return time.Since(changed) > 3*time.Second
 			}, func() string {
 				return fmt.Sprintf("processes %v, last change %s ago\n%s", last, time.Since(changed), log.String())
 			})

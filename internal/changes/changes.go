@@ -52,6 +52,15 @@ func (c *Counter) Bump() uint64 {
 	return c.n
 }
 
+// BumpPast counts a change, to past n if the count is not already:
+// for a count that goes on from an earlier owner's.
+func (c *Counter) BumpPast(n uint64) uint64 {
+	c.mu.Lock()
+	c.n = max(c.n, n)
+	c.mu.Unlock()
+	return c.Bump()
+}
+
 // Changed returns a channel that is closed once the count differs from
 // since (at once if it does already), for a select that waits on more
 // than the next change.
