@@ -36,7 +36,7 @@ type childState struct {
 	Tools    []string `json:"tools"` // loaded, in order; nil (before any run) loads every tool
 	Revision uint64   `json:"revision"`
 	LastProc int      `json:"last_proc"` // the last background process id given
-	Procs    int      `json:"procs"` // background processes it still holds: while any, it does not rest
+	Procs    int      `json:"procs"`     // background processes it still holds: while any, it does not rest
 }
 
 // ToolsrvIdleEnv sets how long a session's tool server waits unused

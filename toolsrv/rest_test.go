@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os/exec"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,7 +47,6 @@ func restingChild(t *testing.T, idle time.Duration, load []string) *Child {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
 
 // TestChildRests: an idle session's tool server stops, leaving no process
 // and no socket directory, and its next use starts it again with what the
