@@ -188,6 +188,11 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (_ *Child, err error) {
 		os.RemoveAll(c.spill)
 		return nil, err
 	}
+	// One never used rests too (a session restored, then left).
+	c.mu.Lock()
+	c.used = time.Now()
+	c.restLater()
+	c.mu.Unlock()
 	return c, nil
 }
 

@@ -277,3 +277,10 @@ func BenchmarkCallAfterRest(b *testing.B) {
 	b.ReportMetric(float64(rested)/float64(bare), "after-rest/bare")
 	b.ReportMetric(float64(running)/float64(bare), "running/bare")
 }
+
+// TestChildRestsUnused: a tool server started and never used (a session
+// restored after a restart, then left) rests too.
+func TestChildRestsUnused(t *testing.T) {
+	c := restingChild(t, 200*time.Millisecond, []string{"echo"})
+	await.Until(t, 10*time.Second, "the unused child resting", func() bool { return c.current() == nil })
+}
