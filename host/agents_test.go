@@ -49,6 +49,20 @@ func (b *twoStep) Chat(ctx context.Context, msgs []backend.Message, tools []back
 		ToolCalls: []backend.ToolCall{{ID: "c1", Name: "echo", Args: json.RawMessage(`{"text": "` + last.Content + `"}`)}}}}, nil
 }
 
+// echoTool makes a tools directory holding "echo" (it prints what it
+// was given), and has the daemon and its tools find it and the starter
+// data; it returns the directory.
+func echoTool(t *testing.T) string {
+	t.Helper()
+	tools := t.TempDir()
+	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
+	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
+	data, _ := filepath.Abs("../data")
+	t.Setenv("OLLIE_TOOLS_PATH", tools)
+	t.Setenv("OLLIE_DATA", data)
+	return tools
+}
+
 // modelDaemon starts olliesrv whose every backend is be, and attaches to
 // it as the admin; the test's end shuts it down.
 func modelDaemon(t *testing.T, be backend.Backend) (*Daemon, *client.Fsys) {
@@ -69,12 +83,7 @@ func tracedModelDaemon(t *testing.T, be backend.Backend, trace io.Writer) (*Daem
 }
 
 func TestAgentThroughNamespace(t *testing.T) {
-	tools := t.TempDir()
-	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
-	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
-	data, _ := filepath.Abs("../data")
-	t.Setenv("OLLIE_TOOLS_PATH", tools)
-	t.Setenv("OLLIE_DATA", data)
+	tools := echoTool(t)
 
 	be := &twoStep{}
 	var trace nstest.SyncBuffer
@@ -329,12 +338,7 @@ func TestGenerate(t *testing.T) {
 // directory: sessions, names, pause state, agents, histories and queued
 // prompts come back.
 func TestRestartRestores(t *testing.T) {
-	tools := t.TempDir()
-	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
-	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
-	data, _ := filepath.Abs("../data")
-	t.Setenv("OLLIE_TOOLS_PATH", tools)
-	t.Setenv("OLLIE_DATA", data)
+	echoTool(t)
 	state := t.TempDir()
 	var trace nstest.SyncBuffer
 	start := func() (*Daemon, *twoStep) {

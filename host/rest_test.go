@@ -1,8 +1,6 @@
 package host
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +13,7 @@ import (
 // go (OLLIE_TOOLSRV_IDLE), and its agent's next turn calls a tool as
 // before, the tool server started again for it.
 func TestSessionRestsBetweenTurns(t *testing.T) {
-	tools := t.TempDir()
-	os.WriteFile(filepath.Join(tools, "echo.meta"), []byte(`{"description": "Echo.", "readOnly": true}`), 0644)
-	os.WriteFile(filepath.Join(tools, "echo"), []byte("#!/bin/sh\necho \"echo got $(cat)\"\n"), 0755)
-	data, _ := filepath.Abs("../data")
-	t.Setenv("OLLIE_TOOLS_PATH", tools)
-	t.Setenv("OLLIE_DATA", data)
+	echoTool(t)
 	t.Setenv("OLLIE_TOOLSRV_IDLE", "300ms")
 
 	be := &twoStep{}
