@@ -118,4 +118,3 @@ func warmHelpers(pid int) []int {
 	}
 	return out
 }
-
