@@ -150,6 +150,12 @@ type agentJournal struct {
 	rec  sync.Mutex
 	mu   sync.Mutex
 	chat string // written to the chat stream since the last entry
+	// held, guarded by rec, is a model's message that asks for tool
+	// calls, kept to go in one commit with the first call's intent (one
+	// fsync, not two, before the tool runs), or with whatever is committed
+	// first. Until then nothing has acted on it: a crash loses only the
+	// model's answer, and the resumed turn asks again.
+	held []store.Record
 }
 
 // agentRecord is every agent.* record's payload. Chat is what the agent
@@ -215,7 +221,15 @@ func (j *agentJournal) Entry(kind string, v any) error {
 	j.mu.Lock()
 	rec.Chat, j.chat = j.chat, ""
 	j.mu.Unlock()
-	if err := j.l.record(recKind, rec); err != nil {
+	r, err := store.NewRecord(recKind, rec)
+	if err == nil && rec.Message != nil && rec.Message.Role == backend.RoleAssistant && len(rec.Message.ToolCalls) > 0 && j.held == nil {
+		j.held = []store.Record{r}
+		return nil
+	}
+	if err == nil {
+		err = j.commit(r)
+	}
+	if err != nil {
 		// Not in the file: the next entry carries it.
 		j.mu.Lock()
 		j.chat = rec.Chat + j.chat
@@ -225,9 +239,25 @@ func (j *agentJournal) Entry(kind string, v any) error {
 	return nil
 }
 
+// commit commits r, after the held message if there is one, as one
+// transaction; j.rec is held. A message whose commit failed stays held.
+func (j *agentJournal) commit(r store.Record) error {
+	if err := j.l.st.Commit(append(j.held, r)...); err != nil {
+		return err
+	}
+	j.held = nil
+	return nil
+}
+
 func (j *agentJournal) Intent(id, tool string, args json.RawMessage, replaySafe bool) error {
 	extra, _ := json.Marshal(map[string]string{"agent": j.agent})
-	return j.l.st.Intent(store.Intent{ID: id, Tool: tool, Args: args, ReplaySafe: replaySafe, Extra: extra})
+	r, err := store.IntentRecord(store.Intent{ID: id, Tool: tool, Args: args, ReplaySafe: replaySafe, Extra: extra})
+	if err != nil {
+		return err
+	}
+	j.rec.Lock()
+	defer j.rec.Unlock()
+	return j.commit(r)
 }
 
 func (j *agentJournal) Settle(id string, result any) error {
@@ -235,7 +265,13 @@ func (j *agentJournal) Settle(id string, result any) error {
 	if err != nil {
 		return err
 	}
-	return j.l.st.Settle(id, b)
+	r, err := store.SettleRecord(id, b)
+	if err != nil {
+		return err
+	}
+	j.rec.Lock()
+	defer j.rec.Unlock()
+	return j.commit(r)
 }
 
 // RestoredSession is a session read back from its file.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"os"
 	"reflect"
 	"slices"
 	"testing"
@@ -147,5 +149,72 @@ func TestDequeuedNotBegunStaysQueued(t *testing.T) {
 				t.Errorf("queue %q, interrupted %v; want %q and no turn cut", a.Queue, a.Interrupted, c.want)
 			}
 		})
+	}
+}
+
+// A model's message asking for tool calls reaches the file in one commit
+// with the first call's intent (one fsync before the tool runs, not two),
+// and a message held so goes with whatever is committed first otherwise.
+// Restored, the history and the pending call are as before.
+func TestToolCallMessageCommitsWithIntent(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := CreateSessionLog(dir, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
+		t.Fatal(err)
+	}
+	j := l.Journal("a1")
+	lines := func() int {
+		b, err := os.ReadFile(l.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("\n"))
+	}
+	ask := backend.Message{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "c1", Name: "echo", Args: []byte(`{}`)}}}
+	before := lines()
+	if err := j.Entry("message", ask); err != nil {
+		t.Fatal(err)
+	}
+	if lines() != before {
+		t.Fatal("the message asking for a call was committed alone")
+	}
+	if err := j.Intent("a1/c1#1", "echo", []byte(`{}`), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := lines(); n != before+1 {
+		t.Fatalf("the message and the intent took %d commits, want 1", n-before)
+	}
+	// Held, then a prompt comes first: both in the prompt's commit.
+	if err := j.Entry("message", ask); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Entry("prompt", "meanwhile"); err != nil {
+		t.Fatal(err)
+	}
+	if n := lines(); n != before+2 {
+		t.Fatalf("the held message and the prompt took %d commits, want 1", n-before-1)
+	}
+	l.Close()
+
+	got, damaged := RestoreSessions(dir)
+	if len(damaged) > 0 || len(got) != 1 || len(got[0].Agents) != 1 {
+		t.Fatalf("restored %+v, damaged %v", got, damaged)
+	}
+	defer got[0].Log.Close()
+	a := got[0].Agents[0]
+	// Each ask, then the result a restart gives a call it cut.
+	if len(a.History) != 4 || len(a.History[0].ToolCalls) != 1 || a.History[1].Role != backend.RoleTool ||
+		len(a.History[2].ToolCalls) != 1 || a.History[3].Role != backend.RoleTool {
+		t.Errorf("restored history %+v", a.History)
+	}
+	if len(a.Queue) != 1 || a.Queue[0] != "meanwhile" {
+		t.Errorf("restored queue %q", a.Queue)
 	}
 }

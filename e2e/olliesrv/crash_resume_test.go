@@ -20,7 +20,7 @@ func TestCrashResume(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"before the intent: model request in flight", crashModelInFlight},
-		{"before the intent: reply committed", crashReplyCommitted},
+		{"before the intent: reply held for it", crashReplyHeld},
 		{"after the tool ran, before the settlement", crashToolRanUnsettled},
 		{"replay-safe tool runs once more", crashReplaySafeReruns},
 		{"replay-safe result survives another restart", crashReplaySafeSurvives},
@@ -67,11 +67,12 @@ func crashModelInFlight(t *testing.T) {
 	r.checkRuns(0)
 }
 
-// crashReplyCommitted: killed by the preTool hook: the model's reply asking
-// for the call is committed, its intent is not. The call is answered as
-// interrupted in the history, but there is no intent, no settlement, and no
-// run.
-func crashReplyCommitted(t *testing.T) {
+// crashReplyHeld: killed by the preTool hook, after the model's reply
+// asking for the call and before its intent. The reply goes to the file in
+// one commit with the intent (agentJournal.held), so neither is there:
+// the prompt comes back as an interrupted turn, the call was never
+// recorded and never runs, and the prompt is not run again.
+func crashReplyHeld(t *testing.T) {
 	r := newCrashRig(t, false)
 	r.start()
 	r.create("crashhook")
@@ -83,14 +84,16 @@ func crashReplyCommitted(t *testing.T) {
 	r.start()
 	r.checkRestored()
 	r.chatSays("[interrupted: olliesrv stopped during this turn")
-	h := r.history()
-	if len(h) != 3 || h[1].Role != "assistant" || len(h[1].ToolCalls) != 1 || h[2].Role != "tool" || !strings.Contains(h[2].Content, "stopped before this call started; it was not run") {
-		t.Errorf("restored history %+v, want the prompt, the call and a result saying it never started", h)
+	if h := r.history(); len(h) != 1 || h[0].Role != "user" || h[0].Content != "first prompt" {
+		t.Errorf("restored history %+v, want the prompt alone: the reply waits for its intent", h)
 	}
 	if cs := r.calls(); len(cs) != 0 {
 		t.Errorf("tool calls in the session file: %v", cs)
 	}
 	r.goesOn()
+	if n := len(r.llm.ChatRequests()); n != 2 {
+		t.Errorf("%d model requests, want 2: the interrupted prompt must not run again", n)
+	}
 	r.checkRuns(0)
 }
 

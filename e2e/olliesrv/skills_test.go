@@ -30,7 +30,9 @@ func TestSkillLoadCompactCrash(t *testing.T) {
 	r.create("crashhook")
 	r.llm.Push(fakellm.ToolCall("load_skill", `{"name": "ollie-namespace"}`), fakellm.Text("loaded"))
 	r.prompt("learn to drive agents")
-	r.waitFor("the skill's load", func() bool { return strings.Contains(r.read("session/crash/agent/a/log"), "loaded") })
+	// The answer after the load, quoted: the skill's text (the tool's
+	// result, logged before the next request) says "unloaded".
+	r.waitFor("the skill's load", func() bool { return strings.Contains(r.read("session/crash/agent/a/log"), `"loaded"`) })
 	reqs := r.llm.ChatRequests()
 	if sys := reqs[0].Messages[0].Text(); !strings.Contains(sys, "- ollie-namespace: ") || !strings.Contains(sys, "call load_skill") {
 		t.Errorf("the first request's system prompt does not offer the skill:\n%s", sys)
