@@ -150,12 +150,20 @@ type agentJournal struct {
 	rec  sync.Mutex
 	mu   sync.Mutex
 	chat string // written to the chat stream since the last entry
-	// held, guarded by rec, is a model's message that asks for tool
-	// calls, kept to go in one commit with the first call's intent (one
-	// fsync, not two, before the tool runs), or with whatever is committed
-	// first. Until then nothing has acted on it: a crash loses only the
-	// model's answer, and the resumed turn asks again.
+	// held, guarded by rec, are records kept to go in one commit with
+	// the next (one fsync, not two), in order:
+	//   - a model's message that asks for tool calls, before the first
+	//     call's intent. Nothing has acted on it: a crash loses only the
+	//     model's answer, and the resumed turn asks again.
+	//   - the settlement of the agent's last running call, before its
+	//     result's message, which the loop commits next and before the
+	//     model sees the result. A crash between the two answers the call
+	//     as interrupted, as a crash just before the settlement did.
 	held []store.Record
+	// running counts the calls whose intent this journal committed and
+	// which are not settled: a settlement is held only when it is the
+	// last, so that one call's result never waits on another's run.
+	running int
 }
 
 // agentRecord is every agent.* record's payload. Chat is what the agent
@@ -222,8 +230,8 @@ func (j *agentJournal) Entry(kind string, v any) error {
 	rec.Chat, j.chat = j.chat, ""
 	j.mu.Unlock()
 	r, err := store.NewRecord(recKind, rec)
-	if err == nil && rec.Message != nil && rec.Message.Role == backend.RoleAssistant && len(rec.Message.ToolCalls) > 0 && j.held == nil {
-		j.held = []store.Record{r}
+	if err == nil && rec.Message != nil && rec.Message.Role == backend.RoleAssistant && len(rec.Message.ToolCalls) > 0 {
+		j.held = append(j.held, r)
 		return nil
 	}
 	if err == nil {
@@ -257,7 +265,11 @@ func (j *agentJournal) Intent(id, tool string, args json.RawMessage, replaySafe 
 	}
 	j.rec.Lock()
 	defer j.rec.Unlock()
-	return j.commit(r)
+	if err := j.commit(r); err != nil {
+		return err
+	}
+	j.running++
+	return nil
 }
 
 func (j *agentJournal) Settle(id string, result any) error {
@@ -271,6 +283,13 @@ func (j *agentJournal) Settle(id string, result any) error {
 	}
 	j.rec.Lock()
 	defer j.rec.Unlock()
+	if j.running > 0 {
+		j.running--
+		if j.running == 0 {
+			j.held = append(j.held, r)
+			return nil
+		}
+	}
 	return j.commit(r)
 }
 

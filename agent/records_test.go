@@ -218,3 +218,58 @@ func TestToolCallMessageCommitsWithIntent(t *testing.T) {
 		t.Errorf("restored queue %q", a.Queue)
 	}
 }
+
+// The settlement of an agent's last running call goes in one commit with
+// the call's result message; one of several running goes at once, so that
+// no result waits on another call's run; and a settlement by a journal
+// that did not record the intent (a restart's re-run) goes at once.
+func TestLastSettlementCommitsWithResult(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := CreateSessionLog(dir, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
+		t.Fatal(err)
+	}
+	j := l.Journal("a1")
+	lines := func() int {
+		b, err := os.ReadFile(l.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("\n"))
+	}
+	for _, id := range []string{"a1/c1#1", "a1/c2#1"} {
+		if err := j.Intent(id, "echo", []byte(`{}`), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := lines()
+	if err := j.Settle("a1/c1#1", "one"); err != nil || lines() != n+1 {
+		t.Fatalf("a settlement while another call runs: %v, %d commits, want 1 at once", err, lines()-n)
+	}
+	if err := j.Settle("a1/c2#1", "two"); err != nil || lines() != n+1 {
+		t.Fatalf("the last call's settlement: %v, %d commits, want it held", err, lines()-n-1)
+	}
+	result := backend.Message{Role: backend.RoleTool, ToolCallID: "c2", Name: "echo", Content: "two"}
+	if err := j.Entry("message", result); err != nil || lines() != n+2 {
+		t.Fatalf("the result's message: %v, %d commits, want 1 with the settlement", err, lines()-n-1)
+	}
+	if p := l.st.Pending(); len(p) != 0 {
+		t.Errorf("pending after both settled: %v", p)
+	}
+
+	if err := j.Intent("a1/c3#1", "echo", []byte(`{}`), false); err != nil {
+		t.Fatal(err)
+	}
+	n = lines()
+	if err := l.Journal("a1").Settle("a1/c3#1", "re-run"); err != nil || lines() != n+1 {
+		t.Fatalf("a settlement by another journal: %v, %d commits, want 1 at once", err, lines()-n)
+	}
+}
