@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -155,11 +156,24 @@ func patchFor(base, bin LocalFile) (LocalFile, error) {
 // keptBinaries is how many deployed binaries the desktop keeps as bases.
 const keptBinaries = 4
 
+// kept holds a sync.Once per binary kept in a cache in this process:
+// the hosts of one deploy finish together, and each copying the binary
+// (13 MB, fsynced) was most of a new build's cold deploy on loopback.
+var kept sync.Map
+
+// baseCopies counts the binaries keepDeployed copied, for tests.
+var baseCopies atomic.Int64
+
 // keepDeployed keeps bin as a base for later patches.
 func keepDeployed(bin LocalFile) {
 	if cache.root() == "" {
 		return
 	}
+	once, _ := kept.LoadOrStore(cache.root()+"\x00"+bin.SHA256, &sync.Once{})
+	once.(*sync.Once).Do(func() { keepBase(bin) })
+}
+
+func keepBase(bin LocalFile) {
 	dir := filepath.Join(cache.root(), "bin")
 	p := filepath.Join(dir, bin.SHA256)
 	if _, err := os.Stat(p); err == nil {
@@ -174,6 +188,7 @@ func keepDeployed(bin LocalFile) {
 	if err != nil {
 		return
 	}
+	baseCopies.Add(1)
 	if paths.WriteFileAtomic(p, b, 0600) != nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"ollie/internal/lab"
@@ -195,4 +196,23 @@ func sha256File(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return f.SHA256
+}
+
+// TestKeepDeployedOnce: the hosts of one deploy, finishing together, keep
+// the binary as a base once, not once each.
+func TestKeepDeployedOnce(t *testing.T) {
+	_, cur := compressFixture(t)
+	before := baseCopies.Load()
+	var wg sync.WaitGroup
+	for range 9 {
+		wg.Add(1)
+		go func() { defer wg.Done(); keepDeployed(cur) }()
+	}
+	wg.Wait()
+	if n := baseCopies.Load() - before; n != 1 {
+		t.Errorf("nine hosts copied the binary %d times, want once", n)
+	}
+	if f, ok := deployedBinary(cur.SHA256); !ok || f.SHA256 != cur.SHA256 {
+		t.Errorf("not kept: %+v", f)
+	}
 }
