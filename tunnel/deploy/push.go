@@ -346,7 +346,9 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	ver := VersionOf(bin)
 	res.Version = ver
 
-	up, remove, helperVer := changes(b, bin, ver, &m, cold, false, link.near())
+	near := link.near()
+	up, remove, helperVer := changes(b, bin, ver, &m, cold, false, near)
+	tr := sftpTransport{root: root, ver: ver, writes: writesInFlight(link.rtt())}
 	if len(up) > 0 && mkdirSaid != "" {
 		return fail(fmt.Errorf("making directories: %s", termsafe.Field(mkdirSaid, MaxHostMessage)))
 	}
@@ -357,7 +359,7 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 		res.Changed = []string{"up to date: no file sent"}
 		keepDeployed(bin)
 	} else {
-		rep, err := commitFilesVia(ctx, c, sftpTransport{root: root, ver: ver}, &res, root, ver, helperVer, up, remove, keep, dl, progress, false)
+		rep, err := commitFilesVia(ctx, c, tr, &res, root, ver, helperVer, up, remove, keep, dl, progress, false)
 		if err != nil {
 			return fail(err)
 		}
@@ -503,12 +505,16 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 	}
 }
 
-// sftpTransport is the OpenSSH way: SFTP for the files, sh for the
-// commit, which first makes the directory of version ver.
-type sftpTransport struct{ root, ver string }
+// sftpTransport is the OpenSSH way: SFTP for the files, each with writes
+// SFTP writes in flight (see link.go), sh for the commit, which first
+// makes the directory of version ver.
+type sftpTransport struct {
+	root, ver string
+	writes    int
+}
 
 func (t sftpTransport) send(ctx context.Context, c *tunnel.Client, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
-	return uploadAll(ctx, c, t.root, up, dl, moved)
+	return uploadAll(ctx, c, t.root, up, t.writes, moved)
 }
 
 func (t sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte, pre *upload) ([]byte, error) {

@@ -91,7 +91,7 @@ func sendWithProgress(ctx context.Context, c *tunnel.Client, tr transport, up []
 // session is closed (the next use opens another): pkg/sftp's writes take
 // no context, and a host that stops acknowledging them would hold the
 // upload forever.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
+func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, writes int, moved *atomic.Int64) (int64, error) {
 	sc, err := c.SFTP()
 	if err != nil {
 		return 0, fmt.Errorf("sftp: %w", err)
@@ -118,7 +118,7 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := uploadOne(ctx, sc, root, u, moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
+			if err := uploadOne(ctx, sc, root, u, writes, moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -138,7 +138,7 @@ func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, 
 	return sent, firstErr
 }
 
-func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, moved *atomic.Int64, count func(int64)) error {
+func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, writes int, moved *atomic.Int64, count func(int64)) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -159,7 +159,7 @@ func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, move
 	if err != nil {
 		return fmt.Errorf("%s: %w", u.path, err)
 	}
-	n, err := dst.ReadFrom(&countingReader{r: src, n: moved, size: size})
+	n, err := dst.ReadFromWithConcurrency(&countingReader{r: src, n: moved, size: size}, writes)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
@@ -182,8 +182,7 @@ type countingReader struct {
 	size int64 // -1: not known yet
 }
 
-// Size lets pkg/sftp send the file with many writes in flight (as many
-// as it allows when the size is not known).
+// Size lets the listener's tar know the file's length.
 func (c *countingReader) Size() int64 { return c.size }
 
 func (c *countingReader) Read(p []byte) (int, error) {
