@@ -6,12 +6,14 @@ package deploy
 // there is none. A host that has ollie gets it from its own olliesrv: a
 // zstd patch against the version it runs (about 0.2 % of the binary after
 // a small change) when this desktop still has that version, else zstd.
-// Whatever travels, the host checks the result's SHA-256 before the
-// switch, as for any file.
+// A host over a near link (link.go) gets the binary as it is unless a
+// patch is at hand. Whatever travels, the host checks the result's SHA-256
+// before the switch, as for any file.
 //
-// What a version costs to compress is paid once per desktop: the
-// compressed forms, and the binaries deployed (the bases of later
-// patches), are kept in $XDG_CACHE_HOME/ollie/deploy.
+// What a version costs to compress is paid once per desktop, and while
+// it is sent (artifact.go): the compressed forms, and the binaries
+// deployed (the bases of later patches), are kept in
+// $XDG_CACHE_HOME/ollie/deploy.
 
 import (
 	"encoding/hex"
