@@ -148,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&c.config, "F", "", "ssh config `file` (default ~/.ssh/config)")
 	fl.StringVar(&c.knownHost, "known-hosts", "", "known_hosts `file` (default: the ssh config's, else ~/.ssh/known_hosts)")
 	fl.BoolVar(&c.acceptNew, "accept-new", false, "add the key of a host seen for the first time to known_hosts")
-	fl.IntVar(&c.parallel, "j", 8, "hosts worked on at once")
+	fl.IntVar(&c.parallel, "j", 8, "hosts worked on at once (deploy: all those named, up to 64)")
 	fl.StringVar(&c.binDir, "bin", filepath.Dir(exe), "`dir`ectory of the binaries: DIR/OS-ARCH/olliesrv (make cross), or DIR/olliesrv for this platform")
 	fl.StringVar(&c.dataDir, "data", paths.DataDir(), "the data `dir`ectory to deploy")
 	fl.IntVar(&c.keep, "keep", 3, "versions kept on each host, the current one included")
@@ -187,6 +187,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	c.parallel = jobs(cmd, flagGiven(fl, "j"), c.parallel, len(hosts))
 	c.normalize()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -226,6 +227,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "ollie-remote: unknown command %q (deploy, up, down, status, fleet, broker, demo, version)\n", cmd)
 	return 2
+}
+
+// maxDeployJobs bounds the hosts deploy works on at once when -j is not
+// given.
+const maxDeployJobs = 64
+
+// jobs is how many of n hosts cmd works on at once: -j when given, else
+// its default j, but for deploy all n, as parallel rsyncs would, up to
+// maxDeployJobs. A host's deploy mostly waits on the host or the link,
+// and a host left for a second round costs a whole deploy's time.
+func jobs(cmd string, given bool, j, n int) int {
+	if cmd != "deploy" || given {
+		return j
+	}
+	return max(j, min(n, maxDeployJobs))
 }
 
 // deployMain deploys to every host, a few at once, printing each host's

@@ -159,7 +159,7 @@ func BenchmarkDeployOverSlowLink(b *testing.B) {
 // slowLinkConfig relays every lab host over link and writes, in dir, an
 // ssh config and known_hosts that reach each as far<name> through it. It
 // returns the config file and the far names.
-func slowLinkConfig(b *testing.B, lab *sshlab.Lab, link *slowLink, dir string) (cfgFile string, names []string) {
+func slowLinkConfig(b testing.TB, lab *sshlab.Lab, link *slowLink, dir string) (cfgFile string, names []string) {
 	var cfg, known strings.Builder
 	for _, h := range lab.Hosts {
 		port := link.relay(b, fmt.Sprintf("%s:%d", h.Addr, h.Port))
@@ -244,7 +244,7 @@ func (l *slowLink) send(dir, n int) time.Time {
 
 // relay relays TCP connections to target over the link, and returns its
 // port.
-func (l *slowLink) relay(b *testing.B, target string) int {
+func (l *slowLink) relay(b testing.TB, target string) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -226,7 +226,7 @@ func pushAppliance(ctx context.Context, c *tunnel.Client, b *Bundle, o Options, 
 	root := path.Join(p.Home, ".local/share/ollie")
 	ver := VersionOf(bin)
 	res.Version = ver
-	up, remove, helperVer := changes(b, bin, ver, p.Manifest, nil, true)
+	up, remove, helperVer := changes(b, bin, ver, p.Manifest, nil, true, false)
 	newExe := path.Join(root, ver, "olliesrv")
 	if len(up) == 0 && len(remove) == 0 && p.Manifest.Current == ver && p.Manifest.Daemon == newExe {
 		res.Changed = []string{"up to date: no file sent"}
@@ -275,11 +275,12 @@ func versionSet(b *Bundle) map[string]bool {
 // changes are the uploads and removals that bring m to b, and the
 // installed version whose olliesrv must commit them ("" for the new
 // binary, or the one of this version); cold are the host's decompressors,
-// appliance whether the listener serves the host.
-func changes(b *Bundle, bin LocalFile, ver string, m *Manifest, cold []string, appliance bool) (up []upload, remove []string, helperVer string) {
+// appliance whether the listener serves the host, near whether the link
+// to it is (link.go).
+func changes(b *Bundle, bin LocalFile, ver string, m *Manifest, cold []string, appliance, near bool) (up []upload, remove []string, helperVer string) {
 	if m.Versions[ver] != bin.SHA256 {
 		var u upload
-		u, helperVer = binaryUpload(bin, ver, m, cold, appliance)
+		u, helperVer = binaryUpload(bin, ver, m, cold, appliance, near)
 		up = append(up, u)
 	}
 	for _, rel := range sortedKeys(b.Data) {

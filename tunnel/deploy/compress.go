@@ -6,16 +6,17 @@ package deploy
 // there is none. A host that has ollie gets it from its own olliesrv: a
 // zstd patch against the version it runs (about 0.2 % of the binary after
 // a small change) when this desktop still has that version, else zstd.
-// Whatever travels, the host checks the result's SHA-256 before the
-// switch, as for any file.
+// A host over a near link (link.go) gets the binary as it is unless a
+// patch is at hand. Whatever travels, the host checks the result's SHA-256
+// before the switch, as for any file.
 //
-// What a version costs to compress is paid once per desktop: the
-// compressed forms, and the binaries deployed (the bases of later
-// patches), are kept in $XDG_CACHE_HOME/ollie/deploy.
+// What a version costs to compress is paid once per desktop, and while
+// it is sent (artifact.go): the compressed forms, and the binaries
+// deployed (the bases of later patches), are kept in
+// $XDG_CACHE_HOME/ollie/deploy.
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,78 +75,18 @@ var cacheDir = sync.OnceValue(func() string {
 	return "" // every use then fails to write, and deploys uncompressed
 })
 
-// artifacts makes compressed forms once per desktop (and once per process
-// for hosts deployed at once).
-type artifacts struct {
-	dir  string // "": cacheDir
-	mu   sync.Mutex
-	once map[string]*artifact
-}
-
-type artifact struct {
-	once sync.Once
-	f    LocalFile
-	err  error
-}
-
-var cache = &artifacts{once: map[string]*artifact{}}
-
-func (a *artifacts) root() string {
-	if a.dir != "" {
-		return a.dir
-	}
-	return cacheDir()
-}
-
-// get returns the file name under the cache, making it with make when it
-// is not there yet.
-func (a *artifacts) get(name string, make func(w io.Writer) error) (LocalFile, error) {
-	a.mu.Lock()
-	art := a.once[name]
-	if art == nil {
-		art = &artifact{}
-		a.once[name] = art
-	}
-	a.mu.Unlock()
-	art.once.Do(func() {
-		dir := a.root()
-		p := filepath.Join(dir, name)
-		if f, err := hashFile(p); err == nil {
-			art.f = f
-			return
-		}
-		if dir == "" {
-			art.err = errors.New("no cache directory for the compressed forms")
-			return
-		}
-		if err := os.MkdirAll(dir, 0700); err != nil {
-			art.err = err
-			return
-		}
-		tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-		if err != nil {
-			art.err = err
-			return
-		}
-		defer os.Remove(tmp.Name())
-		err = make(tmp)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), p)
-		}
-		if err != nil {
-			art.err = err
-			return
-		}
-		art.f, art.err = hashFile(p)
-	})
-	return art.f, art.err
-}
-
-// compressedFor is bin compressed for a cold host's program.
+// compressedFor is bin compressed for a cold host's program, whole.
 func compressedFor(bin LocalFile, enc string) (LocalFile, error) {
+	art, err := compressing(bin, enc)
+	if err != nil {
+		return LocalFile{}, err
+	}
+	return art.wait()
+}
+
+// compressing is bin compressed for a cold host's program, started if no
+// host needed it before.
+func compressing(bin LocalFile, enc string) (*artifact, error) {
 	ext := ""
 	for _, c := range coldOrder {
 		if c.enc == enc {
@@ -155,9 +97,9 @@ func compressedFor(bin LocalFile, enc string) (LocalFile, error) {
 		ext = ".zst"
 	}
 	if ext == "" {
-		return LocalFile{}, fmt.Errorf("no encoding %q", enc)
+		return nil, fmt.Errorf("no encoding %q", enc)
 	}
-	return cache.get(bin.SHA256[:16]+ext, func(w io.Writer) error {
+	return cache.start(bin.SHA256[:16]+ext, func(w io.Writer) error {
 		src, err := os.Open(bin.Src)
 		if err != nil {
 			return err
@@ -216,11 +158,24 @@ func patchFor(base, bin LocalFile) (LocalFile, error) {
 // keptBinaries is how many deployed binaries the desktop keeps as bases.
 const keptBinaries = 4
 
+// kept holds a sync.Once per binary kept in a cache in this process:
+// the hosts of one deploy finish together, and each copying the binary
+// (13 MB, fsynced) was most of a new build's cold deploy on loopback.
+var kept sync.Map
+
+// baseCopies counts the binaries keepDeployed copied, for tests.
+var baseCopies atomic.Int64
+
 // keepDeployed keeps bin as a base for later patches.
 func keepDeployed(bin LocalFile) {
 	if cache.root() == "" {
 		return
 	}
+	once, _ := kept.LoadOrStore(cache.root()+"\x00"+bin.SHA256, &sync.Once{})
+	once.(*sync.Once).Do(func() { keepBase(bin) })
+}
+
+func keepBase(bin LocalFile) {
 	dir := filepath.Join(cache.root(), "bin")
 	p := filepath.Join(dir, bin.SHA256)
 	if _, err := os.Stat(p); err == nil {
@@ -235,6 +190,7 @@ func keepDeployed(bin LocalFile) {
 	if err != nil {
 		return
 	}
+	baseCopies.Add(1)
 	if paths.WriteFileAtomic(p, b, 0600) != nil {
 		return
 	}
@@ -275,8 +231,12 @@ func deployedBinary(sum string) (LocalFile, bool) {
 // decompressors its shell found: the upload, and the version whose
 // installed olliesrv must commit it ("" for the new binary itself). Over
 // the listener (appliance) the listener's own olliesrv, which wrote m,
-// commits whatever is sent.
-func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string, appliance bool) (u upload, helperVersion string) {
+// commits whatever is sent. Over a near link (see link.go) the binary goes
+// as it is unless a patch is at hand: compressing it, and decompressing
+// it on the host, costs more there than the bytes it saves. Elsewhere it
+// goes compressed, streamed from the encoder while that runs (the
+// listener's tar needs each file's size first: it waits for the whole).
+func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string, appliance, near bool) (u upload, helperVersion string) {
 	u = upload{src: bin, want: bin, path: ver + "/olliesrv", runs: true}
 	decodes := func(enc string) bool { return slices.Contains(m.Decoders, enc) }
 	if m.Current != "" && decodes(EncPatch) && validVersion(m.Current) {
@@ -287,18 +247,38 @@ func binaryUpload(bin LocalFile, ver string, m *Manifest, cold []string, applian
 			}
 		}
 	}
+	if near {
+		return u, ""
+	}
+	compressed := func(enc string) bool {
+		art, err := compressing(bin, enc)
+		if err != nil {
+			return false
+		}
+		if f, ok := art.whole(); ok {
+			u.src = f
+			return true
+		}
+		if appliance {
+			f, err := art.wait()
+			if err == nil {
+				u.src = f
+			}
+			return err == nil
+		}
+		u.src, u.stream = LocalFile{}, art
+		return true
+	}
 	if decodes(EncZstd) && (appliance || validVersion(m.Current) && m.Versions[m.Current] != "") {
-		if z, err := compressedFor(bin, EncZstd); err == nil {
-			u.src, u.enc = z, EncZstd
+		if compressed(EncZstd) {
+			u.enc = EncZstd
 			return u, m.Current
 		}
 	}
 	for _, c := range coldOrder {
-		if slices.Contains(cold, c.program) {
-			if z, err := compressedFor(bin, c.enc); err == nil {
-				u.src, u.enc, u.program = z, c.enc, c.program
-				return u, ""
-			}
+		if slices.Contains(cold, c.program) && compressed(c.enc) {
+			u.enc, u.program = c.enc, c.program
+			return u, ""
 		}
 	}
 	return u, ""

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"ollie/internal/lab"
@@ -18,6 +19,7 @@ import (
 func compressFixture(t *testing.T) (old, cur LocalFile) {
 	t.Helper()
 	cache = &artifacts{dir: t.TempDir(), once: map[string]*artifact{}}
+	t.Cleanup(waitArtifacts) // before the cache's directory goes
 	dir := t.TempDir()
 	body := make([]byte, 3<<20)
 	rand.Read(body[:1<<20]) // incompressible, as code mostly is not: the patch must find it in the base
@@ -46,12 +48,12 @@ func TestBinaryUploadChoice(t *testing.T) {
 	old, cur := compressFixture(t)
 	withOllie := &Manifest{Current: "oldver", Versions: map[string]string{"oldver": old.SHA256}, Decoders: Decoders}
 
-	u, helper := binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false)
+	u, helper := binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false, false)
 	if u.enc != EncZstd || helper != "oldver" {
 		t.Errorf("a host with ollie, its version unknown here: %q by %q, want zstd by oldver", u.enc, helper)
 	}
 	keepDeployed(old)
-	u, helper = binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false)
+	u, helper = binaryUpload(cur, "newver", withOllie, []string{"gzip"}, false, false)
 	if u.enc != EncPatch || u.base != "oldver" || helper != "oldver" {
 		t.Fatalf("a host running what this desktop deployed: %q against %q by %q, want a patch against oldver", u.enc, u.base, helper)
 	}
@@ -59,20 +61,51 @@ func TestBinaryUploadChoice(t *testing.T) {
 		t.Errorf("the patch is %d bytes for a %d-byte binary (want ≤ 1%%), or it does not end as the binary", u.src.Size, cur.Size)
 	}
 	older := &Manifest{Current: "oldver", Versions: map[string]string{"oldver": old.SHA256}} // says no decoders
-	if u, helper = binaryUpload(cur, "newver", older, []string{"xz", "gzip"}, false); u.enc != EncXzCLI || u.program != "xz" || helper != "" {
+	if u, helper = binaryUpload(cur, "newver", older, []string{"xz", "gzip"}, false, false); u.enc != EncXzCLI || u.program != "xz" || helper != "" {
 		t.Errorf("an olliesrv that decodes nothing, xz and gzip on the host: %q by %q (%q)", u.enc, u.program, helper)
 	}
-	if u, helper = binaryUpload(cur, "newver", &Manifest{Decoders: Decoders}, nil, true); u.enc != EncZstd {
+	if u, helper = binaryUpload(cur, "newver", &Manifest{Decoders: Decoders}, nil, true, false); u.enc != EncZstd {
 		t.Errorf("a listener with no version installed yet: %q (helper %q), want zstd for the listener's olliesrv", u.enc, helper)
 	}
 	for cold, want := range map[string]string{"zstd xz gzip": EncZstdCLI, "gzip": EncGzipCLI, "": ""} {
-		u, helper = binaryUpload(cur, "newver", &Manifest{}, strings.Fields(cold), false)
+		u, helper = binaryUpload(cur, "newver", &Manifest{}, strings.Fields(cold), false, false)
 		if u.enc != want || helper != "" {
 			t.Errorf("a cold host with %q: %q (helper %q), want %q", cold, u.enc, helper, want)
 		}
 		if want == "" && u.src != cur {
 			t.Errorf("a cold host with no decompressor is sent %+v, want the binary as it is", u.src)
 		}
+	}
+}
+
+// waitArtifacts waits for the compressed forms being made.
+func waitArtifacts() {
+	cache.mu.Lock()
+	arts := make([]*artifact, 0, len(cache.once))
+	for _, a := range cache.once {
+		arts = append(arts, a)
+	}
+	cache.mu.Unlock()
+	for _, a := range arts {
+		a.wait()
+	}
+}
+
+// TestBinaryUploadNear: over a near link the binary goes as it is, where
+// a cold host's zstd or a host's olliesrv would have unpacked it; a patch
+// still goes as a patch.
+func TestBinaryUploadNear(t *testing.T) {
+	old, cur := compressFixture(t)
+	unknown := &Manifest{Current: "oldver", Versions: map[string]string{"oldver": old.SHA256}, Decoders: Decoders}
+	if u, helper := binaryUpload(cur, "newver", &Manifest{}, []string{"zstd", "gzip"}, false, true); u.enc != "" || u.src != cur || helper != "" {
+		t.Errorf("a near cold host with zstd: %q from %+v by %q, want the binary as it is, committing itself", u.enc, u.src, helper)
+	}
+	if u, helper := binaryUpload(cur, "newver", unknown, nil, false, true); u.enc != "" || u.src != cur || helper != "" {
+		t.Errorf("a near host with ollie: %q from %+v by %q, want the binary as it is, committing itself", u.enc, u.src, helper)
+	}
+	keepDeployed(old)
+	if u, _ := binaryUpload(cur, "newver", unknown, nil, false, true); u.enc != EncPatch {
+		t.Errorf("a near host running what this desktop deployed: %q, want a patch", u.enc)
 	}
 }
 
@@ -116,7 +149,7 @@ func TestCommitDecodes(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "v1", "olliesrv"), oldBytes, 0755)
 	os.Symlink("v1", filepath.Join(root, "current"))
 	m := &Manifest{Current: "v1", Versions: map[string]string{"v1": old.SHA256}, Decoders: Decoders}
-	patch, _ := binaryUpload(cur, "v2", m, nil, false)
+	patch, _ := binaryUpload(cur, "v2", m, nil, false, false)
 	zst, err := compressedFor(cur, EncZstd)
 	if err != nil {
 		t.Fatal(err)
@@ -163,4 +196,23 @@ func sha256File(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return f.SHA256
+}
+
+// TestKeepDeployedOnce: the hosts of one deploy, finishing together, keep
+// the binary as a base once, not once each.
+func TestKeepDeployedOnce(t *testing.T) {
+	_, cur := compressFixture(t)
+	before := baseCopies.Load()
+	var wg sync.WaitGroup
+	for range 9 {
+		wg.Add(1)
+		go func() { defer wg.Done(); keepDeployed(cur) }()
+	}
+	wg.Wait()
+	if n := baseCopies.Load() - before; n != 1 {
+		t.Errorf("nine hosts copied the binary %d times, want once", n)
+	}
+	if f, ok := deployedBinary(cur.SHA256); !ok || f.SHA256 != cur.SHA256 {
+		t.Errorf("not kept: %+v", f)
+	}
 }

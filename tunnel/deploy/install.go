@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -267,41 +268,27 @@ func Commit(plan Plan) (*Report, error) {
 		}
 	}
 	rep := &Report{}
+	checked, err := checkFiles(plan)
+	if err != nil {
+		return nil, err
+	}
 	dirs := map[string]bool{}
-	for _, f := range plan.Files {
-		tmp, err := inside(plan.Root, f.Tmp)
-		if err != nil {
-			return nil, err
-		}
-		dst, err := inside(plan.Root, f.Path)
-		if err != nil {
-			return nil, err
-		}
-		if f.Encoding != "" {
-			plain, err := decodeUpload(plan.Root, tmp, f)
-			os.Remove(tmp)
-			if err != nil {
-				// Damaged on the way, most likely: sent again.
-				rep.Bad = append(rep.Bad, f.Path)
-				continue
-			}
-			tmp = plain
-		}
-		ok, err := commitFile(tmp, dst, f.SHA256, f.Mode)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f.Path, err)
-		}
-		if !ok {
+	for i, f := range plan.Files {
+		c := checked[i]
+		if !c.ok {
 			rep.Bad = append(rep.Bad, f.Path)
 			continue
 		}
-		if filepath.Base(dst) == "olliesrv" {
-			if fi, err := os.Stat(dst); err == nil {
-				paths.WriteFileAtomic(filepath.Join(filepath.Dir(dst), ".olliesrv.sha256"),
+		if err := os.Rename(c.tmp, c.dst); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if filepath.Base(c.dst) == "olliesrv" {
+			if fi, err := os.Stat(c.dst); err == nil {
+				paths.WriteFileAtomic(filepath.Join(filepath.Dir(c.dst), ".olliesrv.sha256"),
 					fmt.Appendf(nil, "%s %d %d\n", f.SHA256, fi.Size(), fi.ModTime().UnixNano()), 0644)
 			}
 		}
-		dirs[filepath.Dir(dst)] = true
+		dirs[filepath.Dir(c.dst)] = true
 	}
 	data := filepath.Join(plan.Root, "data")
 	for _, rel := range plan.Remove {
@@ -317,9 +304,11 @@ func Commit(plan Plan) (*Report, error) {
 	}
 	removeLeftovers(plan.Root)
 	removeEmptyDirs(data)
+	var wg sync.WaitGroup
 	for d := range dirs {
-		paths.SyncDir(d) // best effort: the rename is done either way
+		wg.Go(func() { paths.SyncDir(d) }) // best effort: the rename is done either way
 	}
+	wg.Wait()
 	if len(rep.Bad) > 0 {
 		// A damaged binary or data file must not become current: the
 		// caller uploads those again and commits once more.
@@ -352,9 +341,70 @@ func Commit(plan Plan) (*Report, error) {
 	return rep, nil
 }
 
-// commitFile checks tmp's content, makes it durable and renames it to dst.
-// A mismatch removes tmp and reports false.
-func commitFile(tmp, dst, want string, mode fs.FileMode) (bool, error) {
+// checked is a planned file made ready for its rename: ok when its
+// content is the plan's, and durable.
+type checked struct {
+	tmp, dst string
+	ok       bool
+}
+
+// checkWorkers is how many files a commit checks at once. Each check ends
+// in an fsync, and concurrent fsyncs share the file system's journal
+// commits: one after the other, the 41 files of a deploy waited 100 to
+// 200 ms on a busy host.
+const checkWorkers = 8
+
+// checkFiles decodes, hashes and fsyncs every file of plan, several at
+// once, and says which are ready to be renamed in the plan's order. A
+// file whose content is not the plan's is removed and not ok.
+func checkFiles(plan Plan) ([]checked, error) {
+	out := make([]checked, len(plan.Files))
+	errs := make([]error, len(plan.Files))
+	sem := make(chan struct{}, checkWorkers)
+	var wg sync.WaitGroup
+	for i, f := range plan.Files {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = checkFile(plan.Root, f)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", plan.Files[i].Path, err)
+		}
+	}
+	return out, nil
+}
+
+// checkFile makes one planned file ready: decoded if it came encoded,
+// checked against its hash, given its mode and fsynced.
+func checkFile(root string, f PlannedFile) (checked, error) {
+	tmp, err := inside(root, f.Tmp)
+	if err != nil {
+		return checked{}, err
+	}
+	dst, err := inside(root, f.Path)
+	if err != nil {
+		return checked{}, err
+	}
+	if f.Encoding != "" {
+		plain, err := decodeUpload(root, tmp, f)
+		os.Remove(tmp)
+		if err != nil {
+			// Damaged on the way, most likely: sent again.
+			return checked{}, nil
+		}
+		tmp = plain
+	}
+	ok, err := syncChecked(tmp, f.SHA256, f.Mode)
+	return checked{tmp: tmp, dst: dst, ok: ok}, err
+}
+
+// syncChecked checks tmp's content and makes it durable with mode. A
+// mismatch removes tmp and reports false.
+func syncChecked(tmp, want string, mode fs.FileMode) (bool, error) {
 	// Read-only: tmp may be the running binary, which cannot be opened
 	// for writing; fsync and fchmod work on any descriptor. Never through
 	// a symlink: that would hash, chmod and commit a file elsewhere.
@@ -384,7 +434,7 @@ func commitFile(tmp, dst, want string, mode fs.FileMode) (bool, error) {
 		os.Remove(tmp)
 		return false, nil
 	}
-	return true, os.Rename(tmp, dst)
+	return true, nil
 }
 
 // removeLeftovers removes what interrupted uploads left: every upload of

@@ -21,11 +21,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/pkg/sftp"
 
 	"ollie/broker"
 	"ollie/internal/termsafe"
@@ -136,13 +133,41 @@ type Result struct {
 }
 
 // probeScript prints the host's Platform and home, where the login
-// shell finds "ollie", the decompressors on its PATH, then what the
-// installed olliesrv (if any) says the host holds. It runs under /bin/sh whatever the user's login shell is.
-const probeScript = `uname -sm; printf '%s\n' "$HOME"
+// shell finds "ollie", the decompressors on its PATH, what making dirs
+// (under the root) said, then what the installed olliesrv (if any) says
+// the host holds. It runs under /bin/sh whatever the user's login shell
+// is. Making the directories here, which the uploads need, spares an exec
+// of their own; a host that turns out up to date has them already.
+func probeScript(dirs []string) string {
+	test, args := "", ""
+	for _, d := range dirs {
+		q := `"$r"/` + ShellQuote(d)
+		test += `[ -d ` + q + ` ] && `
+		args += " " + q
+	}
+	return `uname -sm; printf '%s\n' "$HOME"
 ` + resolveScript + `
 for p in zstd xz gzip; do command -v $p >/dev/null 2>&1 && printf '%s ' $p; done; echo
 r="$HOME/.local/share/ollie"
+m=; ` + test + `[ -d "$r" ] || m=$(mkdir -p -- "$r"` + args + ` 2>&1)
+set -f; printf '%s ' $m; echo; set +f
 if [ -x "$r/current/olliesrv" ] && "$r/current/olliesrv" install manifest "$r" "$@" 2>/dev/null; then :; else echo '{}'; fi`
+}
+
+// uploadDirs are the directories under the root that b's data files go
+// to.
+func uploadDirs(b *Bundle) []string {
+	seen := map[string]bool{}
+	var dirs []string
+	for rel := range b.Data {
+		if d := path.Dir("data/" + rel); !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Strings(dirs)
+	return dirs
+}
 
 // Platform maps uname -sm to Go's names.
 func Platform(uname string) (string, error) {
@@ -286,14 +311,15 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 		versions = append(versions, VersionOf(f))
 	}
 	sort.Strings(versions)
+	link := measureLink(c.SSH())
 	pctx, cancel := Within(ctx, dl.ForStep())
-	out, err := c.RunLimit(pctx, Sh(probeScript, versions...), nil, maxReport)
+	out, err := c.RunLimit(pctx, Sh(probeScript(uploadDirs(b)), versions...), nil, maxReport)
 	cancel()
 	if err != nil {
 		return fail(RemoteError("probing the host", err))
 	}
-	lines := strings.SplitN(string(out), "\n", 5)
-	if len(lines) < 5 {
+	lines := strings.SplitN(string(out), "\n", 6)
+	if len(lines) < 6 {
 		return fail(fmt.Errorf("probing the host: unexpected answer %q", out))
 	}
 	plat, err := Platform(lines[0])
@@ -308,7 +334,8 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	var m Manifest
 	found, foundPath := parseFound(lines[2])
 	cold := strings.Fields(lines[3])
-	if err := json.Unmarshal([]byte(lines[4]), &m); err != nil {
+	mkdirSaid := strings.TrimSpace(lines[4])
+	if err := json.Unmarshal([]byte(lines[5]), &m); err != nil {
 		return fail(fmt.Errorf("reading the host's manifest: %w", err))
 	}
 	bin, ok := b.Bins[plat]
@@ -319,7 +346,12 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 	ver := VersionOf(bin)
 	res.Version = ver
 
-	up, remove, helperVer := changes(b, bin, ver, &m, cold, false)
+	near := link.near()
+	up, remove, helperVer := changes(b, bin, ver, &m, cold, false, near)
+	tr := sftpTransport{root: root, ver: ver, writes: writesInFlight(link.rtt())}
+	if len(up) > 0 && mkdirSaid != "" {
+		return fail(fmt.Errorf("making directories: %s", termsafe.Field(mkdirSaid, MaxHostMessage)))
+	}
 	daemonOK := m.Daemon == "" || m.Daemon == path.Join(root, ver, "olliesrv")
 	res.Shell = termsafe.Field(m.Shell, maxShellField)
 	var rcProblems []string
@@ -327,7 +359,7 @@ func PushWith(ctx context.Context, c *tunnel.Client, b *Bundle, o Options) (res 
 		res.Changed = []string{"up to date: no file sent"}
 		keepDeployed(bin)
 	} else {
-		rep, err := commitFilesVia(ctx, c, sftpTransport{root: root}, &res, root, ver, helperVer, up, remove, keep, dl, progress, false)
+		rep, err := commitFilesVia(ctx, c, tr, &res, root, ver, helperVer, up, remove, keep, dl, progress, false)
 		if err != nil {
 			return fail(err)
 		}
@@ -385,7 +417,7 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 		var total, size int64
 		how := ""
 		for _, u := range up {
-			total += u.src.Size
+			total += u.sending()
 			size += u.want.Size
 			if u.enc != "" {
 				how = fmt.Sprintf("; the binary's %s as %s", HumanBytes(u.want.Size), describeEnc(u))
@@ -399,11 +431,14 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 	for attempt := 1; ; attempt++ {
 		var size int64
 		for _, u := range up {
-			size += u.src.Size
+			size += u.sending()
 		}
 		uctx, cancel := Within(ctx, dl.ForUpload(size))
 		sent, err := sendWithProgress(uctx, c, tr, up, dl, progress)
 		cancel()
+		for i := range up {
+			up[i].sent()
+		}
 		res.Sent += sent
 		res.Files += len(up)
 		for _, u := range up {
@@ -470,24 +505,32 @@ func commitFilesVia(ctx context.Context, c *tunnel.Client, tr transport, res *Re
 	}
 }
 
-// sftpTransport is the OpenSSH way: SFTP for the files, sh for the commit.
-type sftpTransport struct{ root string }
+// sftpTransport is the OpenSSH way: SFTP for the files, each with writes
+// SFTP writes in flight (see link.go), sh for the commit, which first
+// makes the directory of version ver.
+type sftpTransport struct {
+	root, ver string
+	writes    int
+}
 
 func (t sftpTransport) send(ctx context.Context, c *tunnel.Client, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
-	return uploadAll(ctx, c, t.root, up, dl, moved)
+	return uploadAll(ctx, c, t.root, up, t.writes, moved)
 }
 
 func (t sftpTransport) commit(ctx context.Context, c *tunnel.Client, helper string, plan []byte, pre *upload) ([]byte, error) {
 	if pre != nil {
 		// The host's decompressor makes the binary that then commits.
-		return c.RunLimit(ctx, Sh(`set -e; cd "$1"; "$2" -dc < "$3" > "$4"; rm -f -- "$3"; chmod 700 "$4"; exec "$5" install commit`,
-			t.root, pre.program, pre.tmp, pre.plain, helper), strings.NewReader(string(plan)), maxReport)
+		return c.RunLimit(ctx, Sh(`set -e; cd "$1"; mkdir -p -- "$6"; "$2" -dc < "$3" > "$4"; rm -f -- "$3"; chmod 700 "$4"; exec "$5" install commit`,
+			t.root, pre.program, pre.tmp, pre.plain, helper, t.ver), strings.NewReader(string(plan)), maxReport)
 	}
-	return c.RunLimit(ctx, Sh(`exec "$1" install commit`, helper), strings.NewReader(string(plan)), maxReport)
+	return c.RunLimit(ctx, Sh(`set -e; mkdir -p -- "$2"; exec "$1" install commit`, helper, path.Join(t.root, t.ver)), strings.NewReader(string(plan)), maxReport)
 }
 
 // describeEnc says how an upload travels, for progress.
 func describeEnc(u upload) string {
+	if u.stream != nil {
+		return fmt.Sprintf("%s, compressed as it is sent, unpacked by the host's %s", strings.TrimSuffix(u.enc, "-cli"), orOlliesrv(u.program))
+	}
 	switch u.enc {
 	case EncPatch:
 		return fmt.Sprintf("a %s zstd patch against %s", HumanBytes(u.src.Size), u.base)
@@ -497,34 +540,11 @@ func describeEnc(u upload) string {
 	return fmt.Sprintf("%s of %s, unpacked by the host's %s", HumanBytes(u.src.Size), strings.TrimSuffix(u.enc, "-cli"), u.program)
 }
 
-// sendWithProgress sends up, saying how far it has got every few seconds.
-func sendWithProgress(ctx context.Context, c *tunnel.Client, tr transport, up []upload, dl Deadlines, progress func(string)) (int64, error) {
-	if len(up) == 0 {
-		return 0, nil
+func orOlliesrv(program string) string {
+	if program == "" {
+		return "olliesrv"
 	}
-	var moved atomic.Int64
-	var total int64
-	for _, u := range up {
-		total += u.src.Size
-	}
-	start := time.Now()
-	ticker := time.NewTicker(3 * time.Second)
-	defer ticker.Stop()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-ticker.C:
-				n := moved.Load()
-				rate := float64(n) / time.Since(start).Seconds()
-				progress(fmt.Sprintf("sent %s of %s (%s/s)", HumanBytes(n), HumanBytes(total), HumanBytes(int64(rate))))
-			}
-		}
-	}()
-	return tr.send(ctx, c, up, dl, &moved)
+	return program
 }
 
 // resolveOllie asks the login shell where it finds "ollie" now.
@@ -554,126 +574,6 @@ func hostLines(ls []string) []string {
 		out = append(out, termsafe.Field(l, MaxHostMessage))
 	}
 	return out
-}
-
-type upload struct {
-	src  LocalFile // what is sent
-	want LocalFile // the file as it must end up: src, or what src decodes to
-	path string    // under the root
-	tmp  string    // under the root, set by the transport's send
-	runs bool      // the binary: it may run (its own commit) before it is committed
-	// enc is how src is encoded ("" as it is; see compress.go); base the
-	// version a patch applies to; program the host's decompressor for a
-	// CLI encoding, which the commit's script runs into plain.
-	enc, base, program, plain string
-}
-
-// uploadAll copies every file to a temporary name beside its destination,
-// several at once over the connection's one SFTP session. When ctx ends
-// the SFTP session is closed (the next use opens another): pkg/sftp's
-// writes take no context, and a host that stops acknowledging them would
-// hold the upload forever.
-func uploadAll(ctx context.Context, c *tunnel.Client, root string, up []upload, dl Deadlines, moved *atomic.Int64) (int64, error) {
-	sc, err := c.SFTP()
-	if err != nil {
-		return 0, fmt.Errorf("sftp: %w", err)
-	}
-	stop := context.AfterFunc(ctx, func() { sc.Close() })
-	defer stop()
-	// Directories in one exec: SFTP's MkdirAll costs round trips per path
-	// element, which over a slow link cost more than the files.
-	dirs := map[string]bool{}
-	var mkdir []string
-	for i := range up {
-		if d := path.Dir(path.Join(root, up[i].path)); !dirs[d] {
-			dirs[d] = true
-			mkdir = append(mkdir, d)
-		}
-		up[i].tmp = path.Join(path.Dir(up[i].path), "."+path.Base(up[i].path)+".ollie-tmp-"+RandomHex(6))
-	}
-	sort.Strings(mkdir)
-	mctx, mcancel := Within(ctx, dl.ForStep())
-	_, err = c.RunLimit(mctx, Sh(`exec mkdir -p -- "$@"`, mkdir...), nil, MaxSmallReply)
-	mcancel()
-	if err != nil {
-		return 0, RemoteError("making directories", err)
-	}
-	var mu sync.Mutex
-	var sent int64
-	var firstErr error
-	var wg sync.WaitGroup
-	// Each file costs an open and a close round trip: many at once.
-	sem := make(chan struct{}, 16)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for _, u := range up {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := uploadOne(ctx, sc, root, u, moved, func(n int64) { mu.Lock(); sent += n; mu.Unlock() }); err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-					cancel()
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if cause := context.Cause(ctx); firstErr != nil && cause != nil {
-		var st *stepTimeout
-		if errors.As(cause, &st) {
-			firstErr = st
-		}
-	}
-	return sent, firstErr
-}
-
-func uploadOne(ctx context.Context, sc *sftp.Client, root string, u upload, moved *atomic.Int64, count func(int64)) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	src, err := os.Open(u.src.Src)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := sc.OpenFile(path.Join(root, u.tmp), os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
-	if err != nil {
-		return fmt.Errorf("%s: %w", u.path, err)
-	}
-	n, err := dst.ReadFrom(&countingReader{r: src, n: moved, size: u.src.Size})
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && u.runs {
-		// Executable before it is committed: the binary runs its own
-		// commit. The others get their mode from the commit.
-		err = sc.Chmod(path.Join(root, u.tmp), 0700)
-	}
-	count(n)
-	if err != nil {
-		return fmt.Errorf("%s: %w", u.path, err)
-	}
-	return nil
-}
-
-// countingReader counts what an upload has read, for its progress.
-type countingReader struct {
-	r    io.Reader
-	n    *atomic.Int64
-	size int64
-}
-
-// Size lets pkg/sftp send the file with many writes in flight.
-func (c *countingReader) Size() int64 { return c.size }
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 func RandomHex(n int) string {
