@@ -157,26 +157,7 @@ func TestDequeuedNotBegunStaysQueued(t *testing.T) {
 // and a message held so goes with whatever is committed first otherwise.
 // Restored, the history and the pending call are as before.
 func TestToolCallMessageCommitsWithIntent(t *testing.T) {
-	dir := t.TempDir()
-	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := CreateSessionLog(dir, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
-		t.Fatal(err)
-	}
-	j := l.Journal("a1")
-	lines := func() int {
-		b, err := os.ReadFile(l.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bytes.Count(b, []byte("\n"))
-	}
+	dir, l, j, lines := journalRig(t)
 	ask := backend.Message{Role: backend.RoleAssistant, ToolCalls: []backend.ToolCall{{ID: "c1", Name: "echo", Args: []byte(`{}`)}}}
 	before := lines()
 	if err := j.Entry("message", ask); err != nil {
@@ -224,27 +205,8 @@ func TestToolCallMessageCommitsWithIntent(t *testing.T) {
 // no result waits on another call's run; and a settlement by a journal
 // that did not record the intent (a restart's re-run) goes at once.
 func TestLastSettlementCommitsWithResult(t *testing.T) {
-	dir := t.TempDir()
-	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := CreateSessionLog(dir, s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l, j, lines := journalRig(t)
 	defer l.Close()
-	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
-		t.Fatal(err)
-	}
-	j := l.Journal("a1")
-	lines := func() int {
-		b, err := os.ReadFile(l.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bytes.Count(b, []byte("\n"))
-	}
 	for _, id := range []string{"a1/c1#1", "a1/c2#1"} {
 		if err := j.Intent(id, "echo", []byte(`{}`), false); err != nil {
 			t.Fatal(err)
@@ -272,4 +234,29 @@ func TestLastSettlementCommitsWithResult(t *testing.T) {
 	if err := l.Journal("a1").Settle("a1/c3#1", "re-run"); err != nil || lines() != n+1 {
 		t.Fatalf("a settlement by another journal: %v, %d commits, want 1 at once", err, lines()-n)
 	}
+}
+
+// journalRig is a session file in a fresh directory with agent a1 and its
+// journal, and how many lines (commits) the file holds.
+func journalRig(t *testing.T) (dir string, l *SessionLog, j Journal, lines func() int) {
+	t.Helper()
+	dir = t.TempDir()
+	s, err := NewSessions(nil).Create(SessionOptions{Name: "s", Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = CreateSessionLog(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(AgentMeta{ID: "a1", Name: "one", Cwd: dir}); err != nil {
+		t.Fatal(err)
+	}
+	lines = func() int {
+		b, err := os.ReadFile(l.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("\n"))
+	}
+	return dir, l, l.Journal("a1"), lines
 }
