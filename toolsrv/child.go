@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,6 +105,11 @@ type Child struct {
 	// (interrupting the call, which kills the tool) without touching
 	// another's.
 	idle []*childConn
+	// decls are the loaded tools as the run serving now declared them
+	// when gen (the count of ctl writes) was what it is (decls.go).
+	decls       declsCache
+	gen         uint64
+	schemaReads atomic.Int64 // for the tests
 
 	closeOnce sync.Once
 	closeErr  error
@@ -430,6 +436,9 @@ func (c *Child) ReadFile(ctx context.Context, path string) ([]byte, error) {
 // RdWr writes a request to a file of the child's namespace and reads the
 // reply.
 func (c *Child) RdWr(ctx context.Context, path string, req []byte) ([]byte, error) {
+	if path == "ctl" {
+		defer c.toolsChanged() // whatever it did, and even if it failed
+	}
 	f, release, err := c.open(ctx, path, plan9.ORDWR)
 	if err != nil {
 		return nil, err
@@ -542,19 +551,6 @@ func (c *Child) Procs(ctx context.Context) ([]byte, error) {
 		fmt.Fprintf(&b, "%s\t%s\t%s\n", e.Name, strings.TrimSpace(string(tool)), strings.TrimSpace(string(status)))
 	}
 	return []byte(b.String()), nil
-}
-
-// Decls returns the loaded tools as the model is shown them.
-func (c *Child) Decls(ctx context.Context) ([]tool.FunctionDecl, error) {
-	b, err := c.ReadFile(ctx, "schema")
-	if err != nil {
-		return nil, err
-	}
-	var decls []tool.FunctionDecl
-	if err := json.Unmarshal(b, &decls); err != nil {
-		return nil, fmt.Errorf("toolsrv: bad schema: %w", err)
-	}
-	return decls, nil
 }
 
 // Close stops the child, which kills its processes, and waits for it.

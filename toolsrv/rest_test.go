@@ -281,3 +281,49 @@ func BenchmarkCallAfterRest(b *testing.B) {
 	b.ReportMetric(float64(rested)/float64(bare), "after-rest/bare")
 	b.ReportMetric(float64(running)/float64(bare), "running/bare")
 }
+
+// TestDeclsKept: the declarations are read from the tool server once, and
+// again after anything that can change them: a ctl write, a restart.
+func TestDeclsKept(t *testing.T) {
+	c := restingChild(t, time.Hour, []string{"echo"})
+	ctx := context.Background()
+	names := func() string {
+		t.Helper()
+		ds, err := c.Decls(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := names(); got != "echo" {
+		t.Fatalf("decls %q", got)
+	}
+	reads := func() int { return int(c.schemaReads.Load()) }
+	before := reads()
+	names()
+	names()
+	if n := reads() - before; n != 0 {
+		t.Errorf("%d schema reads for kept declarations, want 0", n)
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("load ticker")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "echo ticker" {
+		t.Errorf("decls after ctl load = %q", got)
+	}
+	if _, err := c.RdWr(ctx, "ctl", []byte("unload nothing-such")); err == nil {
+		t.Fatal("unloading an unknown tool succeeded")
+	}
+	if got := names(); got != "echo ticker" {
+		t.Errorf("decls after a failed ctl = %q", got)
+	}
+	c.restNow()
+	os.Remove(filepath.Join(c.cfg.ToolsPath[0], "ticker.meta"))
+	if got := names(); got != "echo" {
+		t.Errorf("decls after a restart that found ticker gone = %q", got)
+	}
+}
