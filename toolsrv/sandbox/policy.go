@@ -43,6 +43,11 @@ type PathRule struct {
 	// starts: a session's directory, resolved when the session was made.
 	// A directory moved away or swapped for another since is refused.
 	ID *FileID `json:"id,omitempty"`
+	// PerCall marks a rule for a path made for one call (its scratch
+	// directory, {TMPDIR} when Vars.TmpDir is set): a pre-started helper
+	// prepares the rest of the policy before the call comes, and adds
+	// these when it does.
+	PerCall bool `json:"per_call,omitempty"`
 }
 
 // A FileID names a file as the kernel does: its device and inode.
@@ -210,6 +215,8 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 		BestEffort: p.BestEffort,
 	}
 	access := map[string]Access{}
+	// Paths only {TMPDIR} names, when it is the call's own directory.
+	perCall, stable := map[string]bool{}, map[string]bool{}
 	lists := []struct {
 		field   string
 		entries []string
@@ -241,11 +248,16 @@ func (p *Profile) Resolve(v Vars) (*Policy, error) {
 					continue
 				}
 				access[path] |= l.access
+				if tmpl == "TMPDIR" && v.TmpDir != "" {
+					perCall[path] = true
+				} else {
+					stable[path] = true
+				}
 			}
 		}
 	}
 	for path, a := range access {
-		pol.Paths = append(pol.Paths, PathRule{Path: path, Access: a})
+		pol.Paths = append(pol.Paths, PathRule{Path: path, Access: a, PerCall: perCall[path] && !stable[path]})
 	}
 	slices.SortFunc(pol.Paths, func(a, b PathRule) int { return strings.Compare(a.Path, b.Path) })
 	return pol, nil
