@@ -63,7 +63,17 @@ func waitingHelpers(t *testing.T, pid, n int) (helpers, stages []int) {
 		for _, h := range helpers {
 			stages = append(stages, procChildren(h, "__ollie_sandbox", "warm-confine")...)
 		}
-		return len(helpers) == n && len(stages) == n
+		if len(helpers) != n || len(stages) != n {
+			return false
+		}
+		// Each stage reads its socket: it has started, and closed what
+		// it was started with to get there (the gate of its cgroup).
+		for _, st := range stages {
+			if w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", st)); !strings.Contains(string(w), "unix_stream_read") {
+				return false
+			}
+		}
+		return true
 	}, func() string { return fmt.Sprintf("helpers %v, stages %v", helpers, stages) })
 	return helpers, stages
 }

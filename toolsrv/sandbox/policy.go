@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -198,69 +197,6 @@ func (v Vars) expand(tmpl string) (vals []string, reason string, err error) {
 		return nil, fmt.Sprintf("{%s} is %q, not an absolute path", tmpl, s), nil
 	}
 	return []string{s}, "", nil
-}
-
-// Resolve fills in p's templates from v and returns the concrete policy.
-// Paths that do not exist, or whose optional template has no value, are
-// left out and listed in Policy.Skipped; a path may be given in several
-// lists, and its rights add up.
-func (p *Profile) Resolve(v Vars) (*Policy, error) {
-	pol := &Policy{
-		Profile:    p.Name,
-		File:       p.File,
-		Bind:       p.Bind,
-		Connect:    p.Connect,
-		Env:        slices.Clone(p.Env),
-		Limits:     p.Limits,
-		BestEffort: p.BestEffort,
-	}
-	access := map[string]Access{}
-	// Paths only {TMPDIR} names, when it is the call's own directory.
-	perCall, stable := map[string]bool{}, map[string]bool{}
-	lists := []struct {
-		field   string
-		entries []string
-		access  Access
-	}{{"read", p.Read, Read}, {"write", p.Write, Read | Write}, {"exec", p.Exec, Read | Exec}}
-	for _, l := range lists {
-		for i, entry := range l.entries {
-			field := fmt.Sprintf("%s[%d]", l.field, i)
-			tmpl, rest, err := splitTemplate(entry)
-			if err != nil {
-				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
-			}
-			vals, reason, err := v.expand(tmpl)
-			if err != nil {
-				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
-			}
-			if reason != "" {
-				pol.Skipped = append(pol.Skipped, Skipped{field, entry, "", reason})
-				continue
-			}
-			for _, val := range vals {
-				path, err := Canonical(filepath.Clean(val + rest))
-				if err != nil {
-					reason := "cannot be examined: " + err.Error()
-					if os.IsNotExist(err) {
-						reason = "does not exist"
-					}
-					pol.Skipped = append(pol.Skipped, Skipped{field, entry, filepath.Clean(val + rest), reason})
-					continue
-				}
-				access[path] |= l.access
-				if tmpl == "TMPDIR" && v.TmpDir != "" {
-					perCall[path] = true
-				} else {
-					stable[path] = true
-				}
-			}
-		}
-	}
-	for path, a := range access {
-		pol.Paths = append(pol.Paths, PathRule{Path: path, Access: a, PerCall: perCall[path] && !stable[path]})
-	}
-	slices.SortFunc(pol.Paths, func(a, b PathRule) int { return strings.Compare(a.Path, b.Path) })
-	return pol, nil
 }
 
 // Canonical returns path with every symbolic link in it resolved, as the

@@ -455,16 +455,25 @@ func (c *Call) Wait() error {
 // helper's; else (the stage exec'd the tool, or was killed) from the
 // helper's socket; without either, it is the helper's own exit status
 // (128+N for signal N, as the helper reports a tool's). The helper is
-// reaped either way.
+// reaped either way: in the background, as it is about to exit, unless
+// the call was ended through its context.
 func (c *Call) status() (int, error) {
 	code, ok := readStatus(c.call)
 	unix.Close(c.call)
+	early := ok
 	if !ok {
 		code, ok = readStatus(c.sock)
 	}
 	unix.Close(c.sock)
-	if ok {
+	if ok && (early || c.ctx.Err() == nil) {
 		go c.Process.Wait()
+		return code, nil
+	}
+	if ok {
+		// Killed: the call returns once its helper is gone too, so that
+		// nothing of it is left, not even a zombie, when the caller (a
+		// session's toolsrv closing) goes on.
+		c.Process.Wait()
 		return code, nil
 	}
 	state, err := c.Process.Wait()
