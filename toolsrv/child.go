@@ -575,6 +575,7 @@ func child() error {
 		runner.Helpers.IdleAfter(helpersIdle(log))
 		defer runner.Helpers.Close()
 	}
+	defer runner.Close()
 	procs := &Procs{Runner: runner}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {
 		var b strings.Builder

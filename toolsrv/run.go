@@ -91,6 +91,11 @@ type Runner struct {
 	resMu     sync.Mutex // guards resolved
 	resolved  map[resolutionKey]*resolution
 	refreshes sync.WaitGroup // resolutions made again after a call
+
+	scratchMu   sync.Mutex // guards nextScratch and closed
+	nextScratch string     // made ahead for the next call
+	closed      bool
+	scratchWork sync.WaitGroup // removals of the last calls' scratch directories
 }
 
 func failed(name, msg string) *tool.Result {
@@ -324,11 +329,11 @@ func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own js
 			grant.Close(result)
 		}()
 	}
-	scratch, err := os.MkdirTemp("", "ollie-call-")
+	scratch, err := r.takeScratch()
 	if err != nil {
 		return failed(t.Name, "cannot make a scratch directory: "+err.Error())
 	}
-	defer os.RemoveAll(scratch)
+	defer r.dropScratch(scratch)
 	if timeout := flags.TimeoutFor(t); timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
