@@ -166,6 +166,7 @@ func initCall(tool string, argv, env []string) error {
 	if err != nil {
 		return execError(tool, err)
 	}
+	letGoOfIO()
 	go func() {
 		for s := range sigs {
 			unix.Kill(pid, s.(syscall.Signal))
@@ -188,6 +189,23 @@ func initCall(tool string, argv, env []string) error {
 		}
 		reportEarly(code)
 		os.Exit(code)
+	}
+}
+
+// quietFD, in a pre-started stage, is /dev/null, -1 elsewhere.
+var quietFD = -1
+
+// letGoOfIO points this process's stdin, stdout and stderr, the call's,
+// at /dev/null once the tool has its own copies: the caller reads the
+// call's output to its end, which comes when the last process holding
+// the pipes lets go of them, and this one would only at its exit, after
+// the status it sends early (reportEarly).
+func letGoOfIO() {
+	if quietFD < 0 {
+		return
+	}
+	for fd := range 3 {
+		unix.Dup3(quietFD, fd, 0)
 	}
 }
 

@@ -191,6 +191,9 @@ func warmConfineMain() {
 		fmt.Fprintf(os.Stderr, "sandbox: receiving the call: %v\n", err)
 		os.Exit(126)
 	}
+	// Kept for initCall, which lets go of the call's descriptors once the
+	// tool has them: fd 0 is /dev/null until the call's replaces it.
+	quietFD, _ = unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
 	// Received descriptors are numbered above 3 (0–3 were open), so none
 	// is overwritten before it is duplicated.
 	for i, fd := range fds {
