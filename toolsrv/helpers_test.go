@@ -56,7 +56,7 @@ func alive(pid int) bool {
 
 // waitingHelpers waits until the toolsrv child pid has n helpers waiting,
 // each with its confining stage, and returns every one of their pids.
-func waitingHelpers(t *testing.T, pid, n int) (helpers, stages []int) {
+func waitingHelpers(t testing.TB, pid, n int) (helpers, stages []int) {
 	t.Helper()
 	await.Until(t, 10*time.Second, fmt.Sprintf("toolsrv %d having %d helpers waiting, each with its stage", pid, n), func() bool {
 		helpers, stages = procChildren(pid, "__ollie_sandbox", "warm"), nil

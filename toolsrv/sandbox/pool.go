@@ -519,6 +519,11 @@ type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
+// smallInput is what a pipe surely holds without a reader: Linux's
+// default pipe holds 64 KiB, and a pipe made for a process that has
+// reached its limit of pipe memory holds a page.
+const smallInput = 4096
+
 // input returns the call's stdin: the caller's file, /dev/null, or a pipe
 // fed from Stdin.
 func (c *Call) input() (*os.File, error) {
@@ -538,6 +543,15 @@ func (c *Call) input() (*os.File, error) {
 		return nil, err
 	}
 	c.childFiles = append(c.childFiles, r)
+	// A call's arguments (a few hundred bytes) fit the pipe: written
+	// whole now, they need no goroutine to feed them, nor one to wait for.
+	if b, ok := c.Stdin.(interface{ Len() int }); ok && b.Len() <= smallInput {
+		_, err := io.Copy(w, c.Stdin)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		return r, err
+	}
 	c.parentIO = append(c.parentIO, w)
 	c.copies = append(c.copies, func() error {
 		_, err := io.Copy(w, c.Stdin)
