@@ -174,7 +174,9 @@ func warmConfineMain() {
 		data, fds, err = recvFramed(callFD, maxCall)
 	}
 	stopListening()
-	// Kept, close-on-exec, for the status: see reportEarly.
+	// Kept for the status (reportEarly), and never for the tool: it came
+	// from the helper without close-on-exec.
+	unix.FcntlInt(callFD, unix.F_SETFD, unix.FD_CLOEXEC)
 	statusFD = callFD
 	if errors.Is(err, io.EOF) {
 		closeFDs(fds)
