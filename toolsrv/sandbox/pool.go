@@ -31,7 +31,10 @@ const (
 // A Pool keeps helpers started ahead of their calls, so that a call pays
 // no Go process start: it is handed to a helper already waiting, which
 // confines itself and execs the tool. Each helper takes one call; the
-// pool starts the next in the background as each is taken.
+// pool starts the next in the background as each is taken. A helper
+// started after a call builds that call's Landlock rules while it waits
+// (all but its per-call rules, [PathRule.PerCall]), so that the next call
+// under the same policy adds only its own.
 //
 // The helpers are children of the process that made the pool, and die
 // with it: Pdeathsig, and the end of their socket to the pool (an idle
