@@ -38,8 +38,15 @@ func BenchmarkDispatchVsBare(b *testing.B) {
 			b.Fatalf("call failed: %s", res.Output)
 		}
 	}
+	// Between a session's calls (seconds, at the model's pace) its pool
+	// refills, the last call's scratch directory goes and the next one's
+	// is made, and the profile is resolved again for the next call.
 	full := func() {
 		await.Until(b, 10*time.Second, "the pool refilling", func() bool { return pooled.Helpers.Idle() >= size })
+		for _, r := range []*Runner{pooled, cold} {
+			r.scratchWork.Wait()
+			r.refreshes.Wait()
+		}
 	}
 	var bare, pool, start []time.Duration
 	for b.Loop() {

@@ -644,6 +644,7 @@ func child() error {
 		runner.Helpers.IdleAfter(helpersIdle(log))
 		defer runner.Helpers.Close()
 	}
+	defer runner.Close()
 	runner.spilled = spilledIn(cfg.SpillDir)
 	procs := &Procs{Runner: runner, next: cfg.LastProc}
 	srv := &Server{Runner: runner, Procs: procs, Registry: func() string {

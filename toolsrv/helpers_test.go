@@ -56,14 +56,24 @@ func alive(pid int) bool {
 
 // waitingHelpers waits until the toolsrv child pid has n helpers waiting,
 // each with its confining stage, and returns every one of their pids.
-func waitingHelpers(t *testing.T, pid, n int) (helpers, stages []int) {
+func waitingHelpers(t testing.TB, pid, n int) (helpers, stages []int) {
 	t.Helper()
 	await.Until(t, 10*time.Second, fmt.Sprintf("toolsrv %d having %d helpers waiting, each with its stage", pid, n), func() bool {
 		helpers, stages = procChildren(pid, "__ollie_sandbox", "warm"), nil
 		for _, h := range helpers {
 			stages = append(stages, procChildren(h, "__ollie_sandbox", "warm-confine")...)
 		}
-		return len(helpers) == n && len(stages) == n
+		if len(helpers) != n || len(stages) != n {
+			return false
+		}
+		// Each stage reads its socket: it has started, and closed what
+		// it was started with to get there (the gate of its cgroup).
+		for _, st := range stages {
+			if w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", st)); !strings.Contains(string(w), "unix_stream_read") {
+				return false
+			}
+		}
+		return true
 	}, func() string { return fmt.Sprintf("helpers %v, stages %v", helpers, stages) })
 	return helpers, stages
 }

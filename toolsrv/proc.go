@@ -121,6 +121,7 @@ func (ps *Procs) StartFor(ctx context.Context, c Caller, name string, args json.
 		os.RemoveAll(scratch)
 		return nil, err
 	}
+	defer cmd.done()
 	p := &Proc{Tool: name, Sandbox: profile, Started: ps.now(), Out: stream.NewStream(0), done: make(chan struct{})}
 	cmd.setOutput(p.Out, p.Out)
 	if err := cmd.start(); err != nil {
@@ -135,7 +136,7 @@ func (ps *Procs) StartFor(ctx context.Context, c Caller, name string, args json.
 	ps.mu.Unlock()
 	go func() {
 		err := cmd.wait()
-		syscall.Kill(-p.pid, syscall.SIGKILL) // stragglers of the group
+		cmd.endGroup()
 		os.RemoveAll(scratch)
 		p.mu.Lock()
 		p.exit = cmd.exitCode()

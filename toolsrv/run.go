@@ -87,6 +87,15 @@ type Runner struct {
 	spillMade string // the directory spillDir made when SpillDir is ""
 
 	cwdMu sync.Mutex // guards CwdID, taken at the first call when nil
+
+	resMu     sync.Mutex // guards resolved
+	resolved  map[resolutionKey]*resolution
+	refreshes sync.WaitGroup // resolutions made again after a call
+
+	scratchMu   sync.Mutex // guards nextScratch and closed
+	nextScratch string     // made ahead for the next call
+	closed      bool
+	scratchWork sync.WaitGroup // removals of the last calls' scratch directories
 }
 
 func failed(name, msg string) *tool.Result {
@@ -161,8 +170,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 	if err != nil {
 		return nil, "", err
 	}
-	vars := sandbox.Vars{CWD: c.Cwd, TmpDir: scratch, ToolsPath: r.ToolsPath}
-	policy, err := prof.Resolve(vars)
+	policy, done, err := r.resolve(prof, c.Cwd, scratch)
 	if err != nil {
 		return nil, "", err
 	}
@@ -171,7 +179,6 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 			policy.Paths[i].ID = &cwdID
 		}
 	}
-	policy.Protect = sandbox.ProtectedPaths(vars)
 	r.allowSpill(policy)
 	if t.Sudo {
 		// sudo resets the environment and reads the password, if one is
@@ -181,7 +188,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 			return nil, "", err
 		}
 		cmd.Dir = c.Cwd
-		return &callProc{cmd: cmd}, "none (sudo)", nil
+		return &callProc{cmd: cmd, done: done}, "none (sudo)", nil
 	}
 	env := []string{
 		"PWD=" + c.Cwd,
@@ -209,7 +216,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 		call.Stdin = bytes.NewReader(own)
 		call.Env = append(call.Env, env...)
 		call.WaitDelay = waitDelay
-		return &callProc{call: call}, profile, nil
+		return &callProc{call: call, done: done}, profile, nil
 	}
 	var cmd *exec.Cmd
 	if unsandboxed {
@@ -232,7 +239,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	}
 	cmd.WaitDelay = waitDelay
-	return &callProc{cmd: cmd}, profile, nil
+	return &callProc{cmd: cmd, done: done}, profile, nil
 }
 
 // A callProc is a call's process: an *exec.Cmd (unsandboxed, sudo, or a
@@ -242,6 +249,7 @@ func (r *Runner) command(ctx context.Context, c Caller, t *Tool, flags Flags, ow
 type callProc struct {
 	cmd  *exec.Cmd
 	call *sandbox.Call
+	done func() // once the call is over
 }
 
 func (p *callProc) setOutput(stdout, stderr io.Writer) {
@@ -274,6 +282,16 @@ func (p *callProc) wait() error {
 		return p.call.Wait()
 	}
 	return p.cmd.Wait()
+}
+
+// endGroup kills what is left in the call's process group once it has
+// been waited for: nothing a call started outlives it; background calls
+// are for that. A pooled call's helper has ended every process of the
+// call before its status came, and is finishing (its cgroup) by itself.
+func (p *callProc) endGroup() {
+	if p.call == nil {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // process is the call's process, once started.
@@ -311,11 +329,11 @@ func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own js
 			grant.Close(result)
 		}()
 	}
-	scratch, err := os.MkdirTemp("", "ollie-call-")
+	scratch, err := r.takeScratch()
 	if err != nil {
 		return failed(t.Name, "cannot make a scratch directory: "+err.Error())
 	}
-	defer os.RemoveAll(scratch)
+	defer r.dropScratch(scratch)
 	if timeout := flags.TimeoutFor(t); timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -329,6 +347,7 @@ func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own js
 	if err != nil {
 		return failed(t.Name, err.Error())
 	}
+	defer cmd.done()
 	res.Sandbox = profile
 	outCap := r.OutputCap
 	if outCap <= 0 {
@@ -344,8 +363,7 @@ func (r *Runner) run(ctx context.Context, c Caller, t *Tool, flags Flags, own js
 		return failed(t.Name, fmt.Sprintf("cannot start %s: %v", t.Path, err))
 	}
 	err = cmd.wait()
-	// Nothing a call started outlives it; background calls are for that.
-	syscall.Kill(-cmd.process().Pid, syscall.SIGKILL)
+	cmd.endGroup()
 	res.Elapsed = time.Since(begin)
 	res.ExitCode = cmd.exitCode()
 

@@ -70,14 +70,16 @@ func runner(t testing.TB, tools map[string][2]string) (*Runner, string) {
 	// toolsrv.
 	helpers := sandbox.NewPool(2)
 	t.Cleanup(helpers.Close)
-	return &Runner{
+	r := &Runner{
 		Helpers:   helpers,
 		Tools:     s,
 		Cwd:       cwd,
 		Profiles:  sandbox.Profiles{Dirs: []string{"../data/sandbox"}},
 		ToolsPath: []string{dir},
 		SpillDir:  t.TempDir(),
-	}, cwd
+	}
+	t.Cleanup(r.Close)
+	return r, cwd
 }
 
 const echoMeta = `{"description": "Echo the arguments.", "args": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}`

@@ -259,7 +259,7 @@ func helper(args []string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("sandbox: the call's directory: %w", err)
 		}
-		return 0, confine(p, ns, dir, args[1], args[1:], os.Environ())
+		return 0, confine(p, ns, dir, args[1], args[1:], os.Environ(), nil, nil)
 	}
 	return supervise(data, p, args)
 }
@@ -268,8 +268,9 @@ func helper(args []string) (int, error) {
 // process has a mount namespace of its own), its directory dir ("" for
 // none) and Landlock to this process and execs tool with argv and the
 // variables of env that p allows in its place. It returns only on
-// failure.
-func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
+// failure. prep, when not nil, is what a pre-started stage prepared for
+// p without its per-call rules extra (applyPrepared).
+func confine(p *Policy, ns, dir, tool string, argv, env []string, prep *prepared, extra []PathRule) error {
 	if err := setLimits(p.Limits.effective()); err != nil {
 		return err
 	}
@@ -291,7 +292,7 @@ func confine(p *Policy, ns, dir, tool string, argv, env []string) error {
 			return err
 		}
 	}
-	if err := apply(p, tool, ownProc); err != nil {
+	if err := applyPrepared(p, prep, extra, tool, ownProc); err != nil {
 		return err
 	}
 	// On the thread apply locked, the one that execs.

@@ -17,6 +17,7 @@ package sandbox
 // the call is left.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -165,6 +166,7 @@ func initCall(tool string, argv, env []string) error {
 	if err != nil {
 		return execError(tool, err)
 	}
+	letGoOfIO()
 	go func() {
 		for s := range sigs {
 			unix.Kill(pid, s.(syscall.Signal))
@@ -180,12 +182,67 @@ func initCall(tool string, argv, env []string) error {
 			return fmt.Errorf("sandbox: waiting for the tool: %w", err)
 		case got != pid:
 			continue // an orphan of the call, reparented here
-		case ws.Signaled():
-			os.Exit(128 + int(ws.Signal()))
-		default:
-			os.Exit(ws.ExitStatus())
+		}
+		code := ws.ExitStatus()
+		if ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		reportEarly(code)
+		os.Exit(code)
+	}
+}
+
+// quietFD, in a pre-started stage, is /dev/null, -1 elsewhere.
+var quietFD = -1
+
+// letGoOfIO points this process's stdin, stdout and stderr, the call's,
+// at /dev/null once the tool has its own copies: the caller reads the
+// call's output to its end, which comes when the last process holding
+// the pipes lets go of them, and this one would only at its exit, after
+// the status it sends early (reportEarly).
+func letGoOfIO() {
+	if quietFD < 0 {
+		return
+	}
+	for fd := range 3 {
+		unix.Dup3(quietFD, fd, 0)
+	}
+}
+
+// statusFD, in a pre-started stage, is its socket to the pool, -1
+// elsewhere.
+var statusFD = -1
+
+// reportEarly sends the call's status to the pool as soon as nothing of
+// the call is left: it kills what the tool left in the namespace (as the
+// kernel would once this init exits) and reaps it, then writes the
+// status. This process's own exit, the namespace's teardown and the
+// helper's run after it, off the call's path (about a millisecond). If
+// anything fails, nothing is sent, and the pool waits for the helper's
+// status, sent once the helper has reaped this process.
+func reportEarly(code int) {
+	if statusFD < 0 {
+		return
+	}
+	// As pid 1 of the namespace: every process of the call but this one.
+	if err := unix.Kill(-1, unix.SIGKILL); err != nil && err != unix.ESRCH {
+		return
+	}
+	for {
+		_, err := unix.Wait4(-1, nil, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ECHILD {
+			break
+		}
+		if err != nil {
+			return
 		}
 	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(code))
+	unix.Write(statusFD, b[:])
 }
 
 // execError says why tool could not be run.

@@ -110,12 +110,38 @@ func rights(a Access, mode os.FileMode) landlock.AccessFSSet {
 // initCall, which forks so in a call's own pid namespace). ownProc says
 // the call has a /proc of its own (ruleFor).
 func apply(p *Policy, tool string, ownProc bool) error {
-	abi := Status().ABI
-	if err := check(abi, p); err != nil {
+	rs, err := newRuleset(p)
+	if err != nil || rs == nil {
 		return err
 	}
+	defer rs.close()
+	if err := rs.addPaths(p.Paths, ownProc); err != nil {
+		return err
+	}
+	return rs.restrict(tool)
+}
+
+// A ruleset is a Landlock ruleset being built for p: its network rules
+// are in, its path rules are added by addPaths, and restrict enforces it.
+// A pre-started stage builds one for the policy it expects before its call
+// comes (prepare_linux.go), and adds the call's own rules to it then.
+type ruleset struct {
+	fd    int
+	flags uint32
+	cfg   landlock.Config
+}
+
+// newRuleset checks that the kernel enforces p, or that p is best effort,
+// and returns a ruleset holding p's network rules; nil where there is no
+// Landlock to enforce anything (a best-effort policy: Enforcement says so
+// loudly).
+func newRuleset(p *Policy) (*ruleset, error) {
+	abi := Status().ABI
+	if err := check(abi, p); err != nil {
+		return nil, err
+	}
 	if abi == 0 {
-		return nil // best effort without Landlock: Enforcement says so loudly
+		return nil, nil
 	}
 	cfg := landlock.Config{HandledAccessFS: abiConfigs[abi].HandledAccessFS}
 	if abi >= 4 {
@@ -132,66 +158,6 @@ func apply(p *Policy, tool string, ownProc bool) error {
 	if abi >= 6 {
 		cfg.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
 	}
-
-	// Each path is opened here, without following a link, and the rule is
-	// made on what was opened: a path swapped for a link since the policy
-	// was resolved is refused, not followed.
-	type pathRule struct {
-		fd     int
-		access landlock.AccessFSSet
-	}
-	var pathRules []pathRule
-	defer func() {
-		for _, r := range pathRules {
-			unix.Close(r.fd)
-		}
-	}()
-	add := func(path string, a Access, id *FileID, follow bool) error {
-		var fd int
-		var err error
-		if follow {
-			if fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
-				err = &os.PathError{Op: "open", Path: path, Err: err}
-			}
-		} else {
-			fd, err = openNoFollow(path, unix.O_PATH)
-		}
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // gone since Resolve; nothing beneath it to allow
-		}
-		if err != nil {
-			return err
-		}
-		_, mode, err := fdID(fd)
-		if err == nil {
-			err = checkID(fd, path, id)
-		}
-		if err != nil {
-			unix.Close(fd)
-			return err
-		}
-		if r := rights(a, fileMode(mode)) & cfg.HandledAccessFS; r != 0 {
-			pathRules = append(pathRules, pathRule{fd, r})
-		} else {
-			unix.Close(fd)
-		}
-		return nil
-	}
-	for _, r := range p.Paths {
-		path, keepID := ruleFor(r.Path, ownProc)
-		id := r.ID
-		if !keepID {
-			id = nil
-		}
-		if err := add(path, r.Access, id, false); err != nil {
-			return err
-		}
-	}
-	// The tool as the caller named it, which may be a link (/bin/sh): the
-	// caller chose it, and execve follows it anyway.
-	if err := add(tool, Exec, nil, true); err != nil {
-		return err
-	}
 	var rules []landlock.Rule
 	if cfg.HandledAccessNet&ll.AccessNetBindTCP != 0 {
 		for _, port := range p.Bind.Ports {
@@ -205,26 +171,88 @@ func apply(p *Policy, tool string, ownProc bool) error {
 	}
 	fd, flags, err := cfg.NewRulesetFD(rules...)
 	if err != nil {
-		return fmt.Errorf("sandbox: landlock: %w", err)
+		return nil, fmt.Errorf("sandbox: landlock: %w", err)
 	}
 	if fd < 0 {
-		return errors.New("sandbox: landlock: empty ruleset") // cfg always handles filesystem rights
+		return nil, errors.New("sandbox: landlock: empty ruleset") // cfg always handles filesystem rights
 	}
-	defer unix.Close(fd)
-	for _, r := range pathRules {
-		attr := ll.PathBeneathAttr{ParentFd: r.fd, AllowedAccess: uint64(r.access)}
-		if err := ll.LandlockAddPathBeneathRule(fd, &attr, 0); err != nil {
-			return fmt.Errorf("sandbox: landlock: adding a rule: %w", err)
+	return &ruleset{fd: fd, flags: flags, cfg: cfg}, nil
+}
+
+func (rs *ruleset) close() { unix.Close(rs.fd) }
+
+// addPaths adds a rule for each of rules. Each path is opened here,
+// without following a link, and the rule is made on what was opened: a
+// path swapped for a link since the policy was resolved is refused, not
+// followed. The rule holds the file itself from then on, whatever is
+// later renamed or linked where its path was.
+func (rs *ruleset) addPaths(rules []PathRule, ownProc bool) error {
+	for _, r := range rules {
+		path, keepID := ruleFor(r.Path, ownProc)
+		id := r.ID
+		if !keepID {
+			id = nil
+		}
+		if err := rs.add(path, r.Access, id, false); err != nil {
+			return err
 		}
 	}
-	runtime.LockOSThread() // never unlocked: see above
+	return nil
+}
+
+// add adds the rule for one path: opened without following a link, or,
+// with follow, as execve would find it.
+func (rs *ruleset) add(path string, a Access, id *FileID, follow bool) error {
+	var fd int
+	var err error
+	if follow {
+		if fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
+			err = &os.PathError{Op: "open", Path: path, Err: err}
+		}
+	} else {
+		fd, err = openNoFollow(path, unix.O_PATH)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // gone since Resolve; nothing beneath it to allow
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, mode, err := fdID(fd)
+	if err == nil {
+		err = checkID(fd, path, id)
+	}
+	if err != nil {
+		return err
+	}
+	r := rights(a, fileMode(mode)) & rs.cfg.HandledAccessFS
+	if r == 0 {
+		return nil
+	}
+	attr := ll.PathBeneathAttr{ParentFd: fd, AllowedAccess: uint64(r)}
+	if err := ll.LandlockAddPathBeneathRule(rs.fd, &attr, 0); err != nil {
+		return fmt.Errorf("sandbox: landlock: adding a rule for %s: %w", path, err)
+	}
+	return nil
+}
+
+// restrict adds the rule for tool, the executable about to be run, as
+// the caller named it, which may be a link (/bin/sh: the caller chose it,
+// and execve follows it anyway), and restricts the calling thread to the
+// ruleset (see apply).
+func (rs *ruleset) restrict(tool string) error {
+	if err := rs.add(tool, Exec, nil, true); err != nil {
+		return err
+	}
+	runtime.LockOSThread() // never unlocked: see apply
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("sandbox: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
-	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+	if err := ll.LandlockRestrictSelf(rs.fd, rs.flags); err != nil {
 		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
 	}
-	if cfg.HandledAccessNet != 0 {
+	if rs.cfg.HandledAccessNet != 0 {
 		return denyMPTCP() // see mptcp_linux.go
 	}
 	return nil

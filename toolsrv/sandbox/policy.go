@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -43,6 +42,11 @@ type PathRule struct {
 	// starts: a session's directory, resolved when the session was made.
 	// A directory moved away or swapped for another since is refused.
 	ID *FileID `json:"id,omitempty"`
+	// PerCall marks a rule for a path made for one call (its scratch
+	// directory, {TMPDIR} when Vars.TmpDir is set): a pre-started helper
+	// prepares the rest of the policy before the call comes, and adds
+	// these when it does.
+	PerCall bool `json:"per_call,omitempty"`
 }
 
 // A FileID names a file as the kernel does: its device and inode.
@@ -193,62 +197,6 @@ func (v Vars) expand(tmpl string) (vals []string, reason string, err error) {
 		return nil, fmt.Sprintf("{%s} is %q, not an absolute path", tmpl, s), nil
 	}
 	return []string{s}, "", nil
-}
-
-// Resolve fills in p's templates from v and returns the concrete policy.
-// Paths that do not exist, or whose optional template has no value, are
-// left out and listed in Policy.Skipped; a path may be given in several
-// lists, and its rights add up.
-func (p *Profile) Resolve(v Vars) (*Policy, error) {
-	pol := &Policy{
-		Profile:    p.Name,
-		File:       p.File,
-		Bind:       p.Bind,
-		Connect:    p.Connect,
-		Env:        slices.Clone(p.Env),
-		Limits:     p.Limits,
-		BestEffort: p.BestEffort,
-	}
-	access := map[string]Access{}
-	lists := []struct {
-		field   string
-		entries []string
-		access  Access
-	}{{"read", p.Read, Read}, {"write", p.Write, Read | Write}, {"exec", p.Exec, Read | Exec}}
-	for _, l := range lists {
-		for i, entry := range l.entries {
-			field := fmt.Sprintf("%s[%d]", l.field, i)
-			tmpl, rest, err := splitTemplate(entry)
-			if err != nil {
-				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
-			}
-			vals, reason, err := v.expand(tmpl)
-			if err != nil {
-				return nil, &ProfileError{Kind: "sandbox", File: p.File, Field: field, Err: err}
-			}
-			if reason != "" {
-				pol.Skipped = append(pol.Skipped, Skipped{field, entry, "", reason})
-				continue
-			}
-			for _, val := range vals {
-				path, err := Canonical(filepath.Clean(val + rest))
-				if err != nil {
-					reason := "cannot be examined: " + err.Error()
-					if os.IsNotExist(err) {
-						reason = "does not exist"
-					}
-					pol.Skipped = append(pol.Skipped, Skipped{field, entry, filepath.Clean(val + rest), reason})
-					continue
-				}
-				access[path] |= l.access
-			}
-		}
-	}
-	for path, a := range access {
-		pol.Paths = append(pol.Paths, PathRule{Path: path, Access: a})
-	}
-	slices.SortFunc(pol.Paths, func(a, b PathRule) int { return strings.Compare(a.Path, b.Path) })
-	return pol, nil
 }
 
 // Canonical returns path with every symbolic link in it resolved, as the

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -29,65 +28,13 @@ const (
 	maxCall = 2 * maxPolicy
 )
 
-// callMsg is a call as a pre-started helper receives it, beside its
-// stdin, stdout and stderr.
-type callMsg struct {
-	Path   string          `json:"path"`
-	Argv   []string        `json:"argv"`
-	Env    []string        `json:"env"`
-	Dir    string          `json:"dir,omitempty"`
-	Policy json.RawMessage `json:"policy"`
-}
-
-func decodeCall(data []byte) (*callMsg, *Policy, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var m callMsg
-	if err := dec.Decode(&m); err != nil {
-		return nil, nil, fmt.Errorf("sandbox: reading the call: %w", err)
-	}
-	if !filepath.IsAbs(m.Path) || len(m.Argv) == 0 {
-		return nil, nil, fmt.Errorf("sandbox: the call names no absolute tool path (%q) or no argv", m.Path)
-	}
-	p, err := decodePolicy(m.Policy)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: reading the call's policy: %w", err)
-	}
-	return &m, p, nil
-}
-
-// sendFramed writes data, preceded by its length, on the stream socket fd,
-// with fds attached to the length.
-func sendFramed(fd int, data []byte, fds []int) error {
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(data)))
-	for {
-		err := unix.Sendmsg(fd, hdr[:], unix.UnixRights(fds...), nil, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		break
-	}
-	for len(data) > 0 {
-		n, err := unix.Write(fd, data)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	return nil
-}
-
 // A Pool keeps helpers started ahead of their calls, so that a call pays
 // no Go process start: it is handed to a helper already waiting, which
 // confines itself and execs the tool. Each helper takes one call; the
-// pool starts the next in the background as each is taken.
+// pool starts the next in the background as each is taken. A helper
+// started after a call builds that call's Landlock rules while it waits
+// (all but its per-call rules, [PathRule.PerCall]), so that the next call
+// under the same policy adds only its own.
 //
 // The helpers are children of the process that made the pool, and die
 // with it: Pdeathsig, and the end of their socket to the pool (an idle
@@ -106,6 +53,10 @@ type Pool struct {
 	idle    time.Duration
 	timer   *time.Timer
 	drained bool
+	// prep is the policy (without its per-call rules) of the last call,
+	// which the helpers started since prepare for: a session's calls
+	// share their profile and directory.
+	prep []byte
 }
 
 // warmHelper is one pre-started helper and the pool's ends of its
@@ -115,6 +66,7 @@ type warmHelper struct {
 	proc *os.Process
 	sock int
 	call int
+	prep []byte // the policy its stage was sent to prepare, nil if none
 }
 
 // discard ends an idle helper: with its sockets closed before a call it
@@ -210,6 +162,12 @@ func (p *Pool) refill() {
 			return // the next call starts one itself, and reports why it cannot
 		}
 		p.mu.Lock()
+		prep := p.prep
+		p.mu.Unlock()
+		if prep != nil && sendFramed(h.call, append([]byte{prepareTag}, prep...), nil) == nil {
+			h.prep = prep
+		}
+		p.mu.Lock()
 		if !p.closed && !p.drained {
 			select {
 			case p.ready <- h:
@@ -246,6 +204,16 @@ func (p *Pool) take() (*warmHelper, error) {
 		return h, nil
 	default:
 		return startWarm()
+	}
+}
+
+// expect has the helpers started from now on prepare for policy base
+// (without its per-call rules, as splitPolicy makes it).
+func (p *Pool) expect(base []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !bytes.Equal(p.prep, base) {
+		p.prep = base
 	}
 }
 
@@ -289,14 +257,14 @@ func (p *Pool) Command(ctx context.Context, pol *Policy, path string, args []str
 	if err := pol.Check(); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(pol)
+	base, extra, err := splitPolicy(pol)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, err
 	}
-	if len(data) > maxPolicy {
-		return nil, fmt.Errorf("sandbox: policy of %d bytes exceeds %d", len(data), maxPolicy)
+	if len(base) > maxPolicy {
+		return nil, fmt.Errorf("sandbox: policy of %d bytes exceeds %d", len(base), maxPolicy)
 	}
-	return &Call{ctx: ctx, pool: p, path: path, argv: append([]string{path}, args...), policy: data,
+	return &Call{ctx: ctx, pool: p, path: path, argv: append([]string{path}, args...), base: base, extra: extra,
 		Env: filterEnv(os.Environ(), pol.Env)}, nil
 }
 
@@ -311,11 +279,12 @@ type Call struct {
 
 	Process *os.Process // the helper; [Kill] it to end the call
 
-	ctx    context.Context
-	pool   *Pool
-	path   string
-	argv   []string
-	policy []byte
+	ctx   context.Context
+	pool  *Pool
+	path  string
+	argv  []string
+	base  []byte     // the policy without its per-call rules (splitPolicy)
+	extra []PathRule // its per-call rules
 
 	childFiles []*os.File // the call's ends, closed once handed over
 	parentIO   []*os.File // ours, closed after Wait
@@ -324,6 +293,7 @@ type Call struct {
 	waited     chan struct{}
 	refill     *time.Timer
 	sock       int // the helper's socket: the call's status comes on it
+	call       int // the stage's socket: the status comes on it first where the stage is its call's init
 	code       int // the exit status, once Wait has returned
 	waitCalled bool
 }
@@ -356,11 +326,8 @@ func (c *Call) Start() error {
 			return fail(err)
 		}
 	}
-	msg, err := json.Marshal(callMsg{Path: c.path, Argv: c.argv, Env: c.Env, Dir: c.Dir, Policy: c.policy})
-	if err != nil {
-		return fail(err)
-	}
 	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())}
+	c.pool.expect(c.base)
 	// A helper that died while it waited (killed by someone) fails the
 	// hand-over; the next one is tried.
 	for attempt := 1; ; attempt++ {
@@ -368,15 +335,25 @@ func (c *Call) Start() error {
 		if err != nil {
 			return fail(err)
 		}
+		m := callMsg{Path: c.path, Argv: c.argv, Env: c.Env, Dir: c.Dir, Extra: c.extra}
+		if h.prep != nil && bytes.Equal(h.prep, c.base) {
+			m.Prepared = true
+		} else {
+			m.Policy = c.base
+		}
+		msg, err := json.Marshal(m)
+		if err != nil {
+			return fail(err)
+		}
 		err = errors.New("the helper had died")
 		if h.alive() {
-			err = sendFramed(h.call, msg, fds)
+			err = sendFramed(h.call, append([]byte{callTag}, msg...), fds)
 		}
-		unix.Close(h.call)
 		if err == nil {
-			c.Process, c.sock = h.proc, h.sock
+			c.Process, c.sock, c.call = h.proc, h.sock, h.call
 			break
 		}
+		unix.Close(h.call)
 		unix.Close(h.sock)
 		c.pool.refill()
 		h.proc.Kill()
@@ -475,26 +452,32 @@ func (c *Call) Wait() error {
 	return copyErr
 }
 
-// status reads the call's status from the helper's socket; without one,
-// it is the helper's own exit status (128+N for signal N, as the helper
-// reports a tool's). The helper is reaped either way.
+// status reads the call's status: from the stage, which as the init of
+// the call's own pid namespace sends it once the call's last process is
+// reaped and before its own exit, the namespace's teardown and the
+// helper's; else (the stage exec'd the tool, or was killed) from the
+// helper's socket; without either, it is the helper's own exit status
+// (128+N for signal N, as the helper reports a tool's). The helper is
+// reaped either way: in the background, as it is about to exit, unless
+// the call was ended through its context.
 func (c *Call) status() (int, error) {
-	var b [4]byte
-	got := 0
-	for got < len(b) {
-		n, err := unix.Read(c.sock, b[got:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			break
-		}
-		got += n
+	code, ok := readStatus(c.call)
+	unix.Close(c.call)
+	early := ok
+	if !ok {
+		code, ok = readStatus(c.sock)
 	}
 	unix.Close(c.sock)
-	if got == len(b) {
+	if ok && (early || c.ctx.Err() == nil) {
 		go c.Process.Wait()
-		return int(int32(binary.BigEndian.Uint32(b[:]))), nil
+		return code, nil
+	}
+	if ok {
+		// Killed: the call returns once its helper is gone too, so that
+		// nothing of it is left, not even a zombie, when the caller (a
+		// session's toolsrv closing) goes on.
+		c.Process.Wait()
+		return code, nil
 	}
 	state, err := c.Process.Wait()
 	if err != nil {
@@ -504,6 +487,24 @@ func (c *Call) status() (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return state.ExitCode(), nil
+}
+
+// readStatus reads a status of 4 bytes from the socket fd; ok is false
+// when the socket closes before one came.
+func readStatus(fd int) (code int, ok bool) {
+	var b [4]byte
+	got := 0
+	for got < len(b) {
+		n, err := unix.Read(fd, b[got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return 0, false
+		}
+		got += n
+	}
+	return int(int32(binary.BigEndian.Uint32(b[:]))), true
 }
 
 // ExitCode returns the call's exit status once Wait has returned: the
@@ -520,6 +521,11 @@ func (c *Call) ExitCode() int {
 type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// smallInput is what a pipe surely holds without a reader: Linux's
+// default pipe holds 64 KiB, and a pipe made for a process that has
+// reached its limit of pipe memory holds a page.
+const smallInput = 4096
 
 // input returns the call's stdin: the caller's file, /dev/null, or a pipe
 // fed from Stdin.
@@ -540,6 +546,15 @@ func (c *Call) input() (*os.File, error) {
 		return nil, err
 	}
 	c.childFiles = append(c.childFiles, r)
+	// A call's arguments (a few hundred bytes) fit the pipe: written
+	// whole now, they need no goroutine to feed them, nor one to wait for.
+	if b, ok := c.Stdin.(interface{ Len() int }); ok && b.Len() <= smallInput {
+		_, err := io.Copy(w, c.Stdin)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		return r, err
+	}
 	c.parentIO = append(c.parentIO, w)
 	c.copies = append(c.copies, func() error {
 		_, err := io.Copy(w, c.Stdin)

@@ -321,10 +321,11 @@ func TestPoolWaitingStageSignalled(t *testing.T) {
 	// Waiting for its call: a signal before the stage's runtime has
 	// installed its handlers would be dropped, as for any pid namespace's
 	// init without one.
+	var wchan []byte
 	await.Until(t, 10*time.Second, "the stage waiting for its call", func() bool {
-		w, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", stage))
-		return strings.Contains(string(w), "unix_stream_read")
-	})
+		wchan, _ = os.ReadFile(fmt.Sprintf("/proc/%d/wchan", stage))
+		return strings.Contains(string(wchan), "unix_stream_read")
+	}, func() string { return fmt.Sprintf("stage %d (of %q) waits in %q", stage, children, wchan) })
 	if err := syscall.Kill(stage, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

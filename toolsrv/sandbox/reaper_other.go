@@ -14,7 +14,7 @@ const killSignal = syscall.SIGKILL
 // supervise execs the tool in place: only Linux has a subreaper, limits
 // and Landlock, and without Landlock only a best-effort policy runs.
 func supervise(data []byte, p *Policy, args []string) (int, error) {
-	return 0, confine(p, "-", "", args[1], args[1:], os.Environ())
+	return 0, confine(p, "-", "", args[1], args[1:], os.Environ(), nil, nil)
 }
 
 func setLimits(Limits) error { return nil }

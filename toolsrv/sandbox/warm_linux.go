@@ -24,10 +24,12 @@ import (
 // confining stage, which takes the descriptors as its own 0, 1 and 2,
 // changes to the call's directory, sets the call's pids.max (root: the
 // outer stage made the cgroup and put the stage in it before the call),
-// applies the limits and Landlock and execs the tool. The outer stage,
-// which is not on that path, waits for the tool from the start, forwards
-// signals, reaps everything the call started, and sends the exit status
-// back on its own socket before it exits.
+// applies the limits and Landlock and execs the tool; what it could do
+// before the call it has done while it waited (prepare_linux.go). The
+// outer stage, which is not on that path, waits for the tool from the
+// start, forwards signals, reaps everything the call started, and sends
+// the exit status back on its own socket before it exits; a stage that is
+// its call's init sends it first, on its own (reportEarly).
 //
 // Both stages start from a clean state: no environment, directory /,
 // /dev/null as stdin and stdout, the toolsrv's log as stderr, nothing else.
@@ -37,6 +39,13 @@ import (
 // stageFD is where the outer stage finds the confining stage's socket,
 // which it passes on as the stage's callFD.
 const stageFD = 4
+
+// gateFD is where the confining stage finds the read end of a pipe whose
+// end (EOF) says the stage is in the call's cgroup: a call handed to a
+// helper started for it can come before the outer stage has moved the
+// stage there, and what the stage started then would escape the call's
+// limits.
+const gateFD = 4
 
 // warmMain is the outer stage of a pre-started helper. It never returns.
 func warmMain() {
@@ -82,16 +91,24 @@ func warm(sigs chan os.Signal) int {
 			}
 		}
 	}
+	gate, opened, err := os.Pipe()
+	if err != nil {
+		stageSock.Close()
+		removeCg()
+		return fail(fmt.Errorf("sandbox: the confining stage's gate: %w", err))
+	}
 	stage, err := stageProc(func(ns string) []string {
 		return []string{os.Args[0], helperArg, warmConfineArg, ns, cgDir}
 	}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   helperEnv(),
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, stageSock, gate},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	stageSock.Close()
+	gate.Close()
 	if err != nil {
+		opened.Close()
 		removeCg()
 		return fail(fmt.Errorf("sandbox: starting the confining stage: %w", err))
 	}
@@ -106,10 +123,12 @@ func warm(sigs chan os.Signal) int {
 		if err := cg.add(stage.Pid); err != nil {
 			stage.Kill()
 			reap(stage.Pid)
+			opened.Close()
 			removeCg()
 			return fail(err)
 		}
 	}
+	opened.Close()
 	go func() {
 		for s := range sigs {
 			if s == killSignal {
@@ -137,7 +156,7 @@ func warm(sigs chan os.Signal) int {
 // Its argument is its cgroup's directory, or "-" for none. It never
 // returns.
 func warmConfineMain() {
-	closeInherited(callFD)
+	closeInherited(gateFD)
 	warmUp()
 	stopListening := func() {}
 	if os.Args[len(os.Args)-2] == nsPidArg {
@@ -146,12 +165,25 @@ func warmConfineMain() {
 		procMounted = mountProc() == nil
 		stopListening = listenEarly()
 	}
+	waitGate()
+	var prep *prepared
 	data, fds, err := recvFramed(callFD, maxCall)
+	if err == nil && len(data) > 0 && data[0] == prepareTag {
+		closeFDs(fds)
+		prep = prepare(data[1:], os.Args[len(os.Args)-1], os.Args[len(os.Args)-2] == nsPidArg)
+		data, fds, err = recvFramed(callFD, maxCall)
+	}
 	stopListening()
-	unix.Close(callFD)
+	// Kept for the status (reportEarly), and never for the tool: it came
+	// from the helper without close-on-exec.
+	unix.FcntlInt(callFD, unix.F_SETFD, unix.FD_CLOEXEC)
+	statusFD = callFD
 	if errors.Is(err, io.EOF) {
 		closeFDs(fds)
 		os.Exit(0) // the pool closed before a call
+	}
+	if err == nil && (len(data) == 0 || data[0] != callTag) {
+		err = errors.New("the pool sent something other than a call")
 	}
 	if err == nil && len(fds) != 3 {
 		err = fmt.Errorf("the call came with %d descriptors, not stdin, stdout and stderr", len(fds))
@@ -161,6 +193,9 @@ func warmConfineMain() {
 		fmt.Fprintf(os.Stderr, "sandbox: receiving the call: %v\n", err)
 		os.Exit(126)
 	}
+	// Kept for initCall, which lets go of the call's descriptors once the
+	// tool has them: fd 0 is /dev/null until the call's replaces it.
+	quietFD, _ = unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
 	// Received descriptors are numbered above 3 (0–3 were open), so none
 	// is overwritten before it is duplicated.
 	for i, fd := range fds {
@@ -170,29 +205,34 @@ func warmConfineMain() {
 		}
 	}
 	closeFDs(fds)
-	m, p, err := decodeCall(data)
+	m, p, err := decodeCall(data[1:], prep)
 	if err == nil {
-		setCallLimits(p, os.Args[len(os.Args)-1])
-		err = confine(p, os.Args[len(os.Args)-2], m.Dir, m.Path, m.Argv, m.Env)
+		setCallLimits(p, os.Args[len(os.Args)-1], prep)
+		extra := m.Extra
+		if !m.Prepared {
+			prep = nil
+		}
+		err = confine(p, os.Args[len(os.Args)-2], m.Dir, m.Path, m.Argv, m.Env, prep, extra)
 	}
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(126)
 }
 
-// setCallLimits gives the call's cgroups (dirs as callCgroup.String
-// wrote them, "-" for none) the policy's limits; where they could not be
-// set it says on the call's stderr that they are not applied, as the cold
-// path's helper does.
-func setCallLimits(p *Policy, dirs string) {
-	cg := parseCallCgroup(dirs)
-	if cg == nil {
-		if len(callCgroupParents()) > 0 {
-			fmt.Fprintln(os.Stderr, "sandbox: no cgroup was made for the call (the helper's error is in the log): running the tool without the call's cgroup limits")
+// waitGate returns once the outer stage has closed the gate: the stage
+// is in the call's cgroup (see gateFD).
+func waitGate() {
+	var b [1]byte
+	for {
+		n, err := unix.Read(gateFD, b[:])
+		switch {
+		case err == unix.EINTR || err == nil && n > 0:
+			continue
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "sandbox: waiting to be in the call's cgroup: %v\n", err)
+			os.Exit(126)
 		}
+		unix.Close(gateFD)
 		return
-	}
-	if err := cg.setLimits(p.Limits.effective()); err != nil {
-		fmt.Fprintf(os.Stderr, "%v: running the tool without the call's cgroup limits\n", err)
 	}
 }
 
@@ -267,7 +307,7 @@ func warmUp() {
 	p := &Policy{Paths: []PathRule{{Path: "/", Access: Read | Exec}}, Env: []string{"PATH"}}
 	pol, _ := json.Marshal(p)
 	data, _ := json.Marshal(callMsg{Path: "/bin/true", Argv: []string{"true"}, Env: []string{"PATH=/bin"}, Policy: pol})
-	m, p, err := decodeCall(data)
+	m, p, err := decodeCall(data, nil)
 	if err != nil {
 		return
 	}

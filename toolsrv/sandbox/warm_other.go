@@ -18,3 +18,9 @@ func warmUnsupported() {
 }
 
 func closeAllOnExec() {}
+
+type prepared struct{ policy *Policy }
+
+func applyPrepared(p *Policy, prep *prepared, extra []PathRule, tool string, ownProc bool) error {
+	return apply(p, tool, ownProc)
+}
