@@ -178,6 +178,12 @@ func crashReplaySafeSurvives(t *testing.T) {
 	r.kill()
 	r.start()
 	r.checkRestored()
+	// The re-run runs in the background: a session that waits for a
+	// person (resume=manual) is idle meanwhile.
+	r.waitFor("the re-run's settlement in the session file", func() bool {
+		b, _ := os.ReadFile(r.sessionFile())
+		return strings.Contains(string(b), `"kind":"tool.settle"`)
+	})
 	r.kill()
 
 	r.start()
