@@ -3,6 +3,7 @@ package deploy
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,11 +30,15 @@ func TestCommitChecksAtOnce(t *testing.T) {
 		_, err := Commit(Plan{Root: root, Version: "v1", Keep: 3, Files: []PlannedFile{slow, other}})
 		done <- err
 	}()
-	unblock := func() {
-		if w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			w.Close()
-		}
-	}
+	// The fifo's open returns once a writer opens it too, whenever the
+	// commit gets to it.
+	unblock := sync.OnceFunc(func() {
+		go func() {
+			if w, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+		}()
+	})
 	t.Cleanup(unblock)
 	await.Until(t, 5*time.Second, "the second file checked while the first waits", func() bool {
 		fi, err := os.Stat(filepath.Join(root, other.Tmp))

@@ -8,6 +8,7 @@ package deploy
 // without sending anything: a host that answers within nearRTT is near.
 
 import (
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -19,10 +20,15 @@ import (
 // up to 4.9 ms. A routed path between sites takes 10 ms and more.
 const nearRTT = 5 * time.Millisecond
 
-// rttSamples is how many round trips a link measure times, one after the
-// other; the least counts. The first waits while sshd starts the probe's
-// session (40 ms on a loaded loopback host), the next ones less.
-const rttSamples = 5
+// A link measure times keepalive round trips one after the other while
+// the probe runs, at least minSamples and at most maxSamples; the least
+// counts. The first waits while sshd starts the probe's session (40 ms on
+// a loaded loopback host); on a host that stays busy only some of the
+// later ones are quick, so the measure goes on as long as the probe does.
+const (
+	minSamples = 3
+	maxSamples = 50
+)
 
 // maxMeasure bounds the wait for a measure: a link whose round trips take
 // longer is not near.
@@ -30,23 +36,39 @@ const maxMeasure = time.Second
 
 // linkMeasure times round trips to a host in the background.
 type linkMeasure struct {
-	done chan struct{}
+	now  func() time.Time
+	stop chan struct{} // closed once the probe is done
+	done chan struct{} // closed once the measure ends
 	best time.Duration // the least round trip; 0 when none was answered
+
+	once   sync.Once
+	result time.Duration
 }
 
-// measureLink starts timing keepalive round trips on conn, which go on
-// while the probe runs. sshd answers keepalive@openssh.com (with a
-// refusal) itself, with nothing to run on the host.
+// measureLink starts timing keepalive round trips on conn. sshd answers
+// keepalive@openssh.com (with a refusal) itself, with nothing to run on
+// the host.
 func measureLink(conn ssh.Conn) *linkMeasure {
-	l := &linkMeasure{done: make(chan struct{})}
+	return startMeasure(conn, time.Now)
+}
+
+func startMeasure(conn ssh.Conn, now func() time.Time) *linkMeasure {
+	l := &linkMeasure{now: now, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
-		for range rttSamples {
-			t0 := time.Now()
+		for i := range maxSamples {
+			if i >= minSamples {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+			}
+			t0 := l.now()
 			if _, _, err := conn.SendRequest("keepalive@openssh.com", true, nil); err != nil {
 				return
 			}
-			if d := time.Since(t0); l.best == 0 || d < l.best {
+			if d := l.now().Sub(t0); l.best == 0 || d < l.best {
 				l.best = d
 			}
 		}
@@ -54,24 +76,27 @@ func measureLink(conn ssh.Conn) *linkMeasure {
 	return l
 }
 
-// near reports the link near, waiting for the measure to end but no
-// longer than maxMeasure.
+// near reports the link near by rtt.
 func (l *linkMeasure) near() bool {
 	rtt := l.rtt()
 	return rtt > 0 && rtt < nearRTT
 }
 
-// rtt is the least round trip measured, waiting for the measure to end
-// but no longer than maxMeasure; 0 when none was.
+// rtt ends the measure and returns the least round trip, waiting for the
+// samples under way but no longer than maxMeasure; 0 when none was
+// answered.
 func (l *linkMeasure) rtt() time.Duration {
-	t := time.NewTimer(maxMeasure)
-	defer t.Stop()
-	select {
-	case <-l.done:
-		return l.best
-	case <-t.C:
-		return 0
-	}
+	l.once.Do(func() {
+		close(l.stop)
+		t := time.NewTimer(maxMeasure)
+		defer t.Stop()
+		select {
+		case <-l.done:
+			l.result = l.best
+		case <-t.C:
+		}
+	})
+	return l.result
 }
 
 // Writes an upload keeps in flight: a round trip's worth at fillRate, at
