@@ -202,7 +202,8 @@ func (h *Host) revive(args []string) (string, string, int) {
 func (h *Host) supervisor(args []string) (string, string, int) { return "", "", 0 }
 
 // probe is the deploy probe: the platform, home, where the login shell
-// finds ollie, the decompressors, and install manifest's JSON for the
+// finds ollie, the decompressors, what making the upload directories
+// said, and install manifest's JSON for the
 // versions asked about (args).
 func (h *Host) probe(args []string) (string, string, int) {
 	root := path.Join(h.Home, ".local/share/ollie")
@@ -229,7 +230,8 @@ func (h *Host) probe(args []string) (string, string, int) {
 	if err != nil {
 		return "", err.Error() + "\n", 1
 	}
-	return fmt.Sprintf("%s\n%s\n%s\nzstd gzip \n%s\n", uname(), h.Home, found, js), "", 0
+	// The empty line: what making the upload directories said (nothing).
+	return fmt.Sprintf("%s\n%s\n%s\nzstd gzip \n\n%s\n", uname(), h.Home, found, js), "", 0
 }
 
 // platform is the hosts' OS and architecture, this machine's.
