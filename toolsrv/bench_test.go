@@ -68,17 +68,6 @@ func BenchmarkDispatchVsBare(b *testing.B) {
 		pool = append(pool, t2.Sub(t1))
 		start = append(start, t4.Sub(t3))
 	}
-	mean := func(d []time.Duration) float64 {
-		var sum time.Duration
-		for _, x := range d {
-			sum += x
-		}
-		return float64(sum) / float64(len(d))
-	}
-	median := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2])
-	}
 	b.ReportMetric(mean(bare), "bare-ns/op")
 	b.ReportMetric(mean(pool), "pooled-ns/op")
 	b.ReportMetric(mean(start), "cold-ns/op")
@@ -123,4 +112,20 @@ func BenchmarkChildOp(b *testing.B) {
 	b.ReportMetric(float64(kept.Nanoseconds())/n, "kept-ns/op")
 	b.ReportMetric(float64(dialled.Nanoseconds())/n, "dialled-ns/op")
 	b.ReportMetric(float64(dialled)/float64(kept), "dialled/kept")
+}
+
+// mean and median of durations, in nanoseconds, for the benchmarks'
+// figures.
+func mean(d []time.Duration) float64 {
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return float64(sum) / float64(len(d))
+}
+
+func median(d []time.Duration) float64 {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return float64(d[len(d)/2])
 }

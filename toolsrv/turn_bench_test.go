@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -120,18 +119,6 @@ func BenchmarkToolTurn(b *testing.B) {
 	}
 	if st := a.Stats(); st.LastError != "" || st.Turns != turns {
 		b.Fatalf("the agent ran %d turns of %d, last error %q", st.Turns, turns, st.LastError)
-	}
-	mean := func(d []time.Duration) float64 {
-		var sum time.Duration
-		for _, x := range d {
-			sum += x
-		}
-		return float64(sum) / float64(len(d))
-	}
-	median := func(d []time.Duration) float64 {
-		d = slices.Clone(d)
-		slices.Sort(d)
-		return float64(d[len(d)/2])
 	}
 	b.ReportMetric(mean(tTurn), "turn-ns")
 	b.ReportMetric(mean(tModel), "model-ns")

@@ -291,14 +291,7 @@ func (e *deployBench) reset(tb testing.TB) {
 // a stock .bashrc.
 func (e *deployBench) resetOllie() {
 	for _, h := range e.lab.Hosts {
-		exec.Command("pkill", "-KILL", "-u", h.User, "olliesrv").Run()
-		for _, p := range []string{".local", ".config", ".bashrc", ".zshenv"} {
-			os.RemoveAll(filepath.Join(h.Home, p))
-		}
-		if b, err := os.ReadFile("/etc/skel/.bashrc"); err == nil {
-			os.WriteFile(filepath.Join(h.Home, ".bashrc"), b, 0644)
-			os.Chown(filepath.Join(h.Home, ".bashrc"), h.UID, h.GID)
-		}
+		stockHome(h)
 	}
 }
 

@@ -101,9 +101,9 @@ func (r *remote) must(args ...string) string {
 	return out
 }
 
-// freshHome gives a lab user (shared with earlier runs) a stock Debian
-// home again, with no daemon running.
-func freshHome(t testing.TB, h *sshlab.Host) {
+// stockHome gives a lab user a stock Debian home again: no ollie, no
+// daemon running, the skeleton's .bashrc.
+func stockHome(h *sshlab.Host) {
 	exec.Command("pkill", "-KILL", "-u", h.User, "olliesrv").Run()
 	for _, p := range []string{".local", ".config", ".bashrc", ".zshenv"} {
 		os.RemoveAll(filepath.Join(h.Home, p))
@@ -112,6 +112,12 @@ func freshHome(t testing.TB, h *sshlab.Host) {
 		os.WriteFile(filepath.Join(h.Home, ".bashrc"), b, 0644)
 		os.Chown(filepath.Join(h.Home, ".bashrc"), h.UID, h.GID)
 	}
+}
+
+// freshHome gives a lab user (shared with earlier runs) a stock Debian
+// home again, with no daemon running.
+func freshHome(t testing.TB, h *sshlab.Host) {
+	stockHome(h)
 	t.Cleanup(func() { exec.Command("pkill", "-KILL", "-u", h.User, "olliesrv").Run() })
 }
 
