@@ -504,8 +504,8 @@ func BenchmarkStream(b *testing.B) {
 type pipelinedReader struct {
 	depth int // Treads in flight
 	c     net.Conn
-	rd  *bufio.Reader
-	hdr [11]byte
+	rd    *bufio.Reader
+	hdr   [11]byte
 }
 
 const (
