@@ -49,7 +49,7 @@ type childConfig struct {
 	SpillDir      string          `json:"spill_dir"` // the session's, made by Spawn
 	Yolo          bool            `json:"yolo,omitempty"`
 	// Where a run after a rest goes on from: the revision its tool set
-	// moves on from, and the first id its background processes take.
+	// moves on from, and the last id a background process was given.
 	Revision uint64 `json:"revision,omitempty"`
 	LastProc int    `json:"last_proc,omitempty"`
 }

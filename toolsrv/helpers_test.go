@@ -3,7 +3,6 @@
 package toolsrv
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,31 +14,22 @@ import (
 	"time"
 
 	"ollie/internal/await"
+	"ollie/internal/lab"
 )
 
 // procChildren lists the processes whose parent is pid and whose command
 // line holds each of the words.
 func procChildren(pid int, words ...string) []int {
-	ents, _ := os.ReadDir("/proc")
 	var out []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
+	for p, parent := range lab.Parents() {
+		if parent != pid {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		args := strings.Split(string(cmdline), "\x00")
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		line := strings.ReplaceAll(string(cmdline), "\x00", " ")
 		all := true
 		for _, w := range words {
-			all = all && strings.Contains(strings.Join(args, " "), w)
+			all = all && strings.Contains(line, w)
 		}
 		if all {
 			out = append(out, p)

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ollie/internal/lab"
 )
 
 // TestMain lets the test binary play the sandbox helper, as olliesrv's main
@@ -645,33 +647,4 @@ func runHeld(t *testing.T, h held, lines int) (string, map[int]int) {
 
 // descendants maps each descendant of root, as the host's /proc shows
 // them, to its parent.
-func descendants(root int) map[int]int {
-	parents := map[int]int{}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(b, ')')
-		var pid, ppid int
-		var state string
-		fmt.Sscanf(string(b[:bytes.IndexByte(b, ' ')]), "%d", &pid)
-		if i < 0 || pid == 0 {
-			continue
-		}
-		fmt.Sscanf(string(b[i+1:]), " %s %d", &state, &ppid)
-		parents[pid] = ppid
-	}
-	tree := map[int]int{}
-	for pid, ppid := range parents {
-		for p := ppid; p > 1; p = parents[p] {
-			if p == root {
-				tree[pid] = ppid
-				break
-			}
-		}
-	}
-	return tree
-}
+func descendants(root int) map[int]int { return lab.Descendants(root) }
